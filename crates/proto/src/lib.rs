@@ -1,0 +1,39 @@
+//! The offrac wire format (see `docs/protocol.md`, the single source of truth).
+//!
+//! Every request and response starts with a fixed 64-byte little-endian header
+//! followed by `payload_len` bytes of payload.
+
+mod function;
+mod request;
+mod response;
+mod status;
+
+pub use function::FunctionId;
+pub use request::{Hop, HeaderError, RequestHeader, MAX_HOPS};
+pub use response::{ResponseError, ResponseHeader};
+pub use status::Status;
+
+/// Size of every header, request or response: one 512-bit beat.
+pub const HEADER_LEN: usize = 64;
+/// The protocol version this crate speaks.
+pub const VERSION: u8 = 1;
+/// Request magic (bytes `51 4F` on the wire).
+pub const REQUEST_MAGIC: u16 = 0x4F51;
+/// Response magic (bytes `52 53` on the wire).
+pub const RESPONSE_MAGIC: u16 = 0x5352;
+/// Device id meaning "this node" in a hop, or "the caller" as reply device.
+pub const DEVICE_SELF: u8 = 0xFF;
+
+pub(crate) fn u16_at(b: &[u8; HEADER_LEN], off: usize) -> u16 {
+    u16::from_le_bytes([b[off], b[off + 1]])
+}
+pub(crate) fn u32_at(b: &[u8; HEADER_LEN], off: usize) -> u32 {
+    let mut a = [0u8; 4];
+    a.copy_from_slice(&b[off..off + 4]);
+    u32::from_le_bytes(a)
+}
+pub(crate) fn u64_at(b: &[u8; HEADER_LEN], off: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[off..off + 8]);
+    u64::from_le_bytes(a)
+}

@@ -1,0 +1,154 @@
+use crate::{u16_at, u32_at, u64_at, DEVICE_SELF, HEADER_LEN, REQUEST_MAGIC, VERSION};
+
+/// Hops a request header can carry.
+pub const MAX_HOPS: usize = 4;
+const HOPS_OFFSET: usize = 24;
+const HOP_LEN: usize = 10;
+
+/// One step of a function chain: which function, on which device, with what parameter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Hop {
+    pub function: u8,
+    pub device: u8,
+    pub param: u64,
+}
+
+impl Hop {
+    pub fn local(function: u8, param: u64) -> Hop {
+        Hop { function, device: DEVICE_SELF, param }
+    }
+}
+
+/// A decoded request header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestHeader {
+    pub flags: u8,
+    pub tenant: u16,
+    pub hop_count: u8,
+    pub hop_index: u8,
+    pub request_id: u64,
+    pub payload_len: u32,
+    pub reply_device: u8,
+    pub hops: [Hop; MAX_HOPS],
+}
+
+/// Why a request header was refused. The variant says whether the stream can
+/// still be trusted: after `BadMagic` / `BadVersion` the payload length is
+/// meaningless and the connection must close.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum HeaderError {
+    #[error("bad magic 0x{0:04x} (expected 0x4f51)")]
+    BadMagic(u16),
+    #[error("unsupported protocol version {version} (this node speaks 1)")]
+    BadVersion { version: u8, request_id: u64 },
+    #[error("reserved flag bits set: 0x{0:02x}")]
+    ReservedFlags(u8),
+    #[error("hop_count {0} outside 1..=4")]
+    BadHopCount(u8),
+    #[error("hop_index {index} not below hop_count {count}")]
+    BadHopIndex { index: u8, count: u8 },
+    #[error("reserved bytes are not zero")]
+    ReservedBytes,
+    #[error("hop {0} beyond hop_count is not zero")]
+    UnusedHop(usize),
+}
+
+impl HeaderError {
+    /// True when the rest of the stream cannot be parsed after this error.
+    pub fn is_fatal(&self) -> bool {
+        matches!(self, HeaderError::BadMagic(_) | HeaderError::BadVersion { .. })
+    }
+}
+
+impl RequestHeader {
+    /// A single-hop request for `function` with `param`, to be answered to the caller.
+    pub fn single(request_id: u64, function: u8, param: u64, payload_len: u32) -> RequestHeader {
+        let mut hops = [Hop::default(); MAX_HOPS];
+        hops[0] = Hop::local(function, param);
+        RequestHeader {
+            flags: 0,
+            tenant: 0,
+            hop_count: 1,
+            hop_index: 0,
+            request_id,
+            payload_len,
+            reply_device: DEVICE_SELF,
+            hops,
+        }
+    }
+
+    /// The hop to run next.
+    pub fn current_hop(&self) -> Hop {
+        self.hops[self.hop_index as usize % MAX_HOPS]
+    }
+
+    pub fn encode(&self) -> [u8; HEADER_LEN] {
+        let mut b = [0u8; HEADER_LEN];
+        b[0..2].copy_from_slice(&REQUEST_MAGIC.to_le_bytes());
+        b[2] = VERSION;
+        b[3] = self.flags;
+        b[4..6].copy_from_slice(&self.tenant.to_le_bytes());
+        b[6] = self.hop_count;
+        b[7] = self.hop_index;
+        b[8..16].copy_from_slice(&self.request_id.to_le_bytes());
+        b[16..20].copy_from_slice(&self.payload_len.to_le_bytes());
+        b[20] = self.reply_device;
+        for (i, hop) in self.hops.iter().enumerate() {
+            let o = HOPS_OFFSET + i * HOP_LEN;
+            b[o] = hop.function;
+            b[o + 1] = hop.device;
+            b[o + 2..o + 10].copy_from_slice(&hop.param.to_le_bytes());
+        }
+        b
+    }
+
+    /// Decode and validate a header; see [`HeaderError::is_fatal`].
+    pub fn decode(b: &[u8; HEADER_LEN]) -> Result<RequestHeader, HeaderError> {
+        let magic = u16_at(b, 0);
+        if magic != REQUEST_MAGIC {
+            return Err(HeaderError::BadMagic(magic));
+        }
+        let request_id = u64_at(b, 8);
+        if b[2] != VERSION {
+            return Err(HeaderError::BadVersion { version: b[2], request_id });
+        }
+        let mut hops = [Hop::default(); MAX_HOPS];
+        for (i, hop) in hops.iter_mut().enumerate() {
+            let o = HOPS_OFFSET + i * HOP_LEN;
+            let mut p = [0u8; 8];
+            p.copy_from_slice(&b[o + 2..o + 10]);
+            *hop = Hop { function: b[o], device: b[o + 1], param: u64::from_le_bytes(p) };
+        }
+        let h = RequestHeader {
+            flags: b[3],
+            tenant: u16_at(b, 4),
+            hop_count: b[6],
+            hop_index: b[7],
+            request_id,
+            payload_len: u32_at(b, 16),
+            reply_device: b[20],
+            hops,
+        };
+        if h.flags != 0 {
+            return Err(HeaderError::ReservedFlags(h.flags));
+        }
+        if h.hop_count == 0 || h.hop_count as usize > MAX_HOPS {
+            return Err(HeaderError::BadHopCount(h.hop_count));
+        }
+        if h.hop_index >= h.hop_count {
+            return Err(HeaderError::BadHopIndex { index: h.hop_index, count: h.hop_count });
+        }
+        if b[21..24].iter().any(|&x| x != 0) {
+            return Err(HeaderError::ReservedBytes);
+        }
+        if let Some(i) = (h.hop_count as usize..MAX_HOPS).find(|&i| h.hops[i] != Hop::default()) {
+            return Err(HeaderError::UnusedHop(i));
+        }
+        Ok(h)
+    }
+
+    /// Request id at its fixed offset, readable even from a header that fails to decode.
+    pub fn peek_request_id(b: &[u8; HEADER_LEN]) -> u64 {
+        u64_at(b, 8)
+    }
+}

@@ -1,0 +1,63 @@
+/// Response status codes (`docs/protocol.md`, "Status codes").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u16)]
+pub enum Status {
+    Ok = 0,
+    Busy = 1,
+    UnknownFunction = 2,
+    TooLarge = 3,
+    Malformed = 4,
+    BadInput = 5,
+    Internal = 6,
+    UnsupportedVersion = 7,
+    Timeout = 8,
+    ShuttingDown = 9,
+    Unsupported = 10,
+}
+
+impl Status {
+    pub const ALL: [Status; 11] = [
+        Status::Ok,
+        Status::Busy,
+        Status::UnknownFunction,
+        Status::TooLarge,
+        Status::Malformed,
+        Status::BadInput,
+        Status::Internal,
+        Status::UnsupportedVersion,
+        Status::Timeout,
+        Status::ShuttingDown,
+        Status::Unsupported,
+    ];
+
+    pub fn from_code(code: u16) -> Option<Status> {
+        Status::ALL.get(code as usize).copied()
+    }
+
+    pub fn code(self) -> u16 {
+        self as u16
+    }
+
+    /// Upper-case name as written in the spec, also used as a metrics label.
+    pub fn name(self) -> &'static str {
+        match self {
+            Status::Ok => "OK",
+            Status::Busy => "BUSY",
+            Status::UnknownFunction => "UNKNOWN_FUNCTION",
+            Status::TooLarge => "TOO_LARGE",
+            Status::Malformed => "MALFORMED",
+            Status::BadInput => "BAD_INPUT",
+            Status::Internal => "INTERNAL",
+            Status::UnsupportedVersion => "UNSUPPORTED_VERSION",
+            Status::Timeout => "TIMEOUT",
+            Status::ShuttingDown => "SHUTTING_DOWN",
+            Status::Unsupported => "UNSUPPORTED",
+        }
+    }
+}
+
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}

@@ -1,0 +1,111 @@
+//! Check the codec byte-for-byte against `docs/vectors/headers.json`.
+
+use offrac_proto::{HeaderError, Hop, RequestHeader, ResponseHeader, Status, HEADER_LEN};
+use serde_json::Value;
+
+fn vectors() -> Value {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/vectors/headers.json");
+    serde_json::from_str(&std::fs::read_to_string(path).expect("vector file")).expect("json")
+}
+
+fn bytes(v: &Value) -> [u8; HEADER_LEN] {
+    let raw = hex::decode(v["hex"].as_str().unwrap()).unwrap();
+    raw.try_into().expect("64 bytes")
+}
+
+fn u(v: &Value, k: &str) -> u64 {
+    v[k].as_u64().unwrap_or_else(|| panic!("field {k}"))
+}
+
+fn error_name(e: HeaderError) -> &'static str {
+    match e {
+        HeaderError::BadMagic(_) => "BadMagic",
+        HeaderError::BadVersion { .. } => "BadVersion",
+        HeaderError::ReservedFlags(_) => "ReservedFlags",
+        HeaderError::BadHopCount(_) => "BadHopCount",
+        HeaderError::BadHopIndex { .. } => "BadHopIndex",
+        HeaderError::ReservedBytes => "ReservedBytes",
+        HeaderError::UnusedHop(_) => "UnusedHop",
+    }
+}
+
+#[test]
+fn request_vectors_decode_and_reencode() {
+    let all = vectors();
+    let reqs = all["requests"].as_array().unwrap();
+    assert!(reqs.len() >= 10);
+    for v in reqs {
+        let b = bytes(v);
+        let note = v["note"].as_str().unwrap();
+        let f = &v["fields"];
+        match RequestHeader::decode(&b) {
+            Ok(h) => {
+                assert!(v["valid"].as_bool().unwrap(), "{note}: decoded but should fail");
+                assert_eq!(h.request_id, u(f, "request_id"), "{note}");
+                assert_eq!(h.payload_len as u64, u(f, "payload_len"), "{note}");
+                assert_eq!(h.tenant as u64, u(f, "tenant"), "{note}");
+                assert_eq!(h.hop_count as u64, u(f, "hop_count"), "{note}");
+                assert_eq!(h.hop_index as u64, u(f, "hop_index"), "{note}");
+                assert_eq!(h.reply_device as u64, u(f, "reply_device"), "{note}");
+                for (i, hv) in f["hops"].as_array().unwrap().iter().enumerate() {
+                    let want = Hop {
+                        function: u(hv, "function") as u8,
+                        device: u(hv, "device") as u8,
+                        param: u(hv, "param"),
+                    };
+                    assert_eq!(h.hops[i], want, "{note}: hop {i}");
+                }
+                assert_eq!(h.encode(), b, "{note}: re-encoding differs");
+            }
+            Err(e) => {
+                assert!(!v["valid"].as_bool().unwrap(), "{note}: failed with {e}");
+                assert_eq!(error_name(e), v["error"].as_str().unwrap(), "{note}");
+                assert_eq!(RequestHeader::peek_request_id(&b), u(f, "request_id"), "{note}");
+            }
+        }
+    }
+}
+
+#[test]
+fn response_vectors_decode_and_reencode() {
+    let all = vectors();
+    for v in all["responses"].as_array().unwrap() {
+        let b = bytes(v);
+        let f = &v["fields"];
+        let h = ResponseHeader::decode(&b).unwrap();
+        assert_eq!(h.status, Status::from_code(u(f, "status") as u16).unwrap());
+        assert_eq!(h.request_id, u(f, "request_id"));
+        assert_eq!(h.payload_len as u64, u(f, "payload_len"));
+        assert_eq!(h.reassembly_ns, u(f, "reassembly_ns"));
+        assert_eq!(h.queue_ns, u(f, "queue_ns"));
+        assert_eq!(h.exec_ns, u(f, "exec_ns"));
+        assert_eq!(h.detail, u(f, "detail"));
+        assert_eq!(h.tenant as u64, u(f, "tenant"));
+        assert_eq!(h.device as u64, u(f, "device"));
+        assert_eq!(h.hop_index as u64, u(f, "hop_index"));
+        assert_eq!(h.encode(), b);
+    }
+}
+
+proptest::proptest! {
+    #[test]
+    fn any_valid_request_roundtrips(id: u64, len: u32, tenant: u16, count in 1u8..=4, f: [u8; 4], d: [u8; 4], p: [u64; 4]) {
+        let mut h = RequestHeader::single(id, f[0], p[0], len);
+        h.tenant = tenant;
+        h.hop_count = count;
+        h.hop_index = count - 1;
+        for i in 0..count as usize {
+            h.hops[i] = Hop { function: f[i], device: d[i], param: p[i] };
+        }
+        proptest::prop_assert_eq!(RequestHeader::decode(&h.encode()), Ok(h));
+    }
+
+    #[test]
+    fn decoding_arbitrary_bytes_never_panics(b in proptest::array::uniform32(0u8..), c in proptest::array::uniform32(0u8..)) {
+        let mut all = [0u8; HEADER_LEN];
+        all[..32].copy_from_slice(&b);
+        all[32..].copy_from_slice(&c);
+        let _ = RequestHeader::decode(&all);
+        let _ = ResponseHeader::decode(&all);
+    }
+}

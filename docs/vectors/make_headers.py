@@ -1,0 +1,65 @@
+"""Regenerate headers.json from the field tables in docs/protocol.md.
+
+Written directly from the spec with `struct`, independently of the Rust and
+Python codecs, so both are checked against a third reading of the tables.
+Run: python3 docs/vectors/make_headers.py > docs/vectors/headers.json
+"""
+
+import json
+import struct
+
+REQ = "<HBBHBBQIB3x"  # magic version flags tenant hop_count hop_index request_id payload_len reply_device pad
+HOP = "<BBQ"
+RESP = "<HBBHBBQIH2xQQQQ8x"
+
+
+def request(valid, error, *, magic=0x4F51, version=1, flags=0, tenant=0, hop_count=1, hop_index=0,
+            request_id=0, payload_len=0, reply_device=0xFF, hops=((1, 0xFF, 16),), note=""):
+    b = struct.pack(REQ, magic, version, flags, tenant, hop_count, hop_index, request_id, payload_len, reply_device)
+    hop_list = list(hops) + [(0, 0, 0)] * (4 - len(hops))
+    for f, d, p in hop_list:
+        b += struct.pack(HOP, f, d, p)
+    assert len(b) == 64
+    fields = dict(flags=flags, tenant=tenant, hop_count=hop_count, hop_index=hop_index, request_id=request_id,
+                  payload_len=payload_len, reply_device=reply_device,
+                  hops=[dict(function=f, device=d, param=p) for f, d, p in hop_list])
+    return dict(note=note, hex=b.hex(), valid=valid, error=error, fields=fields)
+
+
+def response(status, request_id, payload_len, *, hop_index=0, device=0xFF, tenant=0, reassembly_ns=0,
+             queue_ns=0, exec_ns=0, detail=0, note=""):
+    b = struct.pack(RESP, 0x5352, 1, 0, status, hop_index, device, request_id, payload_len, tenant,
+                    reassembly_ns, queue_ns, exec_ns, detail)
+    assert len(b) == 64
+    return dict(note=note, hex=b.hex(), fields=dict(status=status, hop_index=hop_index, device=device,
+                request_id=request_id, payload_len=payload_len, tenant=tenant, reassembly_ns=reassembly_ns,
+                queue_ns=queue_ns, exec_ns=exec_ns, detail=detail))
+
+
+requests = [
+    request(True, None, request_id=1, payload_len=1024, hops=((1, 0xFF, 16),), note="top-k, K=16, 1 KiB"),
+    request(True, None, request_id=0x0102030405060708, payload_len=4096, tenant=0xBEEF, hops=((2, 0xFF, 0),),
+            note="logit, multi-byte ids show byte order"),
+    request(True, None, request_id=2**64 - 1, payload_len=2**32 - 1, hop_count=4, hop_index=3, reply_device=7,
+            hops=((3, 1, 0), (1, 2, 5), (0, 63, 2**64 - 1), (2, 0xFF, 1)), note="four-hop chain, extreme values"),
+    request(True, None, request_id=9, payload_len=0, hops=((0, 0xFF, 0),), note="empty echo"),
+    request(False, "BadMagic", magic=0x1234, request_id=5, note="wrong magic: connection-fatal"),
+    request(False, "BadVersion", version=2, request_id=6, note="wrong version: connection-fatal"),
+    request(False, "ReservedFlags", flags=1, request_id=7, note="reserved flag set"),
+    request(False, "BadHopCount", hop_count=0, request_id=8, note="zero hops"),
+    request(False, "BadHopCount", hop_count=5, request_id=8, note="five hops"),
+    request(False, "BadHopIndex", hop_count=2, hop_index=2, hops=((1, 0xFF, 1), (2, 0xFF, 0)), request_id=8,
+            note="hop index past the chain"),
+    request(False, "UnusedHop", hop_count=1, hops=((1, 0xFF, 1), (2, 0xFF, 0)), request_id=8,
+            note="non-zero hop beyond hop_count"),
+]
+
+responses = [
+    response(0, 1, 64, reassembly_ns=1500, queue_ns=250, exec_ns=1600, note="OK top-k result of 16 int32"),
+    response(1, 0x0102030405060708, 0, note="BUSY"),
+    response(3, 3, 11, detail=1 << 20, note="TOO_LARGE with the maximum in detail"),
+    response(10, 2**64 - 1, 0, hop_index=3, device=2, tenant=0xBEEF, reassembly_ns=2**64 - 1,
+             queue_ns=2**40, exec_ns=1, detail=42, note="extreme values"),
+]
+
+print(json.dumps(dict(requests=requests, responses=responses), indent=1))
