@@ -1,1 +1,28 @@
+//! The offrac datapath as pure state machines: no I/O, no threads, no clock reads.
+//!
+//! A driver (the node, or the simulator under virtual time) feeds events in —
+//! [`Engine::handle_bytes`], [`Engine::handle_close`], [`Engine::handle_slot_done`],
+//! [`Engine::handle_timeout`] — each stamped with the current time in
+//! nanoseconds, then drains what the engine wants done with
+//! [`Engine::poll_action`] and asks when it next needs waking with
+//! [`Engine::poll_timeout`].
 
+mod config;
+mod connection;
+mod engine;
+mod job;
+mod pool;
+mod selector;
+mod slot;
+mod stats;
+
+pub use config::{BufferPolicy, ConfigError, EngineConfig, SlotPolicy};
+pub use engine::{Action, ConnId, Engine};
+pub use job::Job;
+pub use pool::{BufferId, ReassemblyPool};
+pub use selector::Selector;
+pub use slot::{SlotId, SlotQueue};
+pub use stats::EngineStats;
+
+/// Time in nanoseconds since an arbitrary origin chosen by the driver.
+pub type Nanos = u64;

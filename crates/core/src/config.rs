@@ -1,0 +1,111 @@
+use serde::Deserialize;
+
+/// How a new request's first segment picks a reassembly buffer (OffRAC §3.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BufferPolicy {
+    /// Round robin over all buffers; refuse if the one whose turn it is is ineligible.
+    NaiveRr,
+    /// Round robin over eligible buffers only.
+    #[default]
+    EligibleRr,
+    /// Join the eligible buffer holding the fewest bytes.
+    Jsb,
+}
+
+/// How a complete request picks among the slots hosting its function (OffRAC §3.6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SlotPolicy {
+    #[default]
+    Rr,
+    /// Join the slot queue with the least queued bytes.
+    Jsq,
+}
+
+/// Everything the engine needs to know; the node reads it from TOML.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EngineConfig {
+    /// Number of reassembly buffers (B).
+    pub buffers: usize,
+    /// Payload bytes each buffer holds (S).
+    pub buffer_bytes: u64,
+    pub buffer_policy: BufferPolicy,
+    /// Largest payload accepted; larger requests get `TOO_LARGE`. At most `buffer_bytes`.
+    pub max_payload: u64,
+    /// Requests (header + payload) at most this big that arrive whole skip the pool.
+    /// 0 disables the small-request queue.
+    pub small_request_max: u64,
+    /// Payload bytes the small-request queue holds.
+    pub small_queue_bytes: u64,
+    pub slot_policy: SlotPolicy,
+    /// Payload bytes each slot queue holds (not counting the job executing).
+    pub slot_queue_bytes: u64,
+    /// A partial request with no progress for this long is collected.
+    pub stall_timeout_ns: u64,
+    /// The function id hosted by each slot, in slot order.
+    pub slots: Vec<u8>,
+    /// This node's device id, stamped on responses.
+    pub device_id: u8,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("pool.buffers must be at least 1")]
+    NoBuffers,
+    #[error("max_payload ({max}) exceeds pool.buffer_bytes ({buffer}): such a request could never be admitted")]
+    PayloadOverBuffer { max: u64, buffer: u64 },
+    #[error("selector.slot_queue_bytes ({queue}) is below max_payload ({max}): a large request could never enter a slot queue")]
+    QueueBelowPayload { queue: u64, max: u64 },
+    #[error("pool.small_queue_bytes ({queue}) is below pool.small_request_max ({small})")]
+    SmallQueueTooSmall { queue: u64, small: u64 },
+    #[error("at least one slot must be configured")]
+    NoSlots,
+    #[error("stall_timeout_ms must be positive")]
+    NoStallTimeout,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            buffers: 4,
+            buffer_bytes: 1 << 20,
+            buffer_policy: BufferPolicy::EligibleRr,
+            max_payload: 1 << 20,
+            small_request_max: 1500,
+            small_queue_bytes: 1 << 20,
+            slot_policy: SlotPolicy::Rr,
+            slot_queue_bytes: 1 << 20,
+            stall_timeout_ns: 5_000_000_000,
+            slots: vec![0, 1, 2, 3, 4, 5],
+            device_id: 0,
+        }
+    }
+}
+
+impl EngineConfig {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.buffers == 0 {
+            return Err(ConfigError::NoBuffers);
+        }
+        if self.max_payload > self.buffer_bytes {
+            return Err(ConfigError::PayloadOverBuffer { max: self.max_payload, buffer: self.buffer_bytes });
+        }
+        if self.slot_queue_bytes < self.max_payload {
+            return Err(ConfigError::QueueBelowPayload { queue: self.slot_queue_bytes, max: self.max_payload });
+        }
+        if self.small_request_max > 0 && self.small_queue_bytes < self.small_request_max {
+            return Err(ConfigError::SmallQueueTooSmall {
+                queue: self.small_queue_bytes,
+                small: self.small_request_max,
+            });
+        }
+        if self.slots.is_empty() {
+            return Err(ConfigError::NoSlots);
+        }
+        if self.stall_timeout_ns == 0 {
+            return Err(ConfigError::NoStallTimeout);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,46 @@
+//! Per-connection receive state: where the next byte of the stream goes.
+
+use crate::{BufferId, Nanos};
+use offrac_proto::{RequestHeader, HEADER_LEN};
+
+#[derive(Debug)]
+pub(crate) enum Rx {
+    /// Reading a header; `have` bytes so far.
+    Header { bytes: [u8; HEADER_LEN], have: usize, first_byte_at: Nanos },
+    /// Reading the payload of an admitted request into its buffer.
+    Payload { header: RequestHeader, payload: Vec<u8>, buffer: BufferId, first_byte_at: Nanos },
+    /// Skipping the payload of a refused request.
+    Discard { remaining: u64 },
+    /// Nothing more is read from this connection.
+    Closed,
+}
+
+#[derive(Debug)]
+pub(crate) struct Connection {
+    pub rx: Rx,
+    /// Last time a byte arrived; drives stall collection.
+    pub last_progress: Nanos,
+    /// A stall deadline for this connection sits in the timer heap.
+    pub timer_armed: bool,
+}
+
+impl Connection {
+    pub fn new(now: Nanos) -> Connection {
+        Connection { rx: Rx::idle(now), last_progress: now, timer_armed: false }
+    }
+
+    /// Mid-request: a stall here holds resources and is collected.
+    pub fn is_partial(&self) -> bool {
+        match &self.rx {
+            Rx::Header { have, .. } => *have > 0,
+            Rx::Payload { .. } | Rx::Discard { .. } => true,
+            Rx::Closed => false,
+        }
+    }
+}
+
+impl Rx {
+    pub fn idle(now: Nanos) -> Rx {
+        Rx::Header { bytes: [0; HEADER_LEN], have: 0, first_byte_at: now }
+    }
+}

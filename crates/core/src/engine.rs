@@ -1,0 +1,390 @@
+//! The engine: parses each connection's byte stream into requests, admits
+//! them (small-request queue or reassembly pool), moves complete requests to
+//! slot queues and tells the driver what to do.
+
+use crate::connection::{Connection, Rx};
+use crate::{EngineConfig, EngineStats, Job, Nanos, ReassemblyPool, Selector, SlotId, SlotQueue};
+use offrac_proto::{HeaderError, RequestHeader, ResponseHeader, Status, DEVICE_SELF, HEADER_LEN, VERSION};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+
+/// The driver's name for a connection.
+pub type ConnId = u64;
+
+/// What the engine asks its driver to do.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// Run `job` on `slot`; call [`Engine::handle_slot_done`] when it finishes.
+    Dispatch { slot: SlotId, job: Job },
+    /// Send this response (header, then `message` as the payload) on `conn`.
+    Reply { conn: ConnId, header: ResponseHeader, message: String },
+    /// Close `conn` once what was queued for it has been written.
+    Close { conn: ConnId },
+}
+
+pub struct Engine {
+    cfg: EngineConfig,
+    pool: ReassemblyPool,
+    small: VecDeque<Job>,
+    small_bytes: u64,
+    slots: Vec<SlotQueue>,
+    selector: Selector,
+    conns: HashMap<ConnId, Connection>,
+    timers: BinaryHeap<Reverse<(Nanos, ConnId)>>,
+    actions: VecDeque<Action>,
+    stats: EngineStats,
+    shutting_down: bool,
+    drain_from: usize,
+}
+
+impl Engine {
+    pub fn new(cfg: EngineConfig) -> Result<Engine, crate::ConfigError> {
+        cfg.validate()?;
+        let slots: Vec<SlotQueue> = cfg.slots.iter().map(|&f| SlotQueue::new(f, cfg.slot_queue_bytes)).collect();
+        Ok(Engine {
+            pool: ReassemblyPool::new(cfg.buffers, cfg.buffer_bytes, cfg.buffer_policy),
+            selector: Selector::new(&slots, cfg.slot_policy),
+            slots,
+            small: VecDeque::new(),
+            small_bytes: 0,
+            conns: HashMap::new(),
+            timers: BinaryHeap::new(),
+            actions: VecDeque::new(),
+            stats: EngineStats::default(),
+            shutting_down: false,
+            drain_from: 0,
+            cfg,
+        })
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.cfg
+    }
+
+    /// Bytes arrived on `conn` at `now` (a new `conn` is opened implicitly).
+    pub fn handle_bytes(&mut self, now: Nanos, conn: ConnId, mut data: &[u8]) {
+        let c = self.conns.entry(conn).or_insert_with(|| Connection::new(now));
+        if data.is_empty() {
+            return;
+        }
+        c.last_progress = now;
+        let mut rx = std::mem::replace(&mut c.rx, Rx::Closed);
+        while !data.is_empty() {
+            rx = self.feed(now, conn, rx, &mut data);
+        }
+        let c = self.conns.get_mut(&conn).expect("connection present");
+        c.rx = rx;
+        if c.is_partial() && !c.timer_armed {
+            c.timer_armed = true;
+            self.timers.push(Reverse((now + self.cfg.stall_timeout_ns, conn)));
+        }
+        self.drain(now);
+    }
+
+    /// The connection is gone: collect its partial request, if any.
+    pub fn handle_close(&mut self, _now: Nanos, conn: ConnId) {
+        if let Some(c) = self.conns.remove(&conn) {
+            self.collect(c.rx);
+        }
+    }
+
+    /// `slot` finished the job it was dispatched.
+    pub fn handle_slot_done(&mut self, now: Nanos, slot: SlotId) {
+        let was_busy = self.slots[slot].finish();
+        debug_assert!(was_busy, "slot {slot} was not busy");
+        self.start(now, slot);
+        self.drain(now);
+    }
+
+    /// Time passed: collect requests stalled past the timeout.
+    pub fn handle_timeout(&mut self, now: Nanos) {
+        while let Some(&Reverse((deadline, conn))) = self.timers.peek() {
+            if deadline > now {
+                break;
+            }
+            self.timers.pop();
+            let Some(c) = self.conns.get_mut(&conn) else { continue };
+            if !c.is_partial() {
+                c.timer_armed = false;
+                continue;
+            }
+            let due = c.last_progress + self.cfg.stall_timeout_ns;
+            if due > now {
+                self.timers.push(Reverse((due, conn)));
+                continue;
+            }
+            c.timer_armed = false;
+            let rx = std::mem::replace(&mut c.rx, Rx::Closed);
+            let id = pending_request_id(&rx);
+            self.collect(rx);
+            self.reply(conn, Status::Timeout, id, 0, 0, "request stalled past the stall timeout");
+            self.actions.push_back(Action::Close { conn });
+        }
+    }
+
+    /// Stop admitting: refuse new requests and partial ones; complete ones still run.
+    pub fn begin_shutdown(&mut self, _now: Nanos) {
+        self.shutting_down = true;
+        let partial: Vec<ConnId> = self.conns.iter().filter(|(_, c)| c.is_partial()).map(|(&k, _)| k).collect();
+        for conn in partial {
+            let Some(c) = self.conns.get_mut(&conn) else { continue };
+            let rx = std::mem::replace(&mut c.rx, Rx::Closed);
+            let id = pending_request_id(&rx);
+            self.collect(rx);
+            self.reply(conn, Status::ShuttingDown, id, 0, 0, "node is shutting down");
+            self.actions.push_back(Action::Close { conn });
+        }
+    }
+
+    /// Nothing admitted is waiting or running.
+    pub fn is_idle(&self) -> bool {
+        self.small.is_empty()
+            && self.pool.ready_count() == 0
+            && self.slots.iter().all(|s| !s.is_busy() && s.depth() == 0)
+    }
+
+    /// The next thing to do, if any.
+    pub fn poll_action(&mut self) -> Option<Action> {
+        self.actions.pop_front()
+    }
+
+    /// When [`Engine::handle_timeout`] next has work (may be early, never late).
+    pub fn poll_timeout(&self) -> Option<Nanos> {
+        self.timers.peek().map(|Reverse((t, _))| *t)
+    }
+
+    pub fn stats(&self) -> &EngineStats {
+        &self.stats
+    }
+
+    pub fn slots(&self) -> &[SlotQueue] {
+        &self.slots
+    }
+
+    pub fn pool(&self) -> &ReassemblyPool {
+        &self.pool
+    }
+
+    /// Requests and payload bytes waiting in the small-request queue.
+    pub fn small_queue(&self) -> (usize, u64) {
+        (self.small.len(), self.small_bytes)
+    }
+
+    pub fn connections(&self) -> usize {
+        self.conns.len()
+    }
+
+    /// Advance `rx` over the front of `data`.
+    fn feed(&mut self, now: Nanos, conn: ConnId, rx: Rx, data: &mut &[u8]) -> Rx {
+        match rx {
+            Rx::Header { mut bytes, have, first_byte_at } => {
+                let first_byte_at = if have == 0 { now } else { first_byte_at };
+                let n = (HEADER_LEN - have).min(data.len());
+                bytes[have..have + n].copy_from_slice(&data[..n]);
+                *data = &data[n..];
+                if have + n < HEADER_LEN {
+                    return Rx::Header { bytes, have: have + n, first_byte_at };
+                }
+                self.on_header(now, conn, &bytes, first_byte_at, data)
+            }
+            Rx::Payload { header, mut payload, buffer, first_byte_at } => {
+                let need = header.payload_len as usize - payload.len();
+                let n = need.min(data.len());
+                payload.extend_from_slice(&data[..n]);
+                *data = &data[n..];
+                if n < need {
+                    return Rx::Payload { header, payload, buffer, first_byte_at };
+                }
+                let job = Job { conn, header, payload, first_byte_at, complete_at: now, dispatched_at: 0 };
+                self.pool.finish(buffer, job);
+                Rx::idle(now)
+            }
+            Rx::Discard { remaining } => {
+                let n = remaining.min(data.len() as u64);
+                *data = &data[n as usize..];
+                if n < remaining {
+                    Rx::Discard { remaining: remaining - n }
+                } else {
+                    Rx::idle(now)
+                }
+            }
+            Rx::Closed => {
+                *data = &[];
+                Rx::Closed
+            }
+        }
+    }
+
+    /// A whole header has arrived; `rest` is what followed it in the same segment.
+    fn on_header(
+        &mut self,
+        now: Nanos,
+        conn: ConnId,
+        bytes: &[u8; HEADER_LEN],
+        first_byte_at: Nanos,
+        rest: &mut &[u8],
+    ) -> Rx {
+        self.stats.requests += 1;
+        let h = match RequestHeader::decode(bytes) {
+            Ok(h) => h,
+            Err(e) => return self.refuse_header(conn, bytes, e),
+        };
+        let len = h.payload_len as u64;
+        let refuse = |engine: &mut Engine, status: Status, detail: u64, msg: &str| {
+            engine.reply_to(conn, &h, status, detail, msg);
+            discard(len, now)
+        };
+        let hop = h.current_hop();
+        if self.shutting_down {
+            return refuse(self, Status::ShuttingDown, 0, "node is shutting down");
+        }
+        if h.hop_count > 1 || h.reply_device != DEVICE_SELF {
+            return refuse(self, Status::Unsupported, 0, "multi-hop chains are not supported by this node yet");
+        }
+        if hop.device != DEVICE_SELF && hop.device != self.cfg.device_id {
+            return refuse(self, Status::Unsupported, hop.device as u64, "forwarding to another device is not supported yet");
+        }
+        if self.selector.hosts(hop.function).is_empty() {
+            let msg = format!("no slot hosts function {}", hop.function);
+            return refuse(self, Status::UnknownFunction, hop.function as u64, &msg);
+        }
+        if len > self.cfg.max_payload {
+            let msg = format!("payload of {len} bytes exceeds the maximum of {}", self.cfg.max_payload);
+            return refuse(self, Status::TooLarge, self.cfg.max_payload, &msg);
+        }
+        let arrived_whole = rest.len() as u64 >= len;
+        let small = HEADER_LEN as u64 + len <= self.cfg.small_request_max;
+        if arrived_whole && small && self.small_bytes + len <= self.cfg.small_queue_bytes {
+            let (payload, tail) = rest.split_at(len as usize);
+            *rest = tail;
+            let job = Job { conn, header: h, payload: payload.to_vec(), first_byte_at, complete_at: now, dispatched_at: 0 };
+            self.small_bytes += len;
+            self.small.push_back(job);
+            self.stats.admitted += 1;
+            self.stats.admitted_small += 1;
+            return Rx::idle(now);
+        }
+        let Some(buffer) = self.pool.admit(len) else {
+            return refuse(self, Status::Busy, 0, "no eligible reassembly buffer; retry");
+        };
+        self.stats.admitted += 1;
+        if len == 0 {
+            let job = Job { conn, header: h, payload: Vec::new(), first_byte_at, complete_at: now, dispatched_at: 0 };
+            self.pool.finish(buffer, job);
+            return Rx::idle(now);
+        }
+        Rx::Payload { header: h, payload: Vec::with_capacity(len as usize), buffer, first_byte_at }
+    }
+
+    fn refuse_header(&mut self, conn: ConnId, bytes: &[u8; HEADER_LEN], e: HeaderError) -> Rx {
+        let id = RequestHeader::peek_request_id(bytes);
+        let msg = e.to_string();
+        match e {
+            HeaderError::BadMagic(_) => self.reply(conn, Status::Malformed, 0, 0, 0, &msg),
+            HeaderError::BadVersion { .. } => {
+                self.reply(conn, Status::UnsupportedVersion, id, 0, VERSION as u64, &msg)
+            }
+            _ => {
+                self.reply(conn, Status::Malformed, id, 0, 0, &msg);
+                let len = u32::from_le_bytes([bytes[16], bytes[17], bytes[18], bytes[19]]) as u64;
+                return discard(len, 0);
+            }
+        }
+        self.actions.push_back(Action::Close { conn });
+        Rx::Closed
+    }
+
+    fn reply_to(&mut self, conn: ConnId, h: &RequestHeader, status: Status, detail: u64, msg: &str) {
+        self.reply(conn, status, h.request_id, h.tenant, detail, msg);
+    }
+
+    fn reply(&mut self, conn: ConnId, status: Status, request_id: u64, tenant: u16, detail: u64, msg: &str) {
+        self.stats.refusals[status.code() as usize] += 1;
+        let mut header = ResponseHeader::new(status, request_id, msg.len() as u32);
+        header.tenant = tenant;
+        header.detail = detail;
+        header.device = self.cfg.device_id;
+        self.actions.push_back(Action::Reply { conn, header, message: msg.to_owned() });
+    }
+
+    /// Release whatever a receive state held.
+    fn collect(&mut self, rx: Rx) {
+        if let Rx::Payload { header, buffer, .. } = rx {
+            self.pool.abort(buffer, header.payload_len as u64);
+            self.stats.collected += 1;
+        }
+    }
+
+    /// Move complete requests from the small queue, then the buffers, to slot queues.
+    /// Within a source a request whose slots are all full is skipped, not waited on,
+    /// so one backed-up function cannot block the others.
+    fn drain(&mut self, now: Nanos) {
+        let mut blocked = [false; 256];
+        let mut i = 0;
+        while i < self.small.len() {
+            let (f, cost) = (self.small[i].function(), self.small[i].cost());
+            match self.pick(&mut blocked, f, cost) {
+                Some(slot) => {
+                    let job = self.small.remove(i).expect("index in range");
+                    self.small_bytes -= cost;
+                    self.enqueue(now, slot, job);
+                }
+                None => i += 1,
+            }
+        }
+        let n = self.pool.len();
+        for k in 0..n {
+            let b = (self.drain_from + k) % n;
+            let mut i = 0;
+            while let Some(job) = self.pool.ready(b).get(i) {
+                let (f, cost) = (job.function(), job.cost());
+                match self.pick(&mut blocked, f, cost) {
+                    Some(slot) => {
+                        let job = self.pool.take(b, i).expect("index in range");
+                        self.enqueue(now, slot, job);
+                    }
+                    None => i += 1,
+                }
+            }
+        }
+        self.drain_from = (self.drain_from + 1) % n;
+    }
+
+    fn pick(&mut self, blocked: &mut [bool; 256], f: u8, cost: u64) -> Option<SlotId> {
+        if blocked[f as usize] {
+            return None;
+        }
+        let slot = self.selector.pick(f, cost, &self.slots);
+        blocked[f as usize] = slot.is_none();
+        slot
+    }
+
+    fn enqueue(&mut self, now: Nanos, slot: SlotId, job: Job) {
+        self.slots[slot].push(job);
+        self.start(now, slot);
+    }
+
+    fn start(&mut self, now: Nanos, slot: SlotId) {
+        if let Some(mut job) = self.slots[slot].start_next() {
+            job.dispatched_at = now;
+            self.stats.dispatched += 1;
+            self.actions.push_back(Action::Dispatch { slot, job });
+        }
+    }
+}
+
+fn discard(len: u64, now: Nanos) -> Rx {
+    if len == 0 {
+        Rx::idle(now)
+    } else {
+        Rx::Discard { remaining: len }
+    }
+}
+
+fn pending_request_id(rx: &Rx) -> u64 {
+    match rx {
+        Rx::Payload { header, .. } => header.request_id,
+        Rx::Header { bytes, have, .. } if *have >= 16 => RequestHeader::peek_request_id(bytes),
+        _ => 0,
+    }
+}

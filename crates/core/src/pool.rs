@@ -1,0 +1,177 @@
+//! The reassembly pool: B buffers of S bytes, agnostic to client and function
+//! (OffRAC §3.2). A buffer reassembles one request at a time and holds the
+//! complete ones until they move on to a slot queue.
+
+use crate::{BufferPolicy, Job};
+use std::collections::VecDeque;
+
+pub type BufferId = usize;
+
+#[derive(Debug, Clone)]
+struct Buffer {
+    /// Bytes reserved: complete requests held plus the whole of the one reassembling.
+    used: u64,
+    reassembling: bool,
+    ready: VecDeque<Job>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ReassemblyPool {
+    buffers: Vec<Buffer>,
+    capacity: u64,
+    policy: BufferPolicy,
+    next: usize,
+}
+
+impl ReassemblyPool {
+    pub fn new(count: usize, capacity: u64, policy: BufferPolicy) -> ReassemblyPool {
+        let b = Buffer { used: 0, reassembling: false, ready: VecDeque::new() };
+        ReassemblyPool { buffers: vec![b; count], capacity, policy, next: 0 }
+    }
+
+    pub fn len(&self) -> usize {
+        self.buffers.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.buffers.is_empty()
+    }
+
+    /// Eligible: not mid-request, and room for the whole request.
+    pub fn is_eligible(&self, id: BufferId, size: u64) -> bool {
+        let b = &self.buffers[id];
+        !b.reassembling && self.capacity - b.used >= size
+    }
+
+    /// Admit a request of `size` bytes by the pool's policy, reserving the room.
+    pub fn admit(&mut self, size: u64) -> Option<BufferId> {
+        let n = self.buffers.len();
+        let chosen = match self.policy {
+            BufferPolicy::NaiveRr => {
+                let i = self.next;
+                self.next = (i + 1) % n;
+                self.is_eligible(i, size).then_some(i)
+            }
+            BufferPolicy::EligibleRr => {
+                let found = (0..n).map(|k| (self.next + k) % n).find(|&i| self.is_eligible(i, size));
+                if let Some(i) = found {
+                    self.next = (i + 1) % n;
+                }
+                found
+            }
+            BufferPolicy::Jsb => (0..n)
+                .filter(|&i| self.is_eligible(i, size))
+                .min_by_key(|&i| (self.buffers[i].used, i)),
+        }?;
+        let b = &mut self.buffers[chosen];
+        b.used += size;
+        b.reassembling = true;
+        Some(chosen)
+    }
+
+    /// The request reassembling in `id` is complete.
+    pub fn finish(&mut self, id: BufferId, job: Job) {
+        let b = &mut self.buffers[id];
+        debug_assert!(b.reassembling);
+        b.reassembling = false;
+        b.ready.push_back(job);
+    }
+
+    /// The request reassembling in `id` was abandoned: release its reservation.
+    pub fn abort(&mut self, id: BufferId, size: u64) {
+        let b = &mut self.buffers[id];
+        debug_assert!(b.reassembling);
+        b.reassembling = false;
+        b.used -= size;
+    }
+
+    /// Complete requests held by buffer `id`, oldest first.
+    pub fn ready(&self, id: BufferId) -> &VecDeque<Job> {
+        &self.buffers[id].ready
+    }
+
+    /// Take the `index`-th complete request out of buffer `id`, freeing its room.
+    pub fn take(&mut self, id: BufferId, index: usize) -> Option<Job> {
+        let b = &mut self.buffers[id];
+        let job = b.ready.remove(index)?;
+        b.used -= job.cost();
+        Some(job)
+    }
+
+    pub fn used(&self, id: BufferId) -> u64 {
+        self.buffers[id].used
+    }
+
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    pub fn is_reassembling(&self, id: BufferId) -> bool {
+        self.buffers[id].reassembling
+    }
+
+    /// Requests held complete across all buffers.
+    pub fn ready_count(&self) -> usize {
+        self.buffers.iter().map(|b| b.ready.len()).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn eligible_rr_skips_a_buffer_mid_request() {
+        let mut p = ReassemblyPool::new(3, 100, BufferPolicy::EligibleRr);
+        assert_eq!(p.admit(10), Some(0));
+        assert_eq!(p.admit(10), Some(1));
+        assert_eq!(p.admit(10), Some(2));
+        // All three mid-request: nothing is eligible.
+        assert_eq!(p.admit(10), None);
+        p.abort(1, 10);
+        assert_eq!(p.admit(10), Some(1));
+    }
+
+    #[test]
+    fn naive_rr_refuses_when_its_turn_is_ineligible() {
+        let mut p = ReassemblyPool::new(2, 100, BufferPolicy::NaiveRr);
+        assert_eq!(p.admit(10), Some(0));
+        p.abort(0, 10);
+        assert_eq!(p.admit(10), Some(1)); // turn 1, eligible
+        assert_eq!(p.admit(10), Some(0)); // turn 0, eligible
+        assert_eq!(p.admit(10), None); // turn 1 is mid-request: refused though 0... is also busy
+        p.abort(1, 10);
+        assert_eq!(p.admit(10), None); // turn 0 is mid-request, although 1 is free
+    }
+
+    #[test]
+    fn jsb_joins_the_emptiest_eligible_buffer() {
+        let mut p = ReassemblyPool::new(3, 100, BufferPolicy::Jsb);
+        let job = |n: usize| Job {
+            conn: 0,
+            header: offrac_proto::RequestHeader::single(0, 0, 0, n as u32),
+            payload: vec![0; n],
+            first_byte_at: 0,
+            complete_at: 0,
+            dispatched_at: 0,
+        };
+        assert_eq!(p.admit(50), Some(0));
+        p.finish(0, job(50));
+        assert_eq!(p.admit(30), Some(1));
+        p.finish(1, job(30));
+        assert_eq!(p.admit(10), Some(2));
+        p.finish(2, job(10));
+        // used: 50, 30, 10 -> the next joins buffer 2.
+        assert_eq!(p.admit(60), Some(2));
+        // A request needing 60 fits only where 60 bytes are free: buffer 1 (70 free), 2 is mid-request.
+        assert_eq!(p.admit(60), Some(1));
+        assert_eq!(p.admit(60), None);
+    }
+
+    #[test]
+    fn a_buffer_without_room_is_ineligible() {
+        let mut p = ReassemblyPool::new(1, 100, BufferPolicy::EligibleRr);
+        assert_eq!(p.admit(101), None);
+        assert_eq!(p.admit(100), Some(0));
+    }
+}

@@ -1,0 +1,24 @@
+use offrac_proto::Status;
+
+/// Counters the engine keeps; the node exports them as metrics.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EngineStats {
+    /// Requests whose header was parsed.
+    pub requests: u64,
+    /// Requests admitted to the pool or the small-request queue.
+    pub admitted: u64,
+    /// Admitted through the small-request queue.
+    pub admitted_small: u64,
+    /// Dispatched to a slot.
+    pub dispatched: u64,
+    /// Admitted but collected before completion (connection closed or stalled).
+    pub collected: u64,
+    /// Replies the engine produced itself, indexed by status code.
+    pub refusals: [u64; Status::ALL.len()],
+}
+
+impl EngineStats {
+    pub fn refused(&self, s: Status) -> u64 {
+        self.refusals[s.code() as usize]
+    }
+}

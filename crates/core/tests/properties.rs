@@ -1,0 +1,244 @@
+//! Invariants of the engine under arbitrary segmentation, interleaving,
+//! completions, closes and stalls.
+
+use offrac_core::{Action, BufferPolicy, Engine, EngineConfig, SlotPolicy};
+use offrac_proto::{RequestHeader, Status, HEADER_LEN};
+use proptest::prelude::*;
+use std::collections::HashMap;
+
+const CONNS: usize = 4;
+
+#[derive(Debug, Clone)]
+enum Op {
+    Bytes { conn: usize, n: usize },
+    Done { slot: usize },
+    Tick { dt: u64 },
+    Close { conn: usize },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (0..CONNS, 1usize..3000).prop_map(|(conn, n)| Op::Bytes { conn, n }),
+        3 => (0usize..4).prop_map(|slot| Op::Done { slot }),
+        1 => (0u64..2_000_000).prop_map(|dt| Op::Tick { dt }),
+        1 => (0..CONNS).prop_map(|conn| Op::Close { conn }),
+    ]
+}
+
+/// (function, payload length) for each request of a connection.
+fn requests() -> impl Strategy<Value = Vec<(u8, u32)>> {
+    prop::collection::vec((prop_oneof![Just(0u8), Just(1), Just(2), Just(9)], 0u32..2600), 0..12)
+}
+
+fn payload_of(id: u64, len: u32) -> Vec<u8> {
+    (0..len).map(|i| (id as u32).wrapping_mul(31).wrapping_add(i) as u8).collect()
+}
+
+struct Harness {
+    engine: Engine,
+    now: u64,
+    streams: Vec<Vec<u8>>,
+    sent: Vec<usize>,
+    closed: Vec<bool>,
+    /// request id -> (conn, byte offset where the request ends in its stream, len)
+    ids: HashMap<u64, (usize, usize, u32)>,
+    running: Vec<Option<u64>>,
+    outcomes: HashMap<u64, Vec<&'static str>>,
+    replies: u64,
+}
+
+impl Harness {
+    fn new(cfg: EngineConfig, reqs: Vec<Vec<(u8, u32)>>) -> Harness {
+        let mut ids = HashMap::new();
+        let mut streams = Vec::new();
+        for (conn, list) in reqs.iter().enumerate() {
+            let mut s = Vec::new();
+            for (k, &(f, len)) in list.iter().enumerate() {
+                let id = (conn as u64 + 1) << 32 | (k as u64 + 1);
+                s.extend_from_slice(&RequestHeader::single(id, f, 0, len).encode());
+                s.extend_from_slice(&payload_of(id, len));
+                ids.insert(id, (conn, s.len(), len));
+            }
+            streams.push(s);
+        }
+        let slots = cfg.slots.len();
+        Harness {
+            engine: Engine::new(cfg).unwrap(),
+            now: 1,
+            sent: vec![0; streams.len()],
+            closed: vec![false; streams.len()],
+            streams,
+            ids,
+            running: vec![None; slots],
+            outcomes: HashMap::new(),
+            replies: 0,
+        }
+    }
+
+    fn apply(&mut self, op: &Op) {
+        self.now += 1000;
+        match *op {
+            Op::Bytes { conn, n } => {
+                if self.closed[conn] {
+                    return;
+                }
+                let s = self.sent[conn];
+                let end = (s + n).min(self.streams[conn].len());
+                let chunk = self.streams[conn][s..end].to_vec();
+                self.sent[conn] = end;
+                self.engine.handle_bytes(self.now, conn as u64, &chunk);
+            }
+            Op::Done { slot } => {
+                if slot < self.running.len() && self.running[slot].take().is_some() {
+                    self.engine.handle_slot_done(self.now, slot);
+                }
+            }
+            Op::Tick { dt } => {
+                self.now += dt;
+                self.engine.handle_timeout(self.now);
+            }
+            Op::Close { conn } => {
+                self.closed[conn] = true;
+                self.engine.handle_close(self.now, conn as u64);
+            }
+        }
+        self.drain_actions();
+        self.check_bounds();
+    }
+
+    fn drain_actions(&mut self) {
+        while let Some(a) = self.engine.poll_action() {
+            match a {
+                Action::Dispatch { slot, job } => {
+                    assert!(self.running[slot].is_none(), "slot {slot} double-dispatched");
+                    let id = job.header.request_id;
+                    let (_, _, len) = self.ids[&id];
+                    assert_eq!(job.payload, payload_of(id, len), "payload of {id} altered");
+                    assert_eq!(self.engine.slots()[slot].function, job.function(), "wrong slot");
+                    assert!(job.first_byte_at <= job.complete_at && job.complete_at <= job.dispatched_at);
+                    self.running[slot] = Some(id);
+                    self.outcomes.entry(id).or_default().push("dispatched");
+                }
+                Action::Reply { header, .. } => {
+                    self.replies += 1;
+                    let name = header.status.name();
+                    self.outcomes.entry(header.request_id).or_default().push(name);
+                }
+                Action::Close { conn } => {
+                    self.closed[conn as usize] = true;
+                    self.engine.handle_close(self.now, conn);
+                }
+            }
+        }
+    }
+
+    fn check_bounds(&self) {
+        let pool = self.engine.pool();
+        for b in 0..pool.len() {
+            assert!(pool.used(b) <= pool.capacity(), "buffer {b} over-filled");
+        }
+        let cfg = self.engine.config();
+        for s in self.engine.slots() {
+            assert!(s.queued_bytes() <= cfg.slot_queue_bytes);
+        }
+        assert!(self.engine.small_queue().1 <= cfg.small_queue_bytes);
+        let st = self.engine.stats();
+        assert_eq!(st.refusals.iter().sum::<u64>(), self.replies, "a refusal was not reported");
+    }
+
+    /// Send everything left, then run every slot until the engine is idle.
+    fn finish(&mut self) {
+        for conn in 0..self.streams.len() {
+            let n = self.streams[conn].len();
+            self.apply(&Op::Bytes { conn, n });
+        }
+        for _ in 0..10_000 {
+            if self.engine.is_idle() && self.running.iter().all(Option::is_none) {
+                break;
+            }
+            for slot in 0..self.running.len() {
+                self.apply(&Op::Done { slot });
+            }
+        }
+        assert!(self.engine.is_idle());
+    }
+}
+
+fn config(policy: BufferPolicy, slot_policy: SlotPolicy, small: bool) -> EngineConfig {
+    EngineConfig {
+        buffers: 3,
+        buffer_bytes: 4096,
+        buffer_policy: policy,
+        max_payload: 2048,
+        small_request_max: if small { 600 } else { 0 },
+        small_queue_bytes: 2048,
+        slot_policy,
+        slot_queue_bytes: 4096,
+        stall_timeout_ns: 1_000_000,
+        slots: vec![0, 1, 1, 2],
+        device_id: 0,
+    }
+}
+
+fn policies() -> impl Strategy<Value = (BufferPolicy, SlotPolicy, bool)> {
+    (
+        prop_oneof![Just(BufferPolicy::NaiveRr), Just(BufferPolicy::EligibleRr), Just(BufferPolicy::Jsb)],
+        prop_oneof![Just(SlotPolicy::Rr), Just(SlotPolicy::Jsq)],
+        any::<bool>(),
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(400))]
+
+    #[test]
+    fn every_request_leaves_exactly_once(
+        (bp, sp, small) in policies(),
+        reqs in prop::collection::vec(requests(), CONNS),
+        ops in prop::collection::vec(op(), 0..120),
+    ) {
+        let mut h = Harness::new(config(bp, sp, small), reqs);
+        for op in &ops {
+            h.apply(op);
+        }
+        h.finish();
+        let st = h.engine.stats().clone();
+        // Everything admitted was dispatched or collected, nothing is left behind.
+        prop_assert_eq!(st.admitted, st.dispatched + st.collected);
+        for (&id, &(conn, end, len)) in &h.ids {
+            let out = h.outcomes.get(&id).cloned().unwrap_or_default();
+            prop_assert!(out.len() <= 1, "request {} left {:?}", id, out);
+            let fully_sent = h.sent[conn] >= end;
+            if !h.closed[conn] {
+                prop_assert!(fully_sent);
+                prop_assert_eq!(out.len(), 1, "request {} on an open connection got {:?}", id, out);
+                let f = h.streams[conn][end - len as usize - HEADER_LEN + 24];
+                if f == 9 {
+                    prop_assert_eq!(out[0], Status::UnknownFunction.name());
+                } else if len as u64 > 2048 {
+                    prop_assert_eq!(out[0], Status::TooLarge.name());
+                } else {
+                    prop_assert!(out[0] == "dispatched" || out[0] == Status::Busy.name(), "{:?}", out);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn segmentation_does_not_change_outcomes(reqs in requests(), cuts in prop::collection::vec(1usize..200, 1..50)) {
+        // With slots always drained and room for everything, the result of a
+        // stream is the same however it is cut.
+        let cfg = EngineConfig { buffers: 64, buffer_bytes: 1 << 16, max_payload: 2048, small_queue_bytes: 1 << 16,
+            slot_queue_bytes: 1 << 20, slots: vec![0, 1, 2], ..EngineConfig::default() };
+        let mut one = Harness::new(cfg.clone(), vec![reqs.clone()]);
+        one.finish();
+        let mut cut = Harness::new(cfg, vec![reqs]);
+        let mut k = 0;
+        while cut.sent[0] < cut.streams[0].len() {
+            cut.apply(&Op::Bytes { conn: 0, n: cuts[k % cuts.len()] });
+            k += 1;
+        }
+        cut.finish();
+        prop_assert_eq!(one.outcomes, cut.outcomes);
+    }
+}
