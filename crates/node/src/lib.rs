@@ -1,1 +1,204 @@
+//! The offrac node: a TCP server hosting accelerator slots around the shared core.
+//!
+//! One I/O thread owns the [`offrac_core::Engine`] and every socket's read
+//! side; one thread per slot runs its accelerator and writes results straight
+//! back to the client. Start one with [`start`].
 
+mod config;
+mod conn_out;
+mod metrics;
+mod server;
+mod wake;
+mod worker;
+
+pub use config::{ConfigError, IoMode, NodeConfig, DEFAULT_CONFIG};
+pub use metrics::Metrics;
+
+use mio::net::TcpListener;
+use mio::{Interest, Poll, Waker};
+use offrac_core::Engine;
+use offrac_proto::FunctionId;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use wake::IoWaker;
+
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("invalid listen address {0:?}")]
+    BadAddress(String),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("function {0} has no built-in implementation")]
+    NoAccelerator(u8),
+    #[error("the node thread panicked")]
+    Panicked,
+}
+
+/// Asks a running node to shut down gracefully; cheap to clone.
+#[derive(Clone)]
+pub struct ShutdownHandle {
+    flag: Arc<AtomicBool>,
+    waker: Arc<IoWaker>,
+}
+
+impl ShutdownHandle {
+    pub fn shutdown(&self) {
+        self.flag.store(true, Ordering::SeqCst);
+        self.waker.wake();
+    }
+}
+
+/// A running node.
+pub struct NodeHandle {
+    pub addr: SocketAddr,
+    pub metrics_addr: Option<SocketAddr>,
+    pub metrics: Arc<Metrics>,
+    shutdown: ShutdownHandle,
+    io: JoinHandle<std::io::Result<()>>,
+    http: Option<JoinHandle<()>>,
+}
+
+impl NodeHandle {
+    pub fn shutdown_handle(&self) -> ShutdownHandle {
+        self.shutdown.clone()
+    }
+
+    /// Refuse new requests, answer the held ones, then stop.
+    pub fn shutdown(self) -> Result<(), NodeError> {
+        self.shutdown.shutdown();
+        self.join()
+    }
+
+    /// Wait until the node stops (after a shutdown request).
+    pub fn join(self) -> Result<(), NodeError> {
+        let r = self.io.join().map_err(|_| NodeError::Panicked)?;
+        if let Some(h) = self.http {
+            let _ = h.join();
+        }
+        Ok(r?)
+    }
+}
+
+fn resolve(addr: &str) -> Result<SocketAddr, NodeError> {
+    use std::net::ToSocketAddrs;
+    addr.to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .ok_or_else(|| NodeError::BadAddress(addr.to_string()))
+}
+
+/// Start a node listening on `listen` ("host:port"; port 0 picks one).
+pub fn start(cfg: NodeConfig, listen: &str) -> Result<NodeHandle, NodeError> {
+    let clock = Instant::now();
+    let engine = Engine::new(cfg.engine.clone()).map_err(ConfigError::from)?;
+    let addr = resolve(listen)?;
+    let mut listener = TcpListener::bind(addr).map_err(|source| NodeError::Listen {
+        addr: listen.to_string(),
+        source,
+    })?;
+    let addr = listener.local_addr()?;
+    let poll = Poll::new()?;
+    poll.registry()
+        .register(&mut listener, server::LISTENER, Interest::READABLE)?;
+    let waker = Arc::new(IoWaker::new(Waker::new(poll.registry(), server::WAKER)?));
+    let metrics = Arc::new(Metrics::new(&cfg.engine.slots));
+    let flag = Arc::new(AtomicBool::new(false));
+    let spin = match cfg.io_mode {
+        IoMode::Poll => Duration::from_micros(cfg.spin_us),
+        IoMode::Blocking => Duration::ZERO,
+    };
+
+    let (done_tx, done_rx) = crossbeam_channel::unbounded();
+    let mut workers = Vec::new();
+    for (slot, &f) in cfg.engine.slots.iter().enumerate() {
+        let function = FunctionId::from_id(f).ok_or(NodeError::NoAccelerator(f))?;
+        workers.push(worker::spawn(worker::WorkerContext {
+            slot,
+            device: cfg.engine.device_id,
+            accel: offrac_accel::builtin(function),
+            done: done_tx.clone(),
+            waker: waker.clone(),
+            metrics: metrics.clone(),
+            spin,
+        })?);
+    }
+
+    let (http, metrics_addr) = match &cfg.metrics_listen {
+        Some(m) => {
+            let (h, a) = serve_metrics(m, metrics.clone(), flag.clone())?;
+            (Some(h), Some(a))
+        }
+        None => (None, None),
+    };
+
+    let server = server::Server::new(
+        poll,
+        listener,
+        engine,
+        workers,
+        done_rx,
+        waker.clone(),
+        metrics.clone(),
+        cfg.io_mode,
+        spin,
+        flag.clone(),
+        clock,
+    );
+    let io = std::thread::Builder::new()
+        .name("offrac-io".into())
+        .spawn(move || server.run())?;
+    tracing::info!(%addr, metrics = ?metrics_addr, mode = ?cfg.io_mode, slots = cfg.engine.slots.len(), "node listening");
+    Ok(NodeHandle {
+        addr,
+        metrics_addr,
+        metrics,
+        shutdown: ShutdownHandle { flag, waker },
+        io,
+        http: Some(http).flatten(),
+    })
+}
+
+fn serve_metrics(
+    listen: &str,
+    metrics: Arc<Metrics>,
+    stop: Arc<AtomicBool>,
+) -> Result<(JoinHandle<()>, SocketAddr), NodeError> {
+    let addr = resolve(listen)?;
+    let server = tiny_http::Server::http(addr).map_err(|e| NodeError::Listen {
+        addr: listen.to_string(),
+        source: std::io::Error::other(e.to_string()),
+    })?;
+    let bound = server
+        .server_addr()
+        .to_ip()
+        .ok_or_else(|| NodeError::BadAddress(listen.to_string()))?;
+    let h = std::thread::Builder::new()
+        .name("offrac-metrics".into())
+        .spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                let Ok(Some(req)) = server.recv_timeout(Duration::from_millis(100)) else {
+                    continue;
+                };
+                let resp = if req.url() == "/metrics" {
+                    let ct =
+                        tiny_http::Header::from_bytes("Content-Type", "text/plain; version=0.0.4")
+                            .expect("static header is valid");
+                    tiny_http::Response::from_string(metrics.render()).with_header(ct)
+                } else {
+                    tiny_http::Response::from_string("see /metrics\n").with_status_code(404)
+                };
+                let _ = req.respond(resp);
+            }
+        })?;
+    Ok((h, bound))
+}

@@ -1,0 +1,93 @@
+use crate::{init_logs, load_config, status, CliError};
+use offrac_client::{run_closed_loop, FunctionId, LoadSpec};
+use std::time::Duration;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Drive an existing node instead of starting one.
+    #[arg(long)]
+    addr: Option<String>,
+    /// Configuration of the node started for the demo.
+    #[arg(long)]
+    config: Option<String>,
+    /// Seconds of measured load.
+    #[arg(long, default_value_t = 5.0)]
+    duration: f64,
+    /// Seconds of warm-up before measuring.
+    #[arg(long, default_value_t = 1.0)]
+    warmup: f64,
+    /// Closed-loop clients, each on its own connection.
+    #[arg(long, default_value_t = 4)]
+    clients: usize,
+    /// Print the report as JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The demo mix: every built-in at the sizes of OffRAC's evaluation.
+fn mix() -> Vec<(FunctionId, u64, usize)> {
+    vec![
+        (FunctionId::Echo, 0, 1024),
+        (FunctionId::TopK, 16, 1024),
+        (FunctionId::TopK, 16, 4096),
+        (FunctionId::Logit, 0, 1024),
+        (FunctionId::Logit, 0, 4096),
+        (FunctionId::MinMax, 0, 1024),
+        (FunctionId::MinMax, 0, 4096),
+        (FunctionId::MatMul, 64, 2 * 64 * 64 * 4),
+    ]
+}
+
+pub fn run(a: Args) -> Result<(), CliError> {
+    init_logs(false, "warn");
+    let node = match &a.addr {
+        Some(_) => None,
+        None => Some(offrac_node::start(
+            load_config(a.config.as_deref())?,
+            "127.0.0.1:0",
+        )?),
+    };
+    let addr = a.addr.clone().unwrap_or_else(|| {
+        node.as_ref()
+            .map(|n| n.addr.to_string())
+            .unwrap_or_default()
+    });
+    if a.duration <= 0.0 || a.warmup < 0.0 || a.clients == 0 {
+        return Err(CliError::Usage(
+            "need --duration > 0, --warmup >= 0 and --clients >= 1".into(),
+        ));
+    }
+    let spec = LoadSpec::new(
+        addr.clone(),
+        a.clients,
+        Duration::from_secs_f64(a.duration),
+        Duration::from_secs_f64(a.warmup),
+        mix(),
+    );
+    if !a.json {
+        eprintln!(
+            "offrac demo: {} closed-loop clients against {addr} for {:.1} s (+{:.1} s warm-up)…",
+            a.clients, a.duration, a.warmup
+        );
+    }
+    let report = run_closed_loop(&spec)?;
+    if a.json {
+        println!("{}", report.to_json());
+    } else {
+        println!("{}", report.render_table());
+    }
+    if let Some(node) = node {
+        if let Some(m) = node.metrics_addr {
+            if !a.json {
+                // Give the I/O thread a moment to publish its last counters.
+                std::thread::sleep(Duration::from_millis(120));
+                println!(
+                    "node slots after the run:\n{}",
+                    status::summarize(&status::fetch_metrics(&m.to_string())?)
+                );
+            }
+        }
+        node.shutdown()?;
+    }
+    Ok(())
+}

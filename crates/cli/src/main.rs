@@ -1,0 +1,93 @@
+//! `offrac`: one command for the node and its clients.
+
+mod call;
+mod demo;
+mod serve;
+mod status;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "offrac",
+    version,
+    about = "Remote accelerator calls: a node and its clients"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Start a node hosting the built-in accelerators.
+    Serve(serve::Args),
+    /// Call one function on a node and print the result.
+    Call(call::Args),
+    /// Show a node's slots, queues and refusals (from its metrics endpoint).
+    Status(status::Args),
+    /// Start a node and drive a short mixed load at it; print throughput and latency.
+    Demo(demo::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Serve(a) => serve::run(a),
+        Command::Call(a) => call::run(a),
+        Command::Status(a) => status::run(a),
+        Command::Demo(a) => demo::run(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("offrac: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Errors any command can end with.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    #[error(transparent)]
+    Node(#[from] offrac_node::NodeError),
+    #[error(transparent)]
+    Config(#[from] offrac_node::ConfigError),
+    #[error(transparent)]
+    Client(#[from] offrac_client::ClientError),
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Usage(String),
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+pub fn init_logs(json: bool, default_level: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("OFFRAC_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+pub fn load_config(path: Option<&str>) -> Result<offrac_node::NodeConfig, CliError> {
+    let text = match path {
+        Some(p) => std::fs::read_to_string(p).map_err(|source| CliError::Read {
+            path: p.into(),
+            source,
+        })?,
+        None => offrac_node::DEFAULT_CONFIG.to_string(),
+    };
+    Ok(offrac_node::NodeConfig::parse(&text)?)
+}

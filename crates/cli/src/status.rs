@@ -1,0 +1,82 @@
+use crate::CliError;
+use std::io::{Read, Write};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The node's metrics address (printed by `offrac serve` at start).
+    #[arg(long)]
+    metrics: String,
+}
+
+pub fn run(a: Args) -> Result<(), CliError> {
+    let text = fetch_metrics(&a.metrics)?;
+    print!("{}", summarize(&text));
+    Ok(())
+}
+
+/// GET /metrics over plain HTTP/1.0.
+pub fn fetch_metrics(addr: &str) -> Result<String, CliError> {
+    let mut s = std::net::TcpStream::connect(addr)?;
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: offrac\r\n\r\n")?;
+    let mut body = String::new();
+    s.read_to_string(&mut body)?;
+    match body.split_once("\r\n\r\n") {
+        Some((head, rest)) if head.starts_with("HTTP/1.") && head.contains(" 200 ") => {
+            Ok(rest.to_string())
+        }
+        _ => Err(CliError::Usage(format!(
+            "{addr} did not answer GET /metrics with 200"
+        ))),
+    }
+}
+
+fn value_of(text: &str, prefix: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(prefix).and_then(|v| v.trim().parse().ok()))
+}
+
+/// A human summary of the metrics text: one row per slot, then refusals.
+pub fn summarize(text: &str) -> String {
+    let mut out = format!(
+        "{:<6}{:<10}{:>12}{:>10}{:>10}{:>12}\n",
+        "slot", "function", "completions", "errors", "queued", "busy (s)"
+    );
+    for line in text
+        .lines()
+        .filter(|l| l.starts_with("offrac_slot_completions_total{"))
+    {
+        let Some((labels, _)) = line["offrac_slot_completions_total".len()..].split_once(' ')
+        else {
+            continue;
+        };
+        let get = |metric: &str| value_of(text, &format!("{metric}{labels} ")).unwrap_or(0.0);
+        let slot = labels.split('"').nth(1).unwrap_or("?");
+        let function = labels.split('"').nth(3).unwrap_or("?");
+        out += &format!(
+            "{:<6}{:<10}{:>12}{:>10}{:>10}{:>12.3}\n",
+            slot,
+            function,
+            get("offrac_slot_completions_total"),
+            get("offrac_slot_errors_total"),
+            get("offrac_slot_queue_depth"),
+            get("offrac_slot_busy_seconds_total")
+        );
+    }
+    let refused: Vec<String> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("offrac_refusals_total{reason=\""))
+        .filter_map(|l| l.split_once("\"} "))
+        .filter(|(_, v)| v.trim() != "0")
+        .map(|(r, v)| format!("{r}={}", v.trim()))
+        .collect();
+    let conns = value_of(text, "offrac_connections ").unwrap_or(0.0);
+    out += &format!(
+        "connections: {conns}   refusals: {}\n",
+        if refused.is_empty() {
+            "none".into()
+        } else {
+            refused.join(" ")
+        }
+    );
+    out
+}

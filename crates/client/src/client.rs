@@ -1,0 +1,391 @@
+//! The blocking connection to one node.
+
+use std::collections::VecDeque;
+use std::io::{self, IoSlice, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+use offrac_proto::{FunctionId, RequestHeader, ResponseError, ResponseHeader, Status, HEADER_LEN};
+
+use crate::rng::SplitMix64;
+
+/// Largest response payload [`Client`] accepts by default (1 GiB). A header
+/// announcing more is treated as a protocol error rather than allocated.
+pub const DEFAULT_MAX_RESPONSE_PAYLOAD: usize = 1 << 30;
+
+/// Request ids chosen by [`Client::call`] have this bit set, so they do not
+/// collide with small ids a caller picks for [`Client::send`].
+const CALL_ID_BIT: u64 = 1 << 63;
+
+/// Everything that can go wrong talking to a node.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("i/o error: {0}")]
+    Io(#[from] io::Error),
+    /// The node sent bytes that are not a valid response header.
+    #[error("protocol error: {0}")]
+    Protocol(#[from] ResponseError),
+    /// A response header announced a payload larger than the client accepts.
+    #[error("response payload of {len} bytes exceeds the client limit of {max}")]
+    ResponseTooLarge { len: usize, max: usize },
+    /// A request payload does not fit the 32-bit `payload_len` field.
+    #[error("request payload of {0} bytes does not fit in a u32 length")]
+    PayloadTooLarge(usize),
+    /// The node answered with a status other than `OK`.
+    #[error("node answered {status} for request {request_id} (detail {detail}): {message}")]
+    Status {
+        status: Status,
+        /// The node's human-readable message (the response payload, lossily decoded).
+        message: String,
+        detail: u64,
+        request_id: u64,
+    },
+    /// The node closed the connection (possibly mid-response).
+    #[error("connection closed by the node")]
+    Closed,
+    /// A load specification or report could not be built.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+}
+
+impl ClientError {
+    /// The node's status, if this error is a non-OK response.
+    pub fn status(&self) -> Option<Status> {
+        match self {
+            ClientError::Status { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+
+    /// True when the connection can no longer be used: transport errors,
+    /// protocol errors, and the statuses after which the node closes.
+    pub fn is_connection_fatal(&self) -> bool {
+        match self {
+            ClientError::Status { status, .. } => matches!(
+                status,
+                Status::UnsupportedVersion | Status::Timeout | Status::ShuttingDown
+            ),
+            ClientError::PayloadTooLarge(_) | ClientError::Config(_) => false,
+            ClientError::Io(_)
+            | ClientError::Protocol(_)
+            | ClientError::ResponseTooLarge { .. }
+            | ClientError::Closed => true,
+        }
+    }
+}
+
+/// A function id on the wire: a built-in [`FunctionId`] or any raw `u8`
+/// (e.g. to exercise `UNKNOWN_FUNCTION`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FunctionCode(pub u8);
+
+impl From<FunctionId> for FunctionCode {
+    fn from(f: FunctionId) -> FunctionCode {
+        FunctionCode(f.id())
+    }
+}
+
+impl From<u8> for FunctionCode {
+    fn from(id: u8) -> FunctionCode {
+        FunctionCode(id)
+    }
+}
+
+/// A successful (`OK`) response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    pub header: ResponseHeader,
+    pub payload: Vec<u8>,
+}
+
+/// How [`Client::call`] retries `BUSY`: the `k`-th retry (from 0) waits
+/// `initial_backoff * 2^k` (capped at `max_backoff`), scaled by a uniform
+/// factor in `[1 - jitter, 1 + jitter]`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RetryPolicy {
+    /// Retries after the first attempt; 0 returns the first `BUSY` as an error.
+    pub max_retries: u32,
+    pub initial_backoff: Duration,
+    pub max_backoff: Duration,
+    /// Relative jitter, clamped to `0.0..=1.0`.
+    pub jitter: f64,
+}
+
+impl RetryPolicy {
+    /// No retries: `BUSY` is returned to the caller at once.
+    pub const NONE: RetryPolicy = RetryPolicy {
+        max_retries: 0,
+        initial_backoff: Duration::from_micros(100),
+        max_backoff: Duration::from_millis(100),
+        jitter: 0.2,
+    };
+
+    /// The default policy with `max_retries` retries.
+    pub fn with_max_retries(max_retries: u32) -> RetryPolicy {
+        RetryPolicy {
+            max_retries,
+            ..RetryPolicy::default()
+        }
+    }
+
+    /// Back-off before retry number `retry` (0-based), jittered by `rng`.
+    fn backoff(&self, retry: u32, rng: &mut SplitMix64) -> Duration {
+        let base = self
+            .initial_backoff
+            .saturating_mul(1u32 << retry.min(31))
+            .min(self.max_backoff);
+        let jitter = self.jitter.clamp(0.0, 1.0);
+        let factor = 1.0 - jitter + 2.0 * jitter * rng.next_f64();
+        base.mul_f64(factor)
+    }
+}
+
+impl Default for RetryPolicy {
+    /// 8 retries starting at 80–120 µs, doubling, capped at 100 ms.
+    fn default() -> RetryPolicy {
+        RetryPolicy {
+            max_retries: 8,
+            ..RetryPolicy::NONE
+        }
+    }
+}
+
+/// A blocking connection to a node. Not thread-safe by design: use one client
+/// per thread (as [`crate::demo`] does).
+#[derive(Debug)]
+pub struct Client {
+    stream: TcpStream,
+    retry: RetryPolicy,
+    max_response_payload: usize,
+    next_call_id: u64,
+    /// Responses read by `call` while waiting for its own; handed out by `recv`.
+    stashed: VecDeque<(ResponseHeader, Vec<u8>)>,
+    busy_retries: u64,
+    rng: SplitMix64,
+}
+
+impl Client {
+    /// Connect to `addr` (`host:port`) with `TCP_NODELAY` and the default
+    /// [`RetryPolicy`].
+    pub fn connect(addr: &str) -> Result<Client, ClientError> {
+        Client::from_stream(TcpStream::connect(addr)?)
+    }
+
+    /// Connect with a connect timeout (to the first address `addr` resolves to
+    /// that accepts).
+    pub fn connect_timeout(addr: &str, timeout: Duration) -> Result<Client, ClientError> {
+        use std::net::ToSocketAddrs;
+        let mut last = None;
+        for sa in addr.to_socket_addrs()? {
+            match TcpStream::connect_timeout(&sa, timeout) {
+                Ok(s) => return Client::from_stream(s),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(ClientError::Io(last.unwrap_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidInput, format!("{addr}: no addresses"))
+        })))
+    }
+
+    /// Wrap an already-connected stream (sets `TCP_NODELAY`).
+    pub fn from_stream(stream: TcpStream) -> Result<Client, ClientError> {
+        stream.set_nodelay(true)?;
+        Ok(Client {
+            stream,
+            retry: RetryPolicy::default(),
+            max_response_payload: DEFAULT_MAX_RESPONSE_PAYLOAD,
+            next_call_id: 0,
+            stashed: VecDeque::new(),
+            busy_retries: 0,
+            rng: SplitMix64::from_entropy(),
+        })
+    }
+
+    /// Builder form of [`Client::set_retry_policy`].
+    pub fn with_retry_policy(mut self, policy: RetryPolicy) -> Client {
+        self.retry = policy;
+        self
+    }
+
+    pub fn set_retry_policy(&mut self, policy: RetryPolicy) {
+        self.retry = policy;
+    }
+
+    pub fn retry_policy(&self) -> RetryPolicy {
+        self.retry
+    }
+
+    /// Seed the back-off jitter generator (for reproducible runs).
+    pub fn set_jitter_seed(&mut self, seed: u64) {
+        self.rng = SplitMix64::new(seed);
+    }
+
+    /// Largest response payload accepted before failing with
+    /// [`ClientError::ResponseTooLarge`].
+    pub fn set_max_response_payload(&mut self, max: usize) {
+        self.max_response_payload = max;
+    }
+
+    /// Read timeout for responses; on expiry `recv`/`call` fail with
+    /// `ClientError::Io` (kind `WouldBlock` or `TimedOut`), and the
+    /// connection should be dropped since a response may be half read.
+    pub fn set_read_timeout(&mut self, timeout: Option<Duration>) -> Result<(), ClientError> {
+        self.stream.set_read_timeout(timeout)?;
+        Ok(())
+    }
+
+    /// Total `BUSY` responses that `call` retried on this connection.
+    pub fn busy_retries(&self) -> u64 {
+        self.busy_retries
+    }
+
+    pub fn peer_addr(&self) -> Result<SocketAddr, ClientError> {
+        Ok(self.stream.peer_addr()?)
+    }
+
+    pub fn local_addr(&self) -> Result<SocketAddr, ClientError> {
+        Ok(self.stream.local_addr()?)
+    }
+
+    /// Call `function` with `param` and `payload` and wait for its answer,
+    /// retrying `BUSY` per the [`RetryPolicy`]. A non-`OK` status is returned
+    /// as [`ClientError::Status`]. Responses to requests pipelined earlier with
+    /// [`Client::send`] that arrive meanwhile are kept for [`Client::recv`].
+    pub fn call(
+        &mut self,
+        function: impl Into<FunctionCode>,
+        param: u64,
+        payload: &[u8],
+    ) -> Result<Reply, ClientError> {
+        let function = function.into();
+        let mut retry = 0u32;
+        loop {
+            let request_id = CALL_ID_BIT | self.next_call_id;
+            self.next_call_id = (self.next_call_id + 1) & !CALL_ID_BIT;
+            self.send(request_id, function, param, payload)?;
+            let (header, payload) = loop {
+                let (h, p) = self.read_response()?;
+                if h.request_id == request_id {
+                    break (h, p);
+                }
+                self.stashed.push_back((h, p));
+            };
+            match header.status {
+                Status::Ok => return Ok(Reply { header, payload }),
+                Status::Busy if retry < self.retry.max_retries => {
+                    let wait = self.retry.backoff(retry, &mut self.rng);
+                    retry += 1;
+                    self.busy_retries += 1;
+                    std::thread::sleep(wait);
+                }
+                status => {
+                    return Err(ClientError::Status {
+                        status,
+                        message: String::from_utf8_lossy(&payload).into_owned(),
+                        detail: header.detail,
+                        request_id,
+                    })
+                }
+            }
+        }
+    }
+
+    /// Write one request without waiting for its answer (pipelining). The
+    /// header and payload go out in one vectored write. Pair with
+    /// [`Client::recv`]; ids with the top bit set are used by `call`.
+    pub fn send(
+        &mut self,
+        request_id: u64,
+        function: impl Into<FunctionCode>,
+        param: u64,
+        payload: &[u8],
+    ) -> Result<(), ClientError> {
+        let len = u32::try_from(payload.len())
+            .map_err(|_| ClientError::PayloadTooLarge(payload.len()))?;
+        let header = RequestHeader::single(request_id, function.into().0, param, len).encode();
+        write_all_vectored(&mut self.stream, &header, payload)?;
+        Ok(())
+    }
+
+    /// Next response, in arrival order, whatever its status (match it to a
+    /// request by `header.request_id`). Responses `call` read on the way to
+    /// its own come first.
+    pub fn recv(&mut self) -> Result<(ResponseHeader, Vec<u8>), ClientError> {
+        if let Some(r) = self.stashed.pop_front() {
+            return Ok(r);
+        }
+        self.read_response()
+    }
+
+    fn read_response(&mut self) -> Result<(ResponseHeader, Vec<u8>), ClientError> {
+        let mut buf = [0u8; HEADER_LEN];
+        read_exact(&mut self.stream, &mut buf)?;
+        let header = ResponseHeader::decode(&buf)?;
+        let len = header.payload_len as usize;
+        if len > self.max_response_payload {
+            return Err(ClientError::ResponseTooLarge {
+                len,
+                max: self.max_response_payload,
+            });
+        }
+        let mut payload = vec![0u8; len];
+        read_exact(&mut self.stream, &mut payload)?;
+        Ok((header, payload))
+    }
+}
+
+fn read_exact(stream: &mut TcpStream, buf: &mut [u8]) -> Result<(), ClientError> {
+    stream.read_exact(buf).map_err(|e| {
+        if e.kind() == io::ErrorKind::UnexpectedEof {
+            ClientError::Closed
+        } else {
+            ClientError::Io(e)
+        }
+    })
+}
+
+/// Write `header` then `payload` with as few `writev` calls as the kernel allows
+/// (one in the common case), so a small request leaves in one segment.
+fn write_all_vectored(stream: &mut TcpStream, header: &[u8], payload: &[u8]) -> io::Result<()> {
+    let mut slices = [IoSlice::new(header), IoSlice::new(payload)];
+    let mut bufs: &mut [IoSlice<'_>] = &mut slices;
+    // Drop an empty payload slice so the loop ends when the header is out.
+    if payload.is_empty() {
+        bufs = &mut bufs[..1];
+    }
+    while !bufs.is_empty() {
+        match stream.write_vectored(bufs) {
+            Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
+            Ok(n) => IoSlice::advance_slices(&mut bufs, n),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_starts_at_80_to_120_us_and_doubles() {
+        let p = RetryPolicy::default();
+        let mut rng = SplitMix64::new(1);
+        for _ in 0..1000 {
+            let b0 = p.backoff(0, &mut rng);
+            assert!(
+                b0 >= Duration::from_micros(80) && b0 <= Duration::from_micros(120),
+                "{b0:?}"
+            );
+            let b3 = p.backoff(3, &mut rng);
+            assert!(
+                b3 >= Duration::from_micros(640) && b3 <= Duration::from_micros(960),
+                "{b3:?}"
+            );
+        }
+        // Capped, and no overflow for absurd retry numbers.
+        let b = p.backoff(200, &mut rng);
+        assert!(b <= Duration::from_millis(120), "{b:?}");
+    }
+}

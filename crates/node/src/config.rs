@@ -1,0 +1,213 @@
+//! The node's TOML configuration and its translation to the engine's.
+
+use offrac_core::{BufferPolicy, EngineConfig, SlotPolicy};
+use offrac_proto::FunctionId;
+use serde::Deserialize;
+
+/// The configuration used when none is given.
+pub const DEFAULT_CONFIG: &str = include_str!("../default.toml");
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot parse configuration: {0}")]
+    Parse(#[from] toml::de::Error),
+    #[error(
+        "unknown function {0:?} in [[slots]] (known: echo, topk, logit, minmax, matmul, spin)"
+    )]
+    UnknownFunction(String),
+    #[error("io.mode must be \"poll\" or \"blocking\", not {0:?}")]
+    BadIoMode(String),
+    #[error(transparent)]
+    Engine(#[from] offrac_core::ConfigError),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IoMode {
+    /// Busy-poll for up to `spin_us` of idleness before sleeping.
+    Poll,
+    /// Sleep in the kernel whenever there is nothing to do.
+    Blocking,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Raw {
+    #[serde(default)]
+    device_id: u8,
+    max_payload: Option<u64>,
+    #[serde(default = "default_stall")]
+    stall_timeout_ms: u64,
+    #[serde(default)]
+    io: RawIo,
+    #[serde(default)]
+    metrics: RawMetrics,
+    #[serde(default)]
+    pool: RawPool,
+    #[serde(default)]
+    selector: RawSelector,
+    slots: Option<Vec<RawSlot>>,
+}
+
+fn default_stall() -> u64 {
+    5000
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawIo {
+    mode: String,
+    spin_us: u64,
+}
+impl Default for RawIo {
+    fn default() -> Self {
+        RawIo {
+            mode: "poll".into(),
+            spin_us: 100,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawMetrics {
+    listen: String,
+}
+impl Default for RawMetrics {
+    fn default() -> Self {
+        RawMetrics {
+            listen: "127.0.0.1:0".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawPool {
+    buffers: usize,
+    buffer_bytes: u64,
+    policy: BufferPolicy,
+    small_request_max: u64,
+    small_queue_bytes: u64,
+}
+impl Default for RawPool {
+    fn default() -> Self {
+        let e = EngineConfig::default();
+        RawPool {
+            buffers: e.buffers,
+            buffer_bytes: e.buffer_bytes,
+            policy: e.buffer_policy,
+            small_request_max: e.small_request_max,
+            small_queue_bytes: e.small_queue_bytes,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawSelector {
+    policy: SlotPolicy,
+    slot_queue_bytes: u64,
+}
+impl Default for RawSelector {
+    fn default() -> Self {
+        let e = EngineConfig::default();
+        RawSelector {
+            policy: e.slot_policy,
+            slot_queue_bytes: e.slot_queue_bytes,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSlot {
+    function: String,
+}
+
+/// A validated node configuration.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    pub engine: EngineConfig,
+    pub io_mode: IoMode,
+    pub spin_us: u64,
+    /// Where to serve metrics, if anywhere.
+    pub metrics_listen: Option<String>,
+}
+
+impl NodeConfig {
+    pub fn parse(text: &str) -> Result<NodeConfig, ConfigError> {
+        let raw: Raw = toml::from_str(text)?;
+        let slots = match raw.slots {
+            Some(list) => list
+                .iter()
+                .map(|s| {
+                    FunctionId::from_name(&s.function)
+                        .map(FunctionId::id)
+                        .ok_or_else(|| ConfigError::UnknownFunction(s.function.clone()))
+                })
+                .collect::<Result<Vec<u8>, _>>()?,
+            None => FunctionId::ALL.iter().map(|f| f.id()).collect(),
+        };
+        let io_mode = match raw.io.mode.as_str() {
+            "poll" => IoMode::Poll,
+            "blocking" => IoMode::Blocking,
+            other => return Err(ConfigError::BadIoMode(other.into())),
+        };
+        let engine = EngineConfig {
+            buffers: raw.pool.buffers,
+            buffer_bytes: raw.pool.buffer_bytes,
+            buffer_policy: raw.pool.policy,
+            max_payload: raw.max_payload.unwrap_or(raw.pool.buffer_bytes),
+            small_request_max: raw.pool.small_request_max,
+            small_queue_bytes: raw.pool.small_queue_bytes,
+            slot_policy: raw.selector.policy,
+            slot_queue_bytes: raw.selector.slot_queue_bytes,
+            stall_timeout_ns: raw.stall_timeout_ms.saturating_mul(1_000_000),
+            slots,
+            device_id: raw.device_id,
+        };
+        engine.validate()?;
+        let metrics_listen = Some(raw.metrics.listen).filter(|s| !s.is_empty());
+        Ok(NodeConfig {
+            engine,
+            io_mode,
+            spin_us: raw.io.spin_us,
+            metrics_listen,
+        })
+    }
+
+    pub fn default_config() -> NodeConfig {
+        NodeConfig::parse(DEFAULT_CONFIG).expect("embedded default configuration is valid")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_default_parses_with_six_slots() {
+        let c = NodeConfig::default_config();
+        assert_eq!(c.engine.slots, vec![0, 1, 2, 3, 4, 5]);
+        assert_eq!(c.io_mode, IoMode::Poll);
+        assert_eq!(c.engine.max_payload, c.engine.buffer_bytes);
+    }
+
+    #[test]
+    fn empty_file_means_defaults() {
+        let c = NodeConfig::parse("").unwrap();
+        assert_eq!(c.engine.slots.len(), 6);
+    }
+
+    #[test]
+    fn errors_are_clear() {
+        let e = NodeConfig::parse("[[slots]]\nfunction = \"fft\"").unwrap_err();
+        assert!(e.to_string().contains("unknown function \"fft\""), "{e}");
+        let e = NodeConfig::parse("bogus = 1").unwrap_err();
+        assert!(e.to_string().contains("bogus"), "{e}");
+        let e = NodeConfig::parse("max_payload = 5000000").unwrap_err();
+        assert!(e.to_string().contains("exceeds pool.buffer_bytes"), "{e}");
+        let e = NodeConfig::parse("[io]\nmode = \"turbo\"").unwrap_err();
+        assert!(e.to_string().contains("turbo"), "{e}");
+    }
+}

@@ -1,0 +1,128 @@
+//! The write side of a connection, shared by the I/O thread (refusals,
+//! flushing) and the slot workers (results), so a result goes straight to
+//! the socket from the thread that computed it.
+
+use mio::net::TcpStream;
+use std::io::{IoSlice, Write};
+use std::sync::Mutex;
+
+/// Pending output above this pauses reading from the connection: a client
+/// that does not read its answers cannot make the node buffer without bound.
+pub const PAUSE_READING_ABOVE: usize = 4 << 20;
+
+pub struct ConnOut {
+    pub stream: TcpStream,
+    state: Mutex<OutState>,
+}
+
+#[derive(Default)]
+struct OutState {
+    /// Bytes the socket has not taken yet, in order.
+    pending: Vec<u8>,
+    sent: usize,
+    closed: bool,
+}
+
+impl OutState {
+    fn backlog(&self) -> usize {
+        self.pending.len() - self.sent
+    }
+}
+
+impl ConnOut {
+    pub fn new(stream: TcpStream) -> ConnOut {
+        ConnOut {
+            stream,
+            state: Mutex::new(OutState::default()),
+        }
+    }
+
+    /// Send one whole message (header then payload). Never blocks: what the
+    /// socket does not take now is kept and flushed on the next writable event.
+    /// Messages are never interleaved because the lock is held throughout.
+    pub fn send(&self, header: &[u8], payload: &[u8]) {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if st.closed {
+            return;
+        }
+        let mut skip = 0;
+        if st.backlog() == 0 {
+            skip = self.write_now(header, payload);
+        }
+        let total = header.len() + payload.len();
+        if skip < total {
+            if skip < header.len() {
+                st.pending.extend_from_slice(&header[skip..]);
+                st.pending.extend_from_slice(payload);
+            } else {
+                st.pending
+                    .extend_from_slice(&payload[skip - header.len()..]);
+            }
+        }
+    }
+
+    /// Write as much of header+payload as the socket takes now.
+    fn write_now(&self, header: &[u8], payload: &[u8]) -> usize {
+        let mut done = 0;
+        let total = header.len() + payload.len();
+        while done < total {
+            let slices: [IoSlice; 2] = if done < header.len() {
+                [IoSlice::new(&header[done..]), IoSlice::new(payload)]
+            } else {
+                [
+                    IoSlice::new(&payload[done - header.len()..]),
+                    IoSlice::new(&[]),
+                ]
+            };
+            match (&self.stream).write_vectored(&slices) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => break,
+            }
+        }
+        done
+    }
+
+    /// Flush what is pending; returns the bytes still pending.
+    pub fn flush(&self) -> usize {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        while st.backlog() > 0 && !st.closed {
+            let from = st.sent;
+            match (&self.stream).write(&st.pending[from..]) {
+                Ok(0) => break,
+                Ok(n) => st.sent += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => break,
+            }
+        }
+        if st.backlog() == 0 {
+            st.pending.clear();
+            st.sent = 0;
+        } else if st.sent > (1 << 20) {
+            let sent = st.sent;
+            st.pending.drain(..sent);
+            st.sent = 0;
+        }
+        st.backlog()
+    }
+
+    pub fn backlog(&self) -> usize {
+        self.state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .backlog()
+    }
+
+    /// No more output is accepted; the socket is shut down both ways.
+    pub fn close(&self) {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        st.closed = true;
+        st.pending = Vec::new();
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).closed
+    }
+}

@@ -1,0 +1,289 @@
+//! Prometheus text metrics: per-slot counters kept by the workers, engine
+//! counters published by the I/O thread, latency histograms per function.
+
+use offrac_core::Engine;
+use offrac_proto::{FunctionId, ResponseHeader, Status};
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
+
+/// Histogram bucket upper bounds, in microseconds.
+const BUCKETS_US: [u64; 16] = [
+    1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 50_000, 100_000, 1_000_000,
+];
+
+#[derive(Default)]
+struct Histogram {
+    counts: [AtomicU64; BUCKETS_US.len() + 1],
+    sum_ns: AtomicU64,
+}
+
+impl Histogram {
+    fn observe(&self, ns: u64) {
+        let us = ns / 1000;
+        let i = BUCKETS_US
+            .iter()
+            .position(|&b| us < b)
+            .unwrap_or(BUCKETS_US.len());
+        self.counts[i].fetch_add(1, Relaxed);
+        self.sum_ns.fetch_add(ns, Relaxed);
+    }
+
+    fn render(&self, out: &mut String, name: &str, labels: &str) {
+        let mut cum = 0;
+        for (i, b) in BUCKETS_US.iter().enumerate() {
+            cum += self.counts[i].load(Relaxed);
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{{labels},le=\"{}\"}} {cum}",
+                *b as f64 / 1e6
+            );
+        }
+        cum += self.counts[BUCKETS_US.len()].load(Relaxed);
+        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {cum}");
+        let _ = writeln!(
+            out,
+            "{name}_sum{{{labels}}} {}",
+            self.sum_ns.load(Relaxed) as f64 / 1e9
+        );
+        let _ = writeln!(out, "{name}_count{{{labels}}} {cum}");
+    }
+}
+
+#[derive(Default)]
+struct SlotMetrics {
+    completions: AtomicU64,
+    errors: AtomicU64,
+    busy_ns: AtomicU64,
+    queue_depth: AtomicU64,
+}
+
+#[derive(Default)]
+struct FunctionMetrics {
+    /// Node-side time: first byte in → execution finished.
+    node: Histogram,
+    exec: Histogram,
+}
+
+#[derive(Default, Clone)]
+struct EngineSnapshot {
+    requests: u64,
+    admitted: u64,
+    admitted_small: u64,
+    dispatched: u64,
+    collected: u64,
+    refusals: Vec<(Status, u64)>,
+    buffer_used: Vec<u64>,
+    small_queue: (usize, u64),
+    connections: usize,
+}
+
+pub struct Metrics {
+    slot_functions: Vec<u8>,
+    slots: Vec<SlotMetrics>,
+    functions: Vec<FunctionMetrics>,
+    engine: Mutex<EngineSnapshot>,
+}
+
+impl Metrics {
+    pub fn new(slot_functions: &[u8]) -> Metrics {
+        Metrics {
+            slot_functions: slot_functions.to_vec(),
+            slots: slot_functions
+                .iter()
+                .map(|_| SlotMetrics::default())
+                .collect(),
+            functions: (0..256).map(|_| FunctionMetrics::default()).collect(),
+            engine: Mutex::new(EngineSnapshot::default()),
+        }
+    }
+
+    pub fn record_completion(&self, slot: usize, function: u8, status: Status, h: &ResponseHeader) {
+        let s = &self.slots[slot];
+        s.completions.fetch_add(1, Relaxed);
+        s.busy_ns.fetch_add(h.exec_ns, Relaxed);
+        if status != Status::Ok {
+            s.errors.fetch_add(1, Relaxed);
+        }
+        let f = &self.functions[function as usize];
+        f.exec.observe(h.exec_ns);
+        f.node.observe(h.reassembly_ns + h.queue_ns + h.exec_ns);
+    }
+
+    /// Copy the engine's counters and gauges (called by the I/O thread).
+    pub fn publish(&self, engine: &Engine) {
+        for (m, q) in self.slots.iter().zip(engine.slots()) {
+            m.queue_depth.store(q.depth() as u64, Relaxed);
+        }
+        let st = engine.stats();
+        let pool = engine.pool();
+        let snap = EngineSnapshot {
+            requests: st.requests,
+            admitted: st.admitted,
+            admitted_small: st.admitted_small,
+            dispatched: st.dispatched,
+            collected: st.collected,
+            refusals: Status::ALL.iter().map(|&s| (s, st.refused(s))).collect(),
+            buffer_used: (0..pool.len()).map(|b| pool.used(b)).collect(),
+            small_queue: engine.small_queue(),
+            connections: engine.connections(),
+        };
+        *self.engine.lock().unwrap_or_else(|p| p.into_inner()) = snap;
+    }
+
+    pub fn render(&self) -> String {
+        let mut o = String::with_capacity(8192);
+        let slot_label = |i: usize| {
+            let f = self.slot_functions[i];
+            let name = FunctionId::from_id(f).map_or("unknown", FunctionId::name);
+            format!("slot=\"{i}\",function=\"{name}\"")
+        };
+        let gauge = |o: &mut String, name: &str, help: &str, kind: &str| {
+            let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        };
+        gauge(
+            &mut o,
+            "offrac_slot_completions_total",
+            "Requests a slot finished (any status).",
+            "counter",
+        );
+        for (i, s) in self.slots.iter().enumerate() {
+            let _ = writeln!(
+                o,
+                "offrac_slot_completions_total{{{}}} {}",
+                slot_label(i),
+                s.completions.load(Relaxed)
+            );
+        }
+        gauge(
+            &mut o,
+            "offrac_slot_errors_total",
+            "Requests a slot finished with an error status.",
+            "counter",
+        );
+        for (i, s) in self.slots.iter().enumerate() {
+            let _ = writeln!(
+                o,
+                "offrac_slot_errors_total{{{}}} {}",
+                slot_label(i),
+                s.errors.load(Relaxed)
+            );
+        }
+        gauge(
+            &mut o,
+            "offrac_slot_busy_seconds_total",
+            "Time a slot spent executing.",
+            "counter",
+        );
+        for (i, s) in self.slots.iter().enumerate() {
+            let _ = writeln!(
+                o,
+                "offrac_slot_busy_seconds_total{{{}}} {}",
+                slot_label(i),
+                s.busy_ns.load(Relaxed) as f64 / 1e9
+            );
+        }
+        gauge(
+            &mut o,
+            "offrac_slot_queue_depth",
+            "Complete requests waiting in a slot's queue.",
+            "gauge",
+        );
+        for (i, s) in self.slots.iter().enumerate() {
+            let _ = writeln!(
+                o,
+                "offrac_slot_queue_depth{{{}}} {}",
+                slot_label(i),
+                s.queue_depth.load(Relaxed)
+            );
+        }
+        let e = self
+            .engine
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        for (name, help, v) in [
+            (
+                "offrac_requests_total",
+                "Request headers parsed.",
+                e.requests,
+            ),
+            (
+                "offrac_admitted_total",
+                "Requests admitted to the pool or small-request queue.",
+                e.admitted,
+            ),
+            (
+                "offrac_admitted_small_total",
+                "Requests admitted through the small-request queue.",
+                e.admitted_small,
+            ),
+            (
+                "offrac_dispatched_total",
+                "Requests dispatched to a slot.",
+                e.dispatched,
+            ),
+            (
+                "offrac_collected_total",
+                "Partial requests collected (client closed or stalled).",
+                e.collected,
+            ),
+        ] {
+            gauge(&mut o, name, help, "counter");
+            let _ = writeln!(o, "{name} {v}");
+        }
+        gauge(
+            &mut o,
+            "offrac_refusals_total",
+            "Requests answered by the node itself with an error, by reason.",
+            "counter",
+        );
+        for (s, v) in &e.refusals {
+            if *s != Status::Ok {
+                let _ = writeln!(o, "offrac_refusals_total{{reason=\"{}\"}} {v}", s.name());
+            }
+        }
+        gauge(
+            &mut o,
+            "offrac_buffer_used_bytes",
+            "Bytes reserved in each reassembly buffer.",
+            "gauge",
+        );
+        for (b, v) in e.buffer_used.iter().enumerate() {
+            let _ = writeln!(o, "offrac_buffer_used_bytes{{buffer=\"{b}\"}} {v}");
+        }
+        gauge(
+            &mut o,
+            "offrac_small_queue_requests",
+            "Requests waiting in the small-request queue.",
+            "gauge",
+        );
+        let _ = writeln!(o, "offrac_small_queue_requests {}", e.small_queue.0);
+        gauge(
+            &mut o,
+            "offrac_connections",
+            "Open client connections.",
+            "gauge",
+        );
+        let _ = writeln!(o, "offrac_connections {}", e.connections);
+        for (name, help, pick) in [
+            (
+                "offrac_node_latency_seconds",
+                "Node-side latency: first byte in to execution done.",
+                0,
+            ),
+            ("offrac_exec_seconds", "Function execution time.", 1),
+        ] {
+            gauge(&mut o, name, help, "histogram");
+            for f in FunctionId::ALL {
+                if !self.slot_functions.contains(&f.id()) {
+                    continue;
+                }
+                let m = &self.functions[f.id() as usize];
+                let h = if pick == 0 { &m.node } else { &m.exec };
+                h.render(&mut o, name, &format!("function=\"{}\"", f.name()));
+            }
+        }
+        o
+    }
+}
