@@ -89,10 +89,16 @@ impl EngineConfig {
             return Err(ConfigError::NoBuffers);
         }
         if self.max_payload > self.buffer_bytes {
-            return Err(ConfigError::PayloadOverBuffer { max: self.max_payload, buffer: self.buffer_bytes });
+            return Err(ConfigError::PayloadOverBuffer {
+                max: self.max_payload,
+                buffer: self.buffer_bytes,
+            });
         }
         if self.slot_queue_bytes < self.max_payload {
-            return Err(ConfigError::QueueBelowPayload { queue: self.slot_queue_bytes, max: self.max_payload });
+            return Err(ConfigError::QueueBelowPayload {
+                queue: self.slot_queue_bytes,
+                max: self.max_payload,
+            });
         }
         if self.small_request_max > 0 && self.small_queue_bytes < self.small_request_max {
             return Err(ConfigError::SmallQueueTooSmall {

@@ -6,9 +6,18 @@ use offrac_proto::{RequestHeader, HEADER_LEN};
 #[derive(Debug)]
 pub(crate) enum Rx {
     /// Reading a header; `have` bytes so far.
-    Header { bytes: [u8; HEADER_LEN], have: usize, first_byte_at: Nanos },
+    Header {
+        bytes: [u8; HEADER_LEN],
+        have: usize,
+        first_byte_at: Nanos,
+    },
     /// Reading the payload of an admitted request into its buffer.
-    Payload { header: RequestHeader, payload: Vec<u8>, buffer: BufferId, first_byte_at: Nanos },
+    Payload {
+        header: RequestHeader,
+        payload: Vec<u8>,
+        buffer: BufferId,
+        first_byte_at: Nanos,
+    },
     /// Skipping the payload of a refused request.
     Discard { remaining: u64 },
     /// Nothing more is read from this connection.
@@ -26,7 +35,11 @@ pub(crate) struct Connection {
 
 impl Connection {
     pub fn new(now: Nanos) -> Connection {
-        Connection { rx: Rx::idle(now), last_progress: now, timer_armed: false }
+        Connection {
+            rx: Rx::idle(now),
+            last_progress: now,
+            timer_armed: false,
+        }
     }
 
     /// Mid-request: a stall here holds resources and is collected.
@@ -41,6 +54,10 @@ impl Connection {
 
 impl Rx {
     pub fn idle(now: Nanos) -> Rx {
-        Rx::Header { bytes: [0; HEADER_LEN], have: 0, first_byte_at: now }
+        Rx::Header {
+            bytes: [0; HEADER_LEN],
+            have: 0,
+            first_byte_at: now,
+        }
     }
 }

@@ -4,7 +4,9 @@
 
 use crate::connection::{Connection, Rx};
 use crate::{EngineConfig, EngineStats, Job, Nanos, ReassemblyPool, Selector, SlotId, SlotQueue};
-use offrac_proto::{HeaderError, RequestHeader, ResponseHeader, Status, DEVICE_SELF, HEADER_LEN, VERSION};
+use offrac_proto::{
+    HeaderError, RequestHeader, ResponseHeader, Status, DEVICE_SELF, HEADER_LEN, VERSION,
+};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 
@@ -17,7 +19,11 @@ pub enum Action {
     /// Run `job` on `slot`; call [`Engine::handle_slot_done`] when it finishes.
     Dispatch { slot: SlotId, job: Job },
     /// Send this response (header, then `message` as the payload) on `conn`.
-    Reply { conn: ConnId, header: ResponseHeader, message: String },
+    Reply {
+        conn: ConnId,
+        header: ResponseHeader,
+        message: String,
+    },
     /// Close `conn` once what was queued for it has been written.
     Close { conn: ConnId },
 }
@@ -40,7 +46,11 @@ pub struct Engine {
 impl Engine {
     pub fn new(cfg: EngineConfig) -> Result<Engine, crate::ConfigError> {
         cfg.validate()?;
-        let slots: Vec<SlotQueue> = cfg.slots.iter().map(|&f| SlotQueue::new(f, cfg.slot_queue_bytes)).collect();
+        let slots: Vec<SlotQueue> = cfg
+            .slots
+            .iter()
+            .map(|&f| SlotQueue::new(f, cfg.slot_queue_bytes))
+            .collect();
         Ok(Engine {
             pool: ReassemblyPool::new(cfg.buffers, cfg.buffer_bytes, cfg.buffer_policy),
             selector: Selector::new(&slots, cfg.slot_policy),
@@ -63,7 +73,10 @@ impl Engine {
 
     /// Bytes arrived on `conn` at `now` (a new `conn` is opened implicitly).
     pub fn handle_bytes(&mut self, now: Nanos, conn: ConnId, mut data: &[u8]) {
-        let c = self.conns.entry(conn).or_insert_with(|| Connection::new(now));
+        let c = self
+            .conns
+            .entry(conn)
+            .or_insert_with(|| Connection::new(now));
         if data.is_empty() {
             return;
         }
@@ -76,7 +89,8 @@ impl Engine {
         c.rx = rx;
         if c.is_partial() && !c.timer_armed {
             c.timer_armed = true;
-            self.timers.push(Reverse((now + self.cfg.stall_timeout_ns, conn)));
+            self.timers
+                .push(Reverse((now + self.cfg.stall_timeout_ns, conn)));
         }
         self.drain(now);
     }
@@ -103,7 +117,9 @@ impl Engine {
                 break;
             }
             self.timers.pop();
-            let Some(c) = self.conns.get_mut(&conn) else { continue };
+            let Some(c) = self.conns.get_mut(&conn) else {
+                continue;
+            };
             if !c.is_partial() {
                 c.timer_armed = false;
                 continue;
@@ -117,7 +133,14 @@ impl Engine {
             let rx = std::mem::replace(&mut c.rx, Rx::Closed);
             let id = pending_request_id(&rx);
             self.collect(rx);
-            self.reply(conn, Status::Timeout, id, 0, 0, "request stalled past the stall timeout");
+            self.reply(
+                conn,
+                Status::Timeout,
+                id,
+                0,
+                0,
+                "request stalled past the stall timeout",
+            );
             self.actions.push_back(Action::Close { conn });
         }
     }
@@ -125,13 +148,27 @@ impl Engine {
     /// Stop admitting: refuse new requests and partial ones; complete ones still run.
     pub fn begin_shutdown(&mut self, _now: Nanos) {
         self.shutting_down = true;
-        let partial: Vec<ConnId> = self.conns.iter().filter(|(_, c)| c.is_partial()).map(|(&k, _)| k).collect();
+        let partial: Vec<ConnId> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.is_partial())
+            .map(|(&k, _)| k)
+            .collect();
         for conn in partial {
-            let Some(c) = self.conns.get_mut(&conn) else { continue };
+            let Some(c) = self.conns.get_mut(&conn) else {
+                continue;
+            };
             let rx = std::mem::replace(&mut c.rx, Rx::Closed);
             let id = pending_request_id(&rx);
             self.collect(rx);
-            self.reply(conn, Status::ShuttingDown, id, 0, 0, "node is shutting down");
+            self.reply(
+                conn,
+                Status::ShuttingDown,
+                id,
+                0,
+                0,
+                "node is shutting down",
+            );
             self.actions.push_back(Action::Close { conn });
         }
     }
@@ -177,25 +214,50 @@ impl Engine {
     /// Advance `rx` over the front of `data`.
     fn feed(&mut self, now: Nanos, conn: ConnId, rx: Rx, data: &mut &[u8]) -> Rx {
         match rx {
-            Rx::Header { mut bytes, have, first_byte_at } => {
+            Rx::Header {
+                mut bytes,
+                have,
+                first_byte_at,
+            } => {
                 let first_byte_at = if have == 0 { now } else { first_byte_at };
                 let n = (HEADER_LEN - have).min(data.len());
                 bytes[have..have + n].copy_from_slice(&data[..n]);
                 *data = &data[n..];
                 if have + n < HEADER_LEN {
-                    return Rx::Header { bytes, have: have + n, first_byte_at };
+                    return Rx::Header {
+                        bytes,
+                        have: have + n,
+                        first_byte_at,
+                    };
                 }
                 self.on_header(now, conn, &bytes, first_byte_at, data)
             }
-            Rx::Payload { header, mut payload, buffer, first_byte_at } => {
+            Rx::Payload {
+                header,
+                mut payload,
+                buffer,
+                first_byte_at,
+            } => {
                 let need = header.payload_len as usize - payload.len();
                 let n = need.min(data.len());
                 payload.extend_from_slice(&data[..n]);
                 *data = &data[n..];
                 if n < need {
-                    return Rx::Payload { header, payload, buffer, first_byte_at };
+                    return Rx::Payload {
+                        header,
+                        payload,
+                        buffer,
+                        first_byte_at,
+                    };
                 }
-                let job = Job { conn, header, payload, first_byte_at, complete_at: now, dispatched_at: 0 };
+                let job = Job {
+                    conn,
+                    header,
+                    payload,
+                    first_byte_at,
+                    complete_at: now,
+                    dispatched_at: 0,
+                };
                 self.pool.finish(buffer, job);
                 Rx::idle(now)
             }
@@ -203,7 +265,9 @@ impl Engine {
                 let n = remaining.min(data.len() as u64);
                 *data = &data[n as usize..];
                 if n < remaining {
-                    Rx::Discard { remaining: remaining - n }
+                    Rx::Discard {
+                        remaining: remaining - n,
+                    }
                 } else {
                     Rx::idle(now)
                 }
@@ -239,17 +303,30 @@ impl Engine {
             return refuse(self, Status::ShuttingDown, 0, "node is shutting down");
         }
         if h.hop_count > 1 || h.reply_device != DEVICE_SELF {
-            return refuse(self, Status::Unsupported, 0, "multi-hop chains are not supported by this node yet");
+            return refuse(
+                self,
+                Status::Unsupported,
+                0,
+                "multi-hop chains are not supported by this node yet",
+            );
         }
         if hop.device != DEVICE_SELF && hop.device != self.cfg.device_id {
-            return refuse(self, Status::Unsupported, hop.device as u64, "forwarding to another device is not supported yet");
+            return refuse(
+                self,
+                Status::Unsupported,
+                hop.device as u64,
+                "forwarding to another device is not supported yet",
+            );
         }
         if self.selector.hosts(hop.function).is_empty() {
             let msg = format!("no slot hosts function {}", hop.function);
             return refuse(self, Status::UnknownFunction, hop.function as u64, &msg);
         }
         if len > self.cfg.max_payload {
-            let msg = format!("payload of {len} bytes exceeds the maximum of {}", self.cfg.max_payload);
+            let msg = format!(
+                "payload of {len} bytes exceeds the maximum of {}",
+                self.cfg.max_payload
+            );
             return refuse(self, Status::TooLarge, self.cfg.max_payload, &msg);
         }
         let arrived_whole = rest.len() as u64 >= len;
@@ -257,7 +334,14 @@ impl Engine {
         if arrived_whole && small && self.small_bytes + len <= self.cfg.small_queue_bytes {
             let (payload, tail) = rest.split_at(len as usize);
             *rest = tail;
-            let job = Job { conn, header: h, payload: payload.to_vec(), first_byte_at, complete_at: now, dispatched_at: 0 };
+            let job = Job {
+                conn,
+                header: h,
+                payload: payload.to_vec(),
+                first_byte_at,
+                complete_at: now,
+                dispatched_at: 0,
+            };
             self.small_bytes += len;
             self.small.push_back(job);
             self.stats.admitted += 1;
@@ -265,15 +349,32 @@ impl Engine {
             return Rx::idle(now);
         }
         let Some(buffer) = self.pool.admit(len) else {
-            return refuse(self, Status::Busy, 0, "no eligible reassembly buffer; retry");
+            return refuse(
+                self,
+                Status::Busy,
+                0,
+                "no eligible reassembly buffer; retry",
+            );
         };
         self.stats.admitted += 1;
         if len == 0 {
-            let job = Job { conn, header: h, payload: Vec::new(), first_byte_at, complete_at: now, dispatched_at: 0 };
+            let job = Job {
+                conn,
+                header: h,
+                payload: Vec::new(),
+                first_byte_at,
+                complete_at: now,
+                dispatched_at: 0,
+            };
             self.pool.finish(buffer, job);
             return Rx::idle(now);
         }
-        Rx::Payload { header: h, payload: Vec::with_capacity(len as usize), buffer, first_byte_at }
+        Rx::Payload {
+            header: h,
+            payload: Vec::with_capacity(len as usize),
+            buffer,
+            first_byte_at,
+        }
     }
 
     fn refuse_header(&mut self, conn: ConnId, bytes: &[u8; HEADER_LEN], e: HeaderError) -> Rx {
@@ -281,9 +382,14 @@ impl Engine {
         let msg = e.to_string();
         match e {
             HeaderError::BadMagic(_) => self.reply(conn, Status::Malformed, 0, 0, 0, &msg),
-            HeaderError::BadVersion { .. } => {
-                self.reply(conn, Status::UnsupportedVersion, id, 0, VERSION as u64, &msg)
-            }
+            HeaderError::BadVersion { .. } => self.reply(
+                conn,
+                Status::UnsupportedVersion,
+                id,
+                0,
+                VERSION as u64,
+                &msg,
+            ),
             _ => {
                 self.reply(conn, Status::Malformed, id, 0, 0, &msg);
                 let len = u32::from_le_bytes([bytes[16], bytes[17], bytes[18], bytes[19]]) as u64;
@@ -294,17 +400,36 @@ impl Engine {
         Rx::Closed
     }
 
-    fn reply_to(&mut self, conn: ConnId, h: &RequestHeader, status: Status, detail: u64, msg: &str) {
+    fn reply_to(
+        &mut self,
+        conn: ConnId,
+        h: &RequestHeader,
+        status: Status,
+        detail: u64,
+        msg: &str,
+    ) {
         self.reply(conn, status, h.request_id, h.tenant, detail, msg);
     }
 
-    fn reply(&mut self, conn: ConnId, status: Status, request_id: u64, tenant: u16, detail: u64, msg: &str) {
+    fn reply(
+        &mut self,
+        conn: ConnId,
+        status: Status,
+        request_id: u64,
+        tenant: u16,
+        detail: u64,
+        msg: &str,
+    ) {
         self.stats.refusals[status.code() as usize] += 1;
         let mut header = ResponseHeader::new(status, request_id, msg.len() as u32);
         header.tenant = tenant;
         header.detail = detail;
         header.device = self.cfg.device_id;
-        self.actions.push_back(Action::Reply { conn, header, message: msg.to_owned() });
+        self.actions.push_back(Action::Reply {
+            conn,
+            header,
+            message: msg.to_owned(),
+        });
     }
 
     /// Release whatever a receive state held.

@@ -25,8 +25,17 @@ pub struct ReassemblyPool {
 
 impl ReassemblyPool {
     pub fn new(count: usize, capacity: u64, policy: BufferPolicy) -> ReassemblyPool {
-        let b = Buffer { used: 0, reassembling: false, ready: VecDeque::new() };
-        ReassemblyPool { buffers: vec![b; count], capacity, policy, next: 0 }
+        let b = Buffer {
+            used: 0,
+            reassembling: false,
+            ready: VecDeque::new(),
+        };
+        ReassemblyPool {
+            buffers: vec![b; count],
+            capacity,
+            policy,
+            next: 0,
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -53,7 +62,9 @@ impl ReassemblyPool {
                 self.is_eligible(i, size).then_some(i)
             }
             BufferPolicy::EligibleRr => {
-                let found = (0..n).map(|k| (self.next + k) % n).find(|&i| self.is_eligible(i, size));
+                let found = (0..n)
+                    .map(|k| (self.next + k) % n)
+                    .find(|&i| self.is_eligible(i, size));
                 if let Some(i) = found {
                     self.next = (i + 1) % n;
                 }

@@ -15,7 +15,11 @@ impl Selector {
         for (i, s) in slots.iter().enumerate() {
             hosts[s.function as usize].push(i);
         }
-        Selector { hosts, next: vec![0; 256], policy }
+        Selector {
+            hosts,
+            next: vec![0; 256],
+            policy,
+        }
     }
 
     pub fn hosts(&self, function: u8) -> &[SlotId] {

@@ -16,7 +16,13 @@ pub struct SlotQueue {
 
 impl SlotQueue {
     pub fn new(function: u8, capacity: u64) -> SlotQueue {
-        SlotQueue { function, queue: VecDeque::new(), queued_bytes: 0, capacity, busy: false }
+        SlotQueue {
+            function,
+            queue: VecDeque::new(),
+            queued_bytes: 0,
+            capacity,
+            busy: false,
+        }
     }
 
     pub fn has_room(&self, cost: u64) -> bool {

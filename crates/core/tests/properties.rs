@@ -27,11 +27,19 @@ fn op() -> impl Strategy<Value = Op> {
 
 /// (function, payload length) for each request of a connection.
 fn requests() -> impl Strategy<Value = Vec<(u8, u32)>> {
-    prop::collection::vec((prop_oneof![Just(0u8), Just(1), Just(2), Just(9)], 0u32..2600), 0..12)
+    prop::collection::vec(
+        (
+            prop_oneof![Just(0u8), Just(1), Just(2), Just(9)],
+            0u32..2600,
+        ),
+        0..12,
+    )
 }
 
 fn payload_of(id: u64, len: u32) -> Vec<u8> {
-    (0..len).map(|i| (id as u32).wrapping_mul(31).wrapping_add(i) as u8).collect()
+    (0..len)
+        .map(|i| (id as u32).wrapping_mul(31).wrapping_add(i) as u8)
+        .collect()
 }
 
 struct Harness {
@@ -110,19 +118,32 @@ impl Harness {
         while let Some(a) = self.engine.poll_action() {
             match a {
                 Action::Dispatch { slot, job } => {
-                    assert!(self.running[slot].is_none(), "slot {slot} double-dispatched");
+                    assert!(
+                        self.running[slot].is_none(),
+                        "slot {slot} double-dispatched"
+                    );
                     let id = job.header.request_id;
                     let (_, _, len) = self.ids[&id];
                     assert_eq!(job.payload, payload_of(id, len), "payload of {id} altered");
-                    assert_eq!(self.engine.slots()[slot].function, job.function(), "wrong slot");
-                    assert!(job.first_byte_at <= job.complete_at && job.complete_at <= job.dispatched_at);
+                    assert_eq!(
+                        self.engine.slots()[slot].function,
+                        job.function(),
+                        "wrong slot"
+                    );
+                    assert!(
+                        job.first_byte_at <= job.complete_at
+                            && job.complete_at <= job.dispatched_at
+                    );
                     self.running[slot] = Some(id);
                     self.outcomes.entry(id).or_default().push("dispatched");
                 }
                 Action::Reply { header, .. } => {
                     self.replies += 1;
                     let name = header.status.name();
-                    self.outcomes.entry(header.request_id).or_default().push(name);
+                    self.outcomes
+                        .entry(header.request_id)
+                        .or_default()
+                        .push(name);
                 }
                 Action::Close { conn } => {
                     self.closed[conn as usize] = true;
@@ -143,7 +164,11 @@ impl Harness {
         }
         assert!(self.engine.small_queue().1 <= cfg.small_queue_bytes);
         let st = self.engine.stats();
-        assert_eq!(st.refusals.iter().sum::<u64>(), self.replies, "a refusal was not reported");
+        assert_eq!(
+            st.refusals.iter().sum::<u64>(),
+            self.replies,
+            "a refusal was not reported"
+        );
     }
 
     /// Send everything left, then run every slot until the engine is idle.
@@ -182,7 +207,11 @@ fn config(policy: BufferPolicy, slot_policy: SlotPolicy, small: bool) -> EngineC
 
 fn policies() -> impl Strategy<Value = (BufferPolicy, SlotPolicy, bool)> {
     (
-        prop_oneof![Just(BufferPolicy::NaiveRr), Just(BufferPolicy::EligibleRr), Just(BufferPolicy::Jsb)],
+        prop_oneof![
+            Just(BufferPolicy::NaiveRr),
+            Just(BufferPolicy::EligibleRr),
+            Just(BufferPolicy::Jsb)
+        ],
         prop_oneof![Just(SlotPolicy::Rr), Just(SlotPolicy::Jsq)],
         any::<bool>(),
     )

@@ -15,7 +15,11 @@ pub struct Hop {
 
 impl Hop {
     pub fn local(function: u8, param: u64) -> Hop {
-        Hop { function, device: DEVICE_SELF, param }
+        Hop {
+            function,
+            device: DEVICE_SELF,
+            param,
+        }
     }
 }
 
@@ -56,7 +60,10 @@ pub enum HeaderError {
 impl HeaderError {
     /// True when the rest of the stream cannot be parsed after this error.
     pub fn is_fatal(&self) -> bool {
-        matches!(self, HeaderError::BadMagic(_) | HeaderError::BadVersion { .. })
+        matches!(
+            self,
+            HeaderError::BadMagic(_) | HeaderError::BadVersion { .. }
+        )
     }
 }
 
@@ -110,14 +117,21 @@ impl RequestHeader {
         }
         let request_id = u64_at(b, 8);
         if b[2] != VERSION {
-            return Err(HeaderError::BadVersion { version: b[2], request_id });
+            return Err(HeaderError::BadVersion {
+                version: b[2],
+                request_id,
+            });
         }
         let mut hops = [Hop::default(); MAX_HOPS];
         for (i, hop) in hops.iter_mut().enumerate() {
             let o = HOPS_OFFSET + i * HOP_LEN;
             let mut p = [0u8; 8];
             p.copy_from_slice(&b[o + 2..o + 10]);
-            *hop = Hop { function: b[o], device: b[o + 1], param: u64::from_le_bytes(p) };
+            *hop = Hop {
+                function: b[o],
+                device: b[o + 1],
+                param: u64::from_le_bytes(p),
+            };
         }
         let h = RequestHeader {
             flags: b[3],
@@ -136,7 +150,10 @@ impl RequestHeader {
             return Err(HeaderError::BadHopCount(h.hop_count));
         }
         if h.hop_index >= h.hop_count {
-            return Err(HeaderError::BadHopIndex { index: h.hop_index, count: h.hop_count });
+            return Err(HeaderError::BadHopIndex {
+                index: h.hop_index,
+                count: h.hop_count,
+            });
         }
         if b[21..24].iter().any(|&x| x != 0) {
             return Err(HeaderError::ReservedBytes);

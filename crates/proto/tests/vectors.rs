@@ -4,7 +4,10 @@ use offrac_proto::{HeaderError, Hop, RequestHeader, ResponseHeader, Status, HEAD
 use serde_json::Value;
 
 fn vectors() -> Value {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/vectors/headers.json");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/vectors/headers.json"
+    );
     serde_json::from_str(&std::fs::read_to_string(path).expect("vector file")).expect("json")
 }
 
@@ -40,7 +43,10 @@ fn request_vectors_decode_and_reencode() {
         let f = &v["fields"];
         match RequestHeader::decode(&b) {
             Ok(h) => {
-                assert!(v["valid"].as_bool().unwrap(), "{note}: decoded but should fail");
+                assert!(
+                    v["valid"].as_bool().unwrap(),
+                    "{note}: decoded but should fail"
+                );
                 assert_eq!(h.request_id, u(f, "request_id"), "{note}");
                 assert_eq!(h.payload_len as u64, u(f, "payload_len"), "{note}");
                 assert_eq!(h.tenant as u64, u(f, "tenant"), "{note}");
@@ -60,7 +66,11 @@ fn request_vectors_decode_and_reencode() {
             Err(e) => {
                 assert!(!v["valid"].as_bool().unwrap(), "{note}: failed with {e}");
                 assert_eq!(error_name(e), v["error"].as_str().unwrap(), "{note}");
-                assert_eq!(RequestHeader::peek_request_id(&b), u(f, "request_id"), "{note}");
+                assert_eq!(
+                    RequestHeader::peek_request_id(&b),
+                    u(f, "request_id"),
+                    "{note}"
+                );
             }
         }
     }
