@@ -57,12 +57,14 @@ fn default_stall() -> u64 {
 struct RawIo {
     mode: String,
     spin_us: u64,
+    worker_spin_us: u64,
 }
 impl Default for RawIo {
     fn default() -> Self {
         RawIo {
             mode: "poll".into(),
             spin_us: 100,
+            worker_spin_us: 0,
         }
     }
 }
@@ -130,6 +132,8 @@ pub struct NodeConfig {
     pub engine: EngineConfig,
     pub io_mode: IoMode,
     pub spin_us: u64,
+    /// How long an idle slot worker busy-polls its queue before sleeping (poll mode only).
+    pub worker_spin_us: u64,
     /// Where to serve metrics, if anywhere.
     pub metrics_listen: Option<String>,
 }
@@ -172,6 +176,7 @@ impl NodeConfig {
             engine,
             io_mode,
             spin_us: raw.io.spin_us,
+            worker_spin_us: raw.io.worker_spin_us,
             metrics_listen,
         })
     }

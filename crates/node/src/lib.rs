@@ -113,9 +113,12 @@ pub fn start(cfg: NodeConfig, listen: &str) -> Result<NodeHandle, NodeError> {
     let waker = Arc::new(IoWaker::new(Waker::new(poll.registry(), server::WAKER)?));
     let metrics = Arc::new(Metrics::new(&cfg.engine.slots));
     let flag = Arc::new(AtomicBool::new(false));
-    let spin = match cfg.io_mode {
-        IoMode::Poll => Duration::from_micros(cfg.spin_us),
-        IoMode::Blocking => Duration::ZERO,
+    let (spin, worker_spin) = match cfg.io_mode {
+        IoMode::Poll => (
+            Duration::from_micros(cfg.spin_us),
+            Duration::from_micros(cfg.worker_spin_us),
+        ),
+        IoMode::Blocking => (Duration::ZERO, Duration::ZERO),
     };
 
     let (done_tx, done_rx) = crossbeam_channel::unbounded();
@@ -129,7 +132,7 @@ pub fn start(cfg: NodeConfig, listen: &str) -> Result<NodeHandle, NodeError> {
             done: done_tx.clone(),
             waker: waker.clone(),
             metrics: metrics.clone(),
-            spin,
+            spin: worker_spin,
         })?);
     }
 

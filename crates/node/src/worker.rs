@@ -50,7 +50,8 @@ fn next(rx: &Receiver<Work>, spin: Duration) -> Option<Work> {
                 Ok(w) => return Some(w),
                 Err(TryRecvError::Disconnected) => return None,
                 Err(TryRecvError::Empty) if start.elapsed() > spin => break,
-                Err(TryRecvError::Empty) => std::hint::spin_loop(),
+                // Yield rather than burn: on few cores the client may need this CPU.
+                Err(TryRecvError::Empty) => std::thread::yield_now(),
             }
         }
     }

@@ -1,0 +1,34 @@
+# The two commands a newcomer needs:
+#   make demo   build everything, start a node, drive a mixed load, print the figures
+#   make test   build everything and run the whole test suite (Rust + Python)
+
+CARGO ?= cargo
+PYTHON ?= python3
+
+.PHONY: build demo test test-rust test-python python-deps lint bench-kernels
+
+build:
+	$(CARGO) build --release --workspace --bins --examples
+
+demo: build
+	./target/release/offrac demo
+
+python-deps:
+	$(PYTHON) -m pip install --quiet --disable-pip-version-check -e 'python[test]'
+
+test: build python-deps test-rust test-python
+
+test-rust:
+	$(CARGO) test --release --workspace
+
+test-python:
+	OFFRAC_BIN=$(CURDIR)/target/release/offrac $(PYTHON) -m pytest -q python/tests
+
+lint: python-deps
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
+	$(PYTHON) -m ruff check python
+	$(PYTHON) -m ruff format --check python
+
+bench-kernels:
+	$(CARGO) run --release -p offrac-accel --example kernel_bench

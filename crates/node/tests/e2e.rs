@@ -1,0 +1,186 @@
+//! The node over real loopback sockets, driven by the Rust client.
+
+use offrac_client::{Client, ClientError, FunctionId, RetryPolicy, Status};
+use offrac_node::{start, NodeConfig, NodeHandle};
+use offrac_proto::{RequestHeader, ResponseHeader, HEADER_LEN};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+fn node(extra: &str) -> NodeHandle {
+    let cfg = NodeConfig::parse(&format!("[metrics]\nlisten = \"127.0.0.1:0\"\n{extra}"))
+        .expect("config");
+    start(cfg, "127.0.0.1:0").expect("node starts")
+}
+
+fn ints(v: &[i32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn read_response(s: &mut TcpStream) -> (ResponseHeader, Vec<u8>) {
+    let mut h = [0u8; HEADER_LEN];
+    s.read_exact(&mut h).expect("response header");
+    let h = ResponseHeader::decode(&h).expect("valid response");
+    let mut p = vec![0; h.payload_len as usize];
+    s.read_exact(&mut p).expect("response payload");
+    (h, p)
+}
+
+#[test]
+fn topk_roundtrip_reports_node_timing() {
+    let n = node("");
+    let mut c = Client::connect(&n.addr.to_string()).unwrap();
+    let r = c
+        .call(FunctionId::TopK, 3, &ints(&[5, -1, 9, 7, 3]))
+        .unwrap();
+    assert_eq!(r.payload, ints(&[9, 7, 5]));
+    assert_eq!(r.header.status, Status::Ok);
+    assert!(r.header.exec_ns > 0, "execution time is reported");
+    n.shutdown().unwrap();
+}
+
+#[test]
+fn one_byte_writes_and_coalesced_requests() {
+    let n = node("");
+    let mut s = TcpStream::connect(n.addr).unwrap();
+    s.set_nodelay(true).unwrap();
+    let payload = ints(&[1, 2, 3, 4]);
+    let mut req = RequestHeader::single(11, FunctionId::TopK.id(), 2, payload.len() as u32)
+        .encode()
+        .to_vec();
+    req.extend_from_slice(&payload);
+    for b in &req {
+        s.write_all(&[*b]).unwrap();
+    }
+    let (h, p) = read_response(&mut s);
+    assert_eq!((h.status, h.request_id, p), (Status::Ok, 11, ints(&[4, 3])));
+
+    // Fifty requests in one write: fifty answers, each id once.
+    let mut batch = Vec::new();
+    for id in 100..150u64 {
+        batch.extend_from_slice(&RequestHeader::single(id, FunctionId::Echo.id(), 0, 8).encode());
+        batch.extend_from_slice(&id.to_le_bytes());
+    }
+    s.write_all(&batch).unwrap();
+    let mut seen: Vec<u64> = (0..50)
+        .map(|_| {
+            let (h, p) = read_response(&mut s);
+            assert_eq!(h.status, Status::Ok);
+            assert_eq!(p, h.request_id.to_le_bytes());
+            h.request_id
+        })
+        .collect();
+    seen.sort();
+    assert_eq!(seen, (100..150).collect::<Vec<_>>());
+    n.shutdown().unwrap();
+}
+
+#[test]
+fn a_long_function_does_not_hold_up_other_slots() {
+    let n = node("");
+    let addr = n.addr.to_string();
+    let mut slow = TcpStream::connect(n.addr).unwrap();
+    let mut spin = RequestHeader::single(1, FunctionId::Spin.id(), 400_000, 4)
+        .encode()
+        .to_vec();
+    spin.extend_from_slice(b"slow");
+    slow.write_all(&spin).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    // While the spin slot computes for 400 ms, top-k answers many times over.
+    let mut c = Client::connect(&addr).unwrap();
+    let started = Instant::now();
+    for _ in 0..20 {
+        c.call(FunctionId::TopK, 1, &ints(&[3, 1, 2])).unwrap();
+    }
+    let fast = started.elapsed();
+    let (h, p) = read_response(&mut slow);
+    let slow_done = started.elapsed();
+    assert_eq!((h.status, p.as_slice()), (Status::Ok, &b"slow"[..]));
+    assert!(
+        fast < slow_done,
+        "top-k calls ({fast:?}) finished after the spin ({slow_done:?})"
+    );
+    assert!(h.exec_ns >= 400_000_000, "spin ran {} ns", h.exec_ns);
+    n.shutdown().unwrap();
+}
+
+#[test]
+fn shutdown_answers_held_requests_and_refuses_new_ones() {
+    let n = node("");
+    let mut held = TcpStream::connect(n.addr).unwrap();
+    let mut spin = RequestHeader::single(7, FunctionId::Spin.id(), 300_000, 2)
+        .encode()
+        .to_vec();
+    spin.extend_from_slice(b"ok");
+    held.write_all(&spin).unwrap();
+    let mut late = TcpStream::connect(n.addr).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    let stopper = n.shutdown_handle();
+    let joiner = std::thread::spawn(move || n.join());
+    stopper.shutdown();
+    std::thread::sleep(Duration::from_millis(50));
+    let req = RequestHeader::single(8, FunctionId::Echo.id(), 0, 0).encode();
+    late.write_all(&req).unwrap();
+    let (h, _) = read_response(&mut late);
+    assert_eq!((h.status, h.request_id), (Status::ShuttingDown, 8));
+    let (h, p) = read_response(&mut held);
+    assert_eq!(
+        (h.status, h.request_id, p.as_slice()),
+        (Status::Ok, 7, &b"ok"[..])
+    );
+    joiner.join().unwrap().unwrap();
+}
+
+#[test]
+fn bad_input_and_unknown_function_keep_the_connection() {
+    let n = node("[[slots]]\nfunction = \"logit\"\n");
+    let mut c = Client::connect(&n.addr.to_string())
+        .unwrap()
+        .with_retry_policy(RetryPolicy::NONE);
+    match c.call(FunctionId::Logit, 0, &[1, 2, 3]) {
+        Err(ClientError::Status {
+            status: Status::BadInput,
+            ..
+        }) => {}
+        other => panic!("expected BAD_INPUT, got {other:?}"),
+    }
+    match c.call(FunctionId::TopK, 1, &ints(&[1])) {
+        Err(ClientError::Status {
+            status: Status::UnknownFunction,
+            detail: 1,
+            ..
+        }) => {}
+        other => panic!("expected UNKNOWN_FUNCTION, got {other:?}"),
+    }
+    let r = c.call(FunctionId::Logit, 0, &0.5f32.to_le_bytes()).unwrap();
+    assert_eq!(r.payload, 0.0f32.to_le_bytes());
+    n.shutdown().unwrap();
+}
+
+#[test]
+fn metrics_count_completions_per_slot() {
+    let n = node("");
+    let mut c = Client::connect(&n.addr.to_string()).unwrap();
+    for _ in 0..5 {
+        c.call(FunctionId::Echo, 0, b"hi").unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(150));
+    let text = n.metrics.render();
+    assert!(
+        text.contains("offrac_slot_completions_total{slot=\"0\",function=\"echo\"} 5"),
+        "{text}"
+    );
+    assert!(text.contains("offrac_dispatched_total 5"), "{text}");
+    n.shutdown().unwrap();
+}
+
+#[test]
+fn blocking_mode_serves_too() {
+    let n = node("[io]\nmode = \"blocking\"\n");
+    let mut c = Client::connect(&n.addr.to_string()).unwrap();
+    for i in 0..50 {
+        let r = c.call(FunctionId::TopK, 1, &ints(&[i, i + 1])).unwrap();
+        assert_eq!(r.payload, ints(&[i + 1]));
+    }
+    n.shutdown().unwrap();
+}
