@@ -1,0 +1,84 @@
+"""Python client for offrac nodes: call accelerator functions over TCP.
+
+>>> from offrac import Client
+>>> with Client("127.0.0.1:7000") as c:          # doctest: +SKIP
+...     c.call("topk", [5, 1, 9, 3], k=2)
+array([9, 5], dtype=int32)
+"""
+
+from __future__ import annotations
+
+from .client import Client, RequestFuture, parse_address
+from .errors import (
+    BadInputError,
+    BusyError,
+    ConnectionClosedError,
+    InternalError,
+    MalformedError,
+    OffracError,
+    RequestTimeoutError,
+    ShuttingDownError,
+    TooLargeError,
+    UnknownFunctionError,
+    UnsupportedError,
+    UnsupportedVersionError,
+    error_for_response,
+)
+from .protocol import (
+    DEVICE_SELF,
+    FUNCTION_IDS,
+    FUNCTION_NAMES,
+    HEADER_LEN,
+    MAX_HOPS,
+    REQUEST_MAGIC,
+    RESPONSE_MAGIC,
+    VERSION,
+    FunctionId,
+    HeaderError,
+    Hop,
+    RequestHeader,
+    ResponseHeader,
+    Status,
+    encode_request,
+    function_id,
+    function_name,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DEVICE_SELF",
+    "FUNCTION_IDS",
+    "FUNCTION_NAMES",
+    "HEADER_LEN",
+    "MAX_HOPS",
+    "REQUEST_MAGIC",
+    "RESPONSE_MAGIC",
+    "VERSION",
+    "BadInputError",
+    "BusyError",
+    "Client",
+    "ConnectionClosedError",
+    "FunctionId",
+    "HeaderError",
+    "Hop",
+    "InternalError",
+    "MalformedError",
+    "OffracError",
+    "RequestFuture",
+    "RequestHeader",
+    "RequestTimeoutError",
+    "ResponseHeader",
+    "ShuttingDownError",
+    "Status",
+    "TooLargeError",
+    "UnknownFunctionError",
+    "UnsupportedError",
+    "UnsupportedVersionError",
+    "__version__",
+    "encode_request",
+    "error_for_response",
+    "function_id",
+    "function_name",
+    "parse_address",
+]

@@ -1,0 +1,592 @@
+"""A pipelined, thread-safe TCP client for an offrac node."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import heapq
+import io
+import itertools
+import math
+import random
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeGuard, TypeVar, cast
+
+import numpy as np
+import numpy.typing as npt
+
+from .errors import ConnectionClosedError, OffracError, error_for_response
+from .protocol import (
+    HEADER_LEN,
+    FunctionId,
+    HeaderError,
+    RequestHeader,
+    ResponseHeader,
+    Status,
+    function_id,
+)
+
+__all__ = ["Client", "RequestFuture", "parse_address"]
+
+_U64_MAX = 0xFFFF_FFFF_FFFF_FFFF
+_I32 = np.iinfo(np.int32)
+
+#: What a decoded result can be: a numpy array (topk, logit, minmax, matmul) or bytes (echo, spin).
+#: ``call``/``submit`` are annotated ``Any`` because the type depends on the function *name*.
+Result = npt.NDArray[Any] | bytes
+#: Input accepted by :meth:`Client.call`.
+Data = bytes | bytearray | memoryview | npt.ArrayLike | tuple[npt.ArrayLike, npt.ArrayLike]
+#: Parameter keyword each function accepts (besides the generic ``param=``).
+PARAM_NAMES: Mapping[int, str] = {FunctionId.TOPK: "k", FunctionId.MATMUL: "n", FunctionId.SPIN: "us"}
+
+_T = TypeVar("_T")
+
+
+class RequestFuture(concurrent.futures.Future[_T]):
+    """A :class:`concurrent.futures.Future` that also knows its ``request_id``."""
+
+    request_id: int = 0
+
+
+_Decoder = Callable[[bytearray], Any]
+
+
+@dataclass
+class _Pending:
+    future: RequestFuture[Any]
+    wire: bytes
+    decode: _Decoder | None  # None: raw mode, the result is (header, payload) whatever the status
+    return_info: bool
+    retries_left: int
+    attempt: int = 0
+
+
+def parse_address(address: str | tuple[str, int]) -> tuple[str, int]:
+    """``"host:port"``, ``"[v6addr]:port"`` or ``(host, port)`` -> ``(host, port)``."""
+    if isinstance(address, tuple):
+        host, port = address
+        return str(host), int(port)
+    host, sep, port_s = address.rpartition(":")
+    if not sep or not host or not port_s.isdigit():
+        raise ValueError(f"address must look like 'host:port', got {address!r}")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host, int(port_s)
+
+
+# ---------------------------------------------------------------------------------------------
+# Input encoding and output decoding
+
+
+def _int32_bytes(data: Any) -> tuple[bytes, tuple[int, ...]]:
+    arr = np.asarray(data)
+    kind = arr.dtype.kind
+    if kind in "biu":
+        if arr.size and kind != "b" and (arr.min() < _I32.min or arr.max() > _I32.max):
+            raise ValueError(f"topk input has values outside the int32 range (dtype {arr.dtype})")
+    elif kind == "f":
+        if arr.size and not bool(np.all(np.isfinite(arr))):
+            raise ValueError("topk input must be integers; got non-finite floats")
+        if arr.size and not bool(np.all(arr == np.trunc(arr))):
+            raise ValueError("topk input must be integers; got floats with a fractional part")
+        if arr.size and (arr.min() < _I32.min or arr.max() > _I32.max):
+            raise ValueError("topk input has values outside the int32 range")
+    else:
+        raise TypeError(f"topk input must be an integer array (int32 on the wire), not dtype {arr.dtype}")
+    return np.ascontiguousarray(arr, dtype="<i4").tobytes(), arr.shape
+
+
+def _float32_bytes(data: Any, what: str) -> tuple[bytes, tuple[int, ...]]:
+    arr = np.asarray(data)
+    if arr.dtype.kind not in "biuf":
+        raise TypeError(
+            f"{what} input must be a real numeric array (float32 on the wire), not dtype {arr.dtype}"
+        )
+    return np.ascontiguousarray(arr, dtype="<f4").tobytes(), arr.shape
+
+
+def _is_raw(data: object) -> TypeGuard[bytes | bytearray | memoryview]:
+    return isinstance(data, (bytes, bytearray, memoryview))
+
+
+def _decode_int32(buf: bytearray) -> npt.NDArray[np.int32]:
+    if len(buf) % 4:
+        raise OffracError(f"node returned {len(buf)} bytes, not a whole number of int32")
+    return np.frombuffer(buf, dtype="<i4").astype(np.int32, copy=False)
+
+
+def _decode_float32(shape: tuple[int, ...] | None) -> _Decoder:
+    def decode(buf: bytearray) -> npt.NDArray[np.float32]:
+        if len(buf) % 4:
+            raise OffracError(f"node returned {len(buf)} bytes, not a whole number of float32")
+        out = np.frombuffer(buf, dtype="<f4").astype(np.float32, copy=False)
+        if shape is not None and len(shape) > 1 and math.prod(shape) == out.size:
+            out = out.reshape(shape)
+        return out
+
+    return decode
+
+
+def _decode_matrix(buf: bytearray) -> npt.NDArray[np.float32]:
+    count = len(buf) // 4
+    n = math.isqrt(count)
+    if len(buf) % 4 or n * n != count:
+        raise OffracError(f"matmul returned {len(buf)} bytes, not an n x n float32 matrix")
+    return np.frombuffer(buf, dtype="<f4").astype(np.float32, copy=False).reshape(n, n)
+
+
+def _decode_bytes(buf: bytearray) -> bytes:
+    return bytes(buf)
+
+
+def _u64_param(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name}= must be an int, not {type(value).__name__}")
+    v = int(value)
+    if not 0 <= v <= _U64_MAX:
+        raise ValueError(f"{name}={v} outside the u64 range")
+    return v
+
+
+def prepare(fid: int, data: Data, params: Mapping[str, object]) -> tuple[bytes, int, _Decoder]:
+    """Encode ``data`` and the keyword parameters for function ``fid``.
+
+    Returns ``(payload, param, decoder)``. Parameter *values* are not range-checked beyond u64:
+    the node is the judge (e.g. ``k=0`` gets ``BAD_INPUT``).
+    """
+    params = dict(params)
+    param = 0
+    named = PARAM_NAMES.get(fid)
+    if "param" in params:
+        if named is not None and named in params:
+            raise TypeError(f"pass either {named}= or param=, not both")
+        param = _u64_param("param", params.pop("param"))
+    elif named is not None and named in params:
+        param = _u64_param(named, params.pop(named))
+    elif fid == FunctionId.TOPK:
+        raise TypeError("topk needs k= (how many of the largest values to return)")
+    if params:
+        allowed = ", ".join(f"{k}=" for k in (named, "param") if k)
+        raise TypeError(f"unexpected keyword(s) {sorted(params)} for this function (accepted: {allowed})")
+
+    shape: tuple[int, ...] | None = None
+    if fid == FunctionId.TOPK:
+        payload, _ = (bytes(data), ()) if _is_raw(data) else _int32_bytes(data)
+        return payload, param, _decode_int32
+    if fid in (FunctionId.LOGIT, FunctionId.MINMAX):
+        if _is_raw(data):
+            payload = bytes(data)
+        else:
+            payload, shape = _float32_bytes(data, FunctionId(fid).name.lower())
+        return payload, param, _decode_float32(shape)
+    if fid == FunctionId.MATMUL:
+        if _is_raw(data):
+            payload = bytes(data)
+        elif isinstance(data, (tuple, list)) and len(data) == 2 and all(np.ndim(m) == 2 for m in data):
+            a, b = (np.asarray(m) for m in data)
+            if a.shape != b.shape or a.shape[0] != a.shape[1]:
+                raise ValueError(f"matmul needs two n x n matrices, got shapes {a.shape} and {b.shape}")
+            n = a.shape[0]
+            if param not in (0, n):
+                raise ValueError(f"n={param} does not match the {n} x {n} matrices")
+            param = n
+            payload = _float32_bytes(a, "matmul")[0] + _float32_bytes(b, "matmul")[0]
+        else:
+            payload, _ = _float32_bytes(data, "matmul")
+        return payload, param, _decode_matrix
+    # echo, spin and functions this client does not know: bytes in, bytes out.
+    if _is_raw(data):
+        payload = bytes(data)
+    elif isinstance(data, np.ndarray):
+        payload = np.ascontiguousarray(data).tobytes()
+    else:
+        raise TypeError(f"{type(data).__name__} input: pass bytes, bytearray, memoryview or a numpy array")
+    return payload, param, _decode_bytes
+
+
+# ---------------------------------------------------------------------------------------------
+# Retry timer
+
+
+class _Timer:
+    """One thread running callbacks at (roughly) given monotonic times; used for BUSY back-off."""
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self._heap: list[tuple[float, int, Callable[[], None]]] = []
+        self._seq = itertools.count()
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, name="offrac-retry", daemon=True)
+        self._thread.start()
+
+    def schedule(self, delay: float, fn: Callable[[], None]) -> None:
+        with self._cv:
+            heapq.heappush(self._heap, (time.monotonic() + delay, next(self._seq), fn))
+            self._cv.notify()
+
+    def stop(self) -> None:
+        with self._cv:
+            self._stopped = True
+            self._heap.clear()
+            self._cv.notify()
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while not self._stopped:
+                    now = time.monotonic()
+                    if self._heap and self._heap[0][0] <= now:
+                        break
+                    self._cv.wait(self._heap[0][0] - now if self._heap else None)
+                if self._stopped:
+                    return
+                _, _, fn = heapq.heappop(self._heap)
+            fn()
+
+
+# ---------------------------------------------------------------------------------------------
+# The client
+
+
+class Client:
+    """A connection to one offrac node.
+
+    ``Client("127.0.0.1:7000")`` connects at once. Many requests may be outstanding on the
+    connection (see :meth:`submit`); a background thread reads responses and completes the
+    futures by request id, in whatever order the node answers. All methods are thread-safe.
+
+    Keyword arguments:
+
+    * ``timeout``: seconds :meth:`call` waits for an answer (None = forever); also the
+      connect timeout unless ``connect_timeout`` is given.
+    * ``busy_retries``: how often a request answered ``BUSY`` is re-sent before
+      :class:`~offrac.errors.BusyError` is raised (0 disables retries).
+    * ``busy_backoff``: ``(low, high)`` seconds; retry *i* (from 0) waits
+      ``uniform(low, high) * 2**i``, capped at ``busy_backoff_max``. The default 80-120 us start
+      follows the OffRAC paper (Appendix B).
+    * ``tenant``: default tenant id of requests.
+
+    Counters: ``busy_retries_done`` (requests re-sent after BUSY) and ``last_response`` (the
+    most recently received :class:`~offrac.protocol.ResponseHeader`, with the node's timings).
+    """
+
+    def __init__(
+        self,
+        address: str | tuple[str, int],
+        *,
+        timeout: float | None = 10.0,
+        connect_timeout: float | None = None,
+        busy_retries: int = 8,
+        busy_backoff: tuple[float, float] = (80e-6, 120e-6),
+        busy_backoff_max: float = 0.05,
+        tenant: int = 0,
+        nodelay: bool = True,
+    ) -> None:
+        if busy_retries < 0:
+            raise ValueError("busy_retries must be >= 0")
+        lo, hi = busy_backoff
+        if not 0 <= lo <= hi:
+            raise ValueError("busy_backoff must be (low, high) with 0 <= low <= high")
+        self.address = parse_address(address)
+        self.timeout = timeout
+        self.busy_retries = busy_retries
+        self.busy_backoff = (float(lo), float(hi))
+        self.busy_backoff_max = float(busy_backoff_max)
+        self.tenant = tenant
+        self.busy_retries_done = 0
+        self.last_response: ResponseHeader | None = None
+
+        self._sock = socket.create_connection(
+            self.address, timeout=connect_timeout if connect_timeout is not None else timeout
+        )
+        self._sock.settimeout(None)
+        if nodelay:
+            self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._rfile = cast(io.BufferedReader, self._sock.makefile("rb", buffering=1 << 16))
+        self._send_lock = threading.Lock()
+        self._lock = threading.Lock()  # guards everything below
+        self._pending: dict[int, _Pending] = {}
+        self._ids = itertools.count(1)
+        self._closed: OffracError | None = None
+        self._last_unmatched: OffracError | None = None
+        self._timer: _Timer | None = None
+        self._rng = random.Random()
+        self._reader = threading.Thread(
+            target=self._read_loop, name=f"offrac-reader-{self.address}", daemon=True
+        )
+        self._reader.start()
+
+    # -- public API -----------------------------------------------------------------------
+
+    def submit(
+        self,
+        function: str | int,
+        data: Data = b"",
+        *,
+        tenant: int | None = None,
+        return_info: bool = False,
+        **params: object,
+    ) -> RequestFuture[Any]:
+        """Send a request without waiting; returns a future of what :meth:`call` would return.
+
+        Input/parameter errors (``TypeError``/``ValueError``) are raised here, before sending.
+        The future fails with an :class:`~offrac.errors.OffracError` subclass for a non-OK
+        status (after BUSY retries) or :class:`~offrac.errors.ConnectionClosedError`. Future
+        callbacks run on the client's reader thread.
+        """
+        fid = function_id(function)
+        payload, param, decode = prepare(fid, data, params)
+        return self._send_new(fid, payload, param, tenant, decode, return_info, self.busy_retries)
+
+    def call(
+        self,
+        function: str | int,
+        data: Data = b"",
+        *,
+        tenant: int | None = None,
+        timeout: float | None = -1.0,
+        return_info: bool = False,
+        **params: object,
+    ) -> Any:
+        """Run ``function`` (name or id) on ``data`` and return its decoded result.
+
+        Parameters: ``k=`` for topk, ``n=`` for matmul (optional), ``us=`` for spin, or the raw
+        u64 ``param=`` for any function. Results: topk -> int32 array, logit/minmax -> float32
+        array (shaped like a numpy input), matmul -> n x n float32 array, echo/spin/other -> bytes.
+        With ``return_info=True`` returns ``(result, ResponseHeader)``; the header carries the
+        node's ``reassembly_ns``, ``queue_ns`` and ``exec_ns``.
+
+        ``timeout`` defaults to the client's; on expiry the request is abandoned and the
+        builtin :class:`TimeoutError` is raised.
+        """
+        fut = self.submit(function, data, tenant=tenant, return_info=return_info, **params)
+        return self._wait(fut, timeout)
+
+    def submit_raw(
+        self,
+        function: int,
+        payload: bytes | bytearray | memoryview = b"",
+        param: int = 0,
+        *,
+        tenant: int | None = None,
+    ) -> RequestFuture[tuple[ResponseHeader, bytes]]:
+        """Like :meth:`call_raw` but returns a future."""
+        fid = function_id(function)
+        return self._send_new(fid, bytes(payload), _u64_param("param", param), tenant, None, False, 0)
+
+    def call_raw(
+        self,
+        function: int,
+        payload: bytes | bytearray | memoryview = b"",
+        param: int = 0,
+        *,
+        tenant: int | None = None,
+        timeout: float | None = -1.0,
+    ) -> tuple[ResponseHeader, bytes]:
+        """Send ``payload`` as-is and return ``(ResponseHeader, payload bytes)`` for *any* status.
+
+        No BUSY retry and no exception for non-OK statuses: check ``header.status`` yourself.
+        Raises :class:`~offrac.errors.ConnectionClosedError` if the connection closes first.
+        """
+        return self._wait(self.submit_raw(function, payload, param, tenant=tenant), timeout)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed is not None
+
+    @property
+    def outstanding(self) -> int:
+        """Requests sent (or waiting to be re-sent) and not yet answered."""
+        with self._lock:
+            return len(self._pending)
+
+    def close(self) -> None:
+        """Close the connection; outstanding requests fail with ConnectionClosedError."""
+        self._shutdown(ConnectionClosedError("client closed the connection"))
+        if threading.current_thread() is not self._reader:
+            self._reader.join(timeout=5)
+        try:
+            self._rfile.close()
+        finally:
+            self._sock.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else "open"
+        return f"<offrac.Client {self.address[0]}:{self.address[1]} {state}>"
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _wait(self, fut: RequestFuture[_T], timeout: float | None) -> _T:
+        if timeout is not None and timeout < 0:
+            timeout = self.timeout
+        try:
+            return fut.result(timeout)
+        except concurrent.futures.TimeoutError:
+            fut.cancel()
+            with self._lock:
+                self._pending.pop(fut.request_id, None)
+            raise TimeoutError(f"no response to request {fut.request_id} within {timeout} s") from None
+
+    def _send_new(
+        self,
+        fid: int,
+        payload: bytes,
+        param: int,
+        tenant: int | None,
+        decode: _Decoder | None,
+        return_info: bool,
+        retries: int,
+    ) -> RequestFuture[Any]:
+        fut: RequestFuture[Any] = RequestFuture()
+        with self._lock:
+            if self._closed is not None:
+                raise ConnectionClosedError(f"connection is closed ({self._closed.message})")
+            rid = next(self._ids)
+            fut.request_id = rid
+            header = RequestHeader.single(
+                rid, fid, param, len(payload), self.tenant if tenant is None else tenant
+            ).encode()
+            pending = _Pending(fut, header + payload, decode, return_info, retries)
+            self._pending[rid] = pending
+        self._transmit(pending)
+        return fut
+
+    def _transmit(self, pending: _Pending) -> None:
+        try:
+            with self._send_lock:
+                self._sock.sendall(pending.wire)
+        except OSError as e:
+            self._shutdown(ConnectionClosedError(f"send failed: {e}"))
+
+    def _resend(self, rid: int) -> None:
+        with self._lock:
+            pending = self._pending.get(rid)
+            if pending is None or self._closed is not None:
+                return
+            if pending.future.cancelled():
+                del self._pending[rid]
+                return
+        self._transmit(pending)
+
+    def _backoff(self, attempt: int) -> float:
+        lo, hi = self.busy_backoff
+        return min(self._rng.uniform(lo, hi) * (2.0**attempt), self.busy_backoff_max)
+
+    def _read_exact(self, n: int) -> bytearray | None:
+        buf = bytearray(n)
+        view = memoryview(buf)
+        got = 0
+        while got < n:
+            k = self._rfile.readinto(view[got:])
+            if not k:
+                return None
+            got += k
+        return buf
+
+    def _read_loop(self) -> None:
+        reason: OffracError
+        try:
+            while True:
+                raw = self._read_exact(HEADER_LEN)
+                if raw is None:
+                    reason = ConnectionClosedError("the node closed the connection")
+                    break
+                try:
+                    header = ResponseHeader.decode(raw)
+                except HeaderError as e:
+                    reason = ConnectionClosedError(f"protocol error from the node: {e}")
+                    break
+                payload = self._read_exact(header.payload_len) if header.payload_len else bytearray()
+                if payload is None:
+                    reason = ConnectionClosedError("the node closed the connection mid-response")
+                    break
+                self.last_response = header
+                self._dispatch(header, payload)
+        except (OSError, ValueError) as e:  # ValueError: file closed under us by close()
+            reason = ConnectionClosedError(f"connection error: {e}")
+        with self._lock:
+            unmatched = self._last_unmatched
+        if unmatched is not None and self._closed is None:
+            reason = ConnectionClosedError(f"{reason.message} after: {unmatched}")
+        self._shutdown(reason)
+
+    def _dispatch(self, header: ResponseHeader, payload: bytearray) -> None:
+        with self._lock:
+            pending = self._pending.get(header.request_id)
+            if pending is None:
+                if header.status != Status.OK:
+                    self._last_unmatched = error_for_response(header, payload)
+                return
+            if (
+                header.status == Status.BUSY
+                and pending.retries_left > 0
+                and pending.decode is not None
+                and not pending.future.cancelled()
+            ):
+                pending.retries_left -= 1
+                delay = self._backoff(pending.attempt)
+                pending.attempt += 1
+                self.busy_retries_done += 1
+                if self._timer is None:
+                    self._timer = _Timer()
+                timer = self._timer
+                rid = header.request_id
+                timer.schedule(delay, lambda: self._resend(rid))
+                return
+            del self._pending[header.request_id]
+        fut = pending.future
+        try:
+            if pending.decode is None:
+                value: Any = (header, bytes(payload))
+            elif header.status != Status.OK:
+                _set(fut, exc=error_for_response(header, payload))
+                return
+            else:
+                result = pending.decode(payload)
+                value = (result, header) if pending.return_info else result
+        except Exception as e:  # a decoder failure belongs to this request only
+            _set(fut, exc=e)
+            return
+        _set(fut, value=value)
+
+    def _shutdown(self, reason: OffracError) -> None:
+        with self._lock:
+            first = self._closed is None
+            if first:
+                self._closed = reason
+            pending = list(self._pending.values())
+            self._pending.clear()
+            timer, self._timer = self._timer, None
+        if first:
+            with contextlib.suppress(OSError):
+                self._sock.shutdown(socket.SHUT_RDWR)
+        if timer is not None:
+            timer.stop()
+        for p in pending:
+            _set(
+                p.future,
+                exc=ConnectionClosedError(reason.message, request_id=p.future.request_id),
+            )
+
+
+def _set(fut: concurrent.futures.Future[Any], *, value: Any = None, exc: BaseException | None = None) -> None:
+    """Complete ``fut`` unless it was cancelled meanwhile."""
+    try:
+        if exc is not None:
+            fut.set_exception(exc)
+        else:
+            fut.set_result(value)
+    except concurrent.futures.InvalidStateError:
+        pass

@@ -1,0 +1,177 @@
+"""Exceptions raised by the offrac client: one per non-OK status, plus connection loss."""
+
+from __future__ import annotations
+
+from .protocol import ResponseHeader, Status
+
+__all__ = [
+    "BadInputError",
+    "BusyError",
+    "ConnectionClosedError",
+    "InternalError",
+    "MalformedError",
+    "OffracError",
+    "RequestTimeoutError",
+    "ShuttingDownError",
+    "TooLargeError",
+    "UnknownFunctionError",
+    "UnsupportedError",
+    "UnsupportedVersionError",
+    "error_for_response",
+]
+
+
+class OffracError(Exception):
+    """Base class of every offrac error.
+
+    ``status`` is the response :class:`Status` (None for errors without a response, e.g. a
+    closed connection), ``request_id`` the id of the failed request (None if unknown),
+    ``message`` the node's UTF-8 message (or the client's description) and ``detail`` the
+    response's status-specific number. ``header`` is the full response header, when there is one.
+    """
+
+    #: The status a subclass stands for (None on the base class and connection errors).
+    STATUS: Status | None = None
+
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        status: Status | None = None,
+        request_id: int | None = None,
+        detail: int = 0,
+        header: ResponseHeader | None = None,
+    ) -> None:
+        self.status = status if status is not None else self.STATUS
+        self.request_id = request_id
+        self.message = message
+        self.detail = detail
+        self.header = header
+        super().__init__(self._describe())
+
+    def _describe(self) -> str:
+        parts = []
+        if self.status is not None:
+            parts.append(self.status.name)
+        if self.request_id is not None:
+            parts.append(f"request {self.request_id}")
+        if self.detail:
+            parts.append(f"detail={self.detail}")
+        head = " ".join(parts)
+        if head and self.message:
+            return f"{head}: {self.message}"
+        return head or self.message
+
+    def __reduce__(self) -> tuple[object, ...]:  # keep keyword arguments when pickled
+        return (
+            _rebuild,
+            (type(self), self.message, self.status, self.request_id, self.detail, self.header),
+        )
+
+
+def _rebuild(
+    cls: type[OffracError],
+    message: str,
+    status: Status | None,
+    request_id: int | None,
+    detail: int,
+    header: ResponseHeader | None,
+) -> OffracError:
+    return cls(message, status=status, request_id=request_id, detail=detail, header=header)
+
+
+class BusyError(OffracError):
+    """BUSY: no reassembly buffer was free (after the client's retries, if any)."""
+
+    STATUS = Status.BUSY
+
+
+class UnknownFunctionError(OffracError):
+    """UNKNOWN_FUNCTION: no slot hosts the function; ``detail`` is the function id."""
+
+    STATUS = Status.UNKNOWN_FUNCTION
+
+
+class TooLargeError(OffracError):
+    """TOO_LARGE: the payload exceeds the node's maximum; ``detail`` is the maximum."""
+
+    STATUS = Status.TOO_LARGE
+
+
+class MalformedError(OffracError):
+    """MALFORMED: the node rejected the header."""
+
+    STATUS = Status.MALFORMED
+
+
+class BadInputError(OffracError):
+    """BAD_INPUT: the function rejected the payload or parameter."""
+
+    STATUS = Status.BAD_INPUT
+
+
+class InternalError(OffracError):
+    """INTERNAL: a bug in the node or a function."""
+
+    STATUS = Status.INTERNAL
+
+
+class UnsupportedVersionError(OffracError):
+    """UNSUPPORTED_VERSION: the node does not speak this version; ``detail`` is its highest."""
+
+    STATUS = Status.UNSUPPORTED_VERSION
+
+
+class RequestTimeoutError(OffracError):
+    """TIMEOUT: the node gave up on a request that stalled mid-transfer (not a client-side timeout)."""
+
+    STATUS = Status.TIMEOUT
+
+
+class ShuttingDownError(OffracError):
+    """SHUTTING_DOWN: the node is shutting down and did not run the request."""
+
+    STATUS = Status.SHUTTING_DOWN
+
+
+class UnsupportedError(OffracError):
+    """UNSUPPORTED: a valid request the node cannot serve yet (e.g. a multi-hop chain)."""
+
+    STATUS = Status.UNSUPPORTED
+
+
+class ConnectionClosedError(OffracError):
+    """The connection closed (or broke) while the request was outstanding, or before it was sent."""
+
+
+_BY_STATUS: dict[Status, type[OffracError]] = {
+    cls.STATUS: cls
+    for cls in (
+        BusyError,
+        UnknownFunctionError,
+        TooLargeError,
+        MalformedError,
+        BadInputError,
+        InternalError,
+        UnsupportedVersionError,
+        RequestTimeoutError,
+        ShuttingDownError,
+        UnsupportedError,
+    )
+    if cls.STATUS is not None
+}
+
+
+def error_for_response(header: ResponseHeader, payload: bytes | bytearray | memoryview) -> OffracError:
+    """The typed exception for a non-OK response (its payload is the node's UTF-8 message)."""
+    if header.status == Status.OK:
+        raise ValueError("error_for_response called with an OK response")
+    cls = _BY_STATUS.get(header.status, OffracError)
+    message = bytes(payload).decode("utf-8", errors="replace")
+    return cls(
+        message,
+        status=header.status,
+        request_id=header.request_id,
+        detail=header.detail,
+        header=header,
+    )

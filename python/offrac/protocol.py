@@ -1,0 +1,434 @@
+"""The offrac wire format, version 1 (see ``docs/protocol.md``, the single source of truth).
+
+Every request and every response is a fixed 64-byte little-endian header followed by
+``payload_len`` payload bytes. This module only encodes and decodes headers; it does no I/O.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from dataclasses import dataclass, field
+from typing import Final
+
+__all__ = [
+    "DEVICE_SELF",
+    "FUNCTION_IDS",
+    "FUNCTION_NAMES",
+    "HEADER_ERROR_KINDS",
+    "HEADER_LEN",
+    "MAX_HOPS",
+    "REQUEST_MAGIC",
+    "RESPONSE_MAGIC",
+    "VERSION",
+    "FunctionId",
+    "HeaderError",
+    "Hop",
+    "RequestHeader",
+    "ResponseHeader",
+    "Status",
+    "encode_request",
+    "function_id",
+    "function_name",
+]
+
+#: Size of every header, request or response: one 512-bit beat.
+HEADER_LEN: Final = 64
+#: The protocol version this package speaks.
+VERSION: Final = 1
+#: Request magic (bytes ``51 4F`` on the wire, ASCII "QO").
+REQUEST_MAGIC: Final = 0x4F51
+#: Response magic (bytes ``52 53`` on the wire, ASCII "RS").
+RESPONSE_MAGIC: Final = 0x5352
+#: Hops a request header can carry.
+MAX_HOPS: Final = 4
+#: Device id meaning "this node" in a hop, or "back to the caller" as reply device.
+DEVICE_SELF: Final = 0xFF
+
+# magic version flags tenant hop_count hop_index request_id payload_len reply_device reserved[3]
+_REQ_FIXED = struct.Struct("<HBBHBBQIB3s")
+_HOP = struct.Struct("<BBQ")
+_HOPS_OFFSET = 24
+# magic version flags status hop_index device request_id payload_len tenant reserved[2]
+# reassembly_ns queue_ns exec_ns detail reserved[8]
+_RESP = struct.Struct("<HBBHBBQIH2sQQQQ8s")
+assert _REQ_FIXED.size == _HOPS_OFFSET
+assert _HOPS_OFFSET + MAX_HOPS * _HOP.size == HEADER_LEN
+assert _RESP.size == HEADER_LEN
+
+_U8 = 0xFF
+_U16 = 0xFFFF
+_U32 = 0xFFFF_FFFF
+_U64 = 0xFFFF_FFFF_FFFF_FFFF
+
+
+class Status(enum.IntEnum):
+    """Response status codes."""
+
+    OK = 0
+    BUSY = 1
+    UNKNOWN_FUNCTION = 2
+    TOO_LARGE = 3
+    MALFORMED = 4
+    BAD_INPUT = 5
+    INTERNAL = 6
+    UNSUPPORTED_VERSION = 7
+    TIMEOUT = 8
+    SHUTTING_DOWN = 9
+    UNSUPPORTED = 10
+
+    @property
+    def closes_connection(self) -> bool:
+        """True for the statuses after which the node closes the connection."""
+        return self in (Status.UNSUPPORTED_VERSION, Status.TIMEOUT, Status.SHUTTING_DOWN)
+
+
+class FunctionId(enum.IntEnum):
+    """Built-in function ids (version 1)."""
+
+    ECHO = 0
+    TOPK = 1
+    LOGIT = 2
+    MINMAX = 3
+    MATMUL = 4
+    SPIN = 5
+
+
+#: Function name -> id.
+FUNCTION_IDS: Final[dict[str, int]] = {f.name.lower(): int(f) for f in FunctionId}
+#: Function id -> name.
+FUNCTION_NAMES: Final[dict[int, str]] = {v: k for k, v in FUNCTION_IDS.items()}
+
+
+def function_id(name_or_id: str | int) -> int:
+    """Resolve a function name (``"topk"``) or id (``1``) to its id.
+
+    Ids not in the built-in table are allowed (0..=255) so that custom functions can be
+    addressed; unknown names raise ``ValueError``.
+    """
+    if isinstance(name_or_id, str):
+        try:
+            return FUNCTION_IDS[name_or_id.lower()]
+        except KeyError:
+            known = ", ".join(FUNCTION_IDS)
+            raise ValueError(f"unknown function name {name_or_id!r} (known: {known})") from None
+    if isinstance(name_or_id, bool) or not isinstance(name_or_id, int):
+        raise TypeError(f"function must be a name or an int id, not {type(name_or_id).__name__}")
+    if not 0 <= name_or_id <= _U8:
+        raise ValueError(f"function id {name_or_id} outside 0..=255")
+    return int(name_or_id)
+
+
+def function_name(fid: int) -> str | None:
+    """The built-in name of a function id, or None."""
+    return FUNCTION_NAMES.get(fid)
+
+
+#: The ``kind`` values a request-header ``HeaderError`` can carry (named like the vector file's errors).
+HEADER_ERROR_KINDS: Final = (
+    "BadMagic",
+    "BadVersion",
+    "ReservedFlags",
+    "BadHopCount",
+    "BadHopIndex",
+    "ReservedBytes",
+    "UnusedHop",
+)
+
+
+class HeaderError(ValueError):
+    """A header that does not decode.
+
+    ``kind`` is one of :data:`HEADER_ERROR_KINDS` for requests; response decoding may also
+    report ``"BadMagic"``, ``"BadVersion"``, ``"UnknownStatus"`` or ``"ShortHeader"``.
+    ``fatal`` is True when the stream cannot be parsed past this header (bad magic/version).
+    """
+
+    def __init__(self, kind: str, message: str, *, request_id: int | None = None) -> None:
+        super().__init__(f"{kind}: {message}")
+        self.kind = kind
+        self.message = message
+        self.request_id = request_id
+
+    @property
+    def fatal(self) -> bool:
+        return self.kind in ("BadMagic", "BadVersion")
+
+
+def _check_range(name: str, value: int, maximum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if not 0 <= value <= maximum:
+        raise ValueError(f"{name}={value} outside 0..={maximum}")
+
+
+def _header_bytes(buf: bytes | bytearray | memoryview) -> bytes:
+    b = bytes(buf)
+    if len(b) != HEADER_LEN:
+        raise HeaderError("ShortHeader", f"a header is {HEADER_LEN} bytes, got {len(b)}")
+    return b
+
+
+@dataclass(frozen=True)
+class Hop:
+    """One step of a function chain: which function, on which device, with what parameter."""
+
+    function: int = 0
+    device: int = 0
+    param: int = 0
+
+    @classmethod
+    def local(cls, function: int, param: int = 0) -> Hop:
+        """A hop run on the node that receives the request."""
+        return cls(function, DEVICE_SELF, param)
+
+    def encode(self) -> bytes:
+        _check_range("function", self.function, _U8)
+        _check_range("device", self.device, _U8)
+        _check_range("param", self.param, _U64)
+        return _HOP.pack(self.function, self.device, self.param)
+
+    @classmethod
+    def decode(cls, buf: bytes | bytearray | memoryview) -> Hop:
+        return cls(*_HOP.unpack(bytes(buf)))
+
+    @property
+    def is_zero(self) -> bool:
+        return self.function == 0 and self.device == 0 and self.param == 0
+
+
+def _pad_hops(hops: tuple[Hop, ...] | list[Hop]) -> tuple[Hop, ...]:
+    hops = tuple(hops)
+    if len(hops) > MAX_HOPS:
+        raise ValueError(f"at most {MAX_HOPS} hops, got {len(hops)}")
+    return hops + (Hop(),) * (MAX_HOPS - len(hops))
+
+
+@dataclass(frozen=True)
+class RequestHeader:
+    """A request header. ``hops`` is always padded to four entries.
+
+    :meth:`encode` writes the fields as given (so tests can build invalid headers); only
+    integer ranges are checked. :meth:`decode` validates like the node does, in the order of
+    the Rust codec, and raises :class:`HeaderError`.
+    """
+
+    request_id: int = 0
+    payload_len: int = 0
+    tenant: int = 0
+    hop_count: int = 1
+    hop_index: int = 0
+    reply_device: int = DEVICE_SELF
+    flags: int = 0
+    hops: tuple[Hop, ...] = field(default_factory=lambda: (Hop(),) * MAX_HOPS)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "hops", _pad_hops(self.hops))
+
+    @classmethod
+    def single(
+        cls, request_id: int, function: int, param: int = 0, payload_len: int = 0, tenant: int = 0
+    ) -> RequestHeader:
+        """A single-hop request for ``function`` run on this node, answered to the caller."""
+        return cls(
+            request_id=request_id,
+            payload_len=payload_len,
+            tenant=tenant,
+            hops=(Hop.local(function, param),),
+        )
+
+    @property
+    def current_hop(self) -> Hop:
+        """The hop to run next."""
+        return self.hops[self.hop_index % MAX_HOPS]
+
+    def encode(self) -> bytes:
+        _check_range("flags", self.flags, _U8)
+        _check_range("tenant", self.tenant, _U16)
+        _check_range("hop_count", self.hop_count, _U8)
+        _check_range("hop_index", self.hop_index, _U8)
+        _check_range("request_id", self.request_id, _U64)
+        _check_range("payload_len", self.payload_len, _U32)
+        _check_range("reply_device", self.reply_device, _U8)
+        fixed = _REQ_FIXED.pack(
+            REQUEST_MAGIC,
+            VERSION,
+            self.flags,
+            self.tenant,
+            self.hop_count,
+            self.hop_index,
+            self.request_id,
+            self.payload_len,
+            self.reply_device,
+            b"\0\0\0",
+        )
+        return fixed + b"".join(h.encode() for h in self.hops)
+
+    @classmethod
+    def decode(cls, buf: bytes | bytearray | memoryview) -> RequestHeader:
+        """Decode and validate a 64-byte request header."""
+        b = _header_bytes(buf)
+        (
+            magic,
+            version,
+            flags,
+            tenant,
+            hop_count,
+            hop_index,
+            request_id,
+            payload_len,
+            reply_device,
+            reserved,
+        ) = _REQ_FIXED.unpack_from(b, 0)
+        if magic != REQUEST_MAGIC:
+            raise HeaderError("BadMagic", f"bad magic 0x{magic:04x} (expected 0x{REQUEST_MAGIC:04x})")
+        if version != VERSION:
+            raise HeaderError(
+                "BadVersion",
+                f"unsupported protocol version {version} (this client speaks {VERSION})",
+                request_id=request_id,
+            )
+        hops = tuple(Hop(*_HOP.unpack_from(b, _HOPS_OFFSET + i * _HOP.size)) for i in range(MAX_HOPS))
+        if flags != 0:
+            raise HeaderError(
+                "ReservedFlags", f"reserved flag bits set: 0x{flags:02x}", request_id=request_id
+            )
+        if not 1 <= hop_count <= MAX_HOPS:
+            raise HeaderError(
+                "BadHopCount", f"hop_count {hop_count} outside 1..={MAX_HOPS}", request_id=request_id
+            )
+        if hop_index >= hop_count:
+            raise HeaderError(
+                "BadHopIndex",
+                f"hop_index {hop_index} not below hop_count {hop_count}",
+                request_id=request_id,
+            )
+        if reserved != b"\0\0\0":
+            raise HeaderError("ReservedBytes", "reserved bytes are not zero", request_id=request_id)
+        for i in range(hop_count, MAX_HOPS):
+            if not hops[i].is_zero:
+                raise HeaderError("UnusedHop", f"hop {i} beyond hop_count is not zero", request_id=request_id)
+        return cls(
+            request_id=request_id,
+            payload_len=payload_len,
+            tenant=tenant,
+            hop_count=hop_count,
+            hop_index=hop_index,
+            reply_device=reply_device,
+            flags=flags,
+            hops=hops,
+        )
+
+
+def encode_request(
+    request_id: int,
+    function: int,
+    payload: bytes | bytearray | memoryview = b"",
+    *,
+    param: int = 0,
+    tenant: int = 0,
+) -> bytes:
+    """Header plus payload of a single-hop request, ready to write to a socket."""
+    payload = bytes(payload)
+    header = RequestHeader.single(request_id, function, param, len(payload), tenant).encode()
+    return header + payload
+
+
+@dataclass(frozen=True)
+class ResponseHeader:
+    """A response header, including the node's timing of the request (nanoseconds).
+
+    ``status`` is a :class:`Status`. ``reassembly_ns`` runs from the first header byte seen to
+    the request being complete; ``queue_ns`` from complete to execution start; ``exec_ns`` is
+    the function's execution time. ``detail`` is status-specific (e.g. the maximum payload for
+    ``TOO_LARGE``), else 0.
+    """
+
+    status: Status
+    request_id: int = 0
+    payload_len: int = 0
+    hop_index: int = 0
+    device: int = DEVICE_SELF
+    tenant: int = 0
+    reassembly_ns: int = 0
+    queue_ns: int = 0
+    exec_ns: int = 0
+    detail: int = 0
+
+    @property
+    def node_ns(self) -> int:
+        """Total time the node accounted for: reassembly + queueing + execution."""
+        return self.reassembly_ns + self.queue_ns + self.exec_ns
+
+    def encode(self) -> bytes:
+        _check_range("status", int(self.status), _U16)
+        _check_range("hop_index", self.hop_index, _U8)
+        _check_range("device", self.device, _U8)
+        _check_range("request_id", self.request_id, _U64)
+        _check_range("payload_len", self.payload_len, _U32)
+        _check_range("tenant", self.tenant, _U16)
+        for name in ("reassembly_ns", "queue_ns", "exec_ns", "detail"):
+            _check_range(name, getattr(self, name), _U64)
+        return _RESP.pack(
+            RESPONSE_MAGIC,
+            VERSION,
+            0,
+            int(self.status),
+            self.hop_index,
+            self.device,
+            self.request_id,
+            self.payload_len,
+            self.tenant,
+            b"\0\0",
+            self.reassembly_ns,
+            self.queue_ns,
+            self.exec_ns,
+            self.detail,
+            b"\0" * 8,
+        )
+
+    @classmethod
+    def decode(cls, buf: bytes | bytearray | memoryview) -> ResponseHeader:
+        """Decode a 64-byte response header; reserved fields are ignored."""
+        b = _header_bytes(buf)
+        (
+            magic,
+            version,
+            _flags,
+            status,
+            hop_index,
+            device,
+            request_id,
+            payload_len,
+            tenant,
+            _res1,
+            reassembly_ns,
+            queue_ns,
+            exec_ns,
+            detail,
+            _res2,
+        ) = _RESP.unpack(b)
+        if magic != RESPONSE_MAGIC:
+            raise HeaderError(
+                "BadMagic", f"bad response magic 0x{magic:04x} (expected 0x{RESPONSE_MAGIC:04x})"
+            )
+        if version != VERSION:
+            raise HeaderError("BadVersion", f"unsupported response version {version}", request_id=request_id)
+        try:
+            st = Status(status)
+        except ValueError:
+            raise HeaderError(
+                "UnknownStatus", f"unknown status code {status}", request_id=request_id
+            ) from None
+        return cls(
+            status=st,
+            request_id=request_id,
+            payload_len=payload_len,
+            hop_index=hop_index,
+            device=device,
+            tenant=tenant,
+            reassembly_ns=reassembly_ns,
+            queue_ns=queue_ns,
+            exec_ns=exec_ns,
+            detail=detail,
+        )
