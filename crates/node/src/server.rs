@@ -117,6 +117,11 @@ impl Server {
             let timeout = if work || spinning {
                 Some(Duration::ZERO)
             } else {
+                // Going idle: publish first, so a scrape after a burst sees all of it.
+                if last_publish.elapsed() > Duration::from_millis(1) {
+                    last_publish = Instant::now();
+                    self.metrics.publish(&self.engine);
+                }
                 self.prepare_sleep()
             };
             match self.poll.poll(&mut events, timeout) {

@@ -1,0 +1,167 @@
+//! Micro-benchmark of the built-in kernels, side by side with the FPGA
+//! latencies of OffRAC Table 5.
+//!
+//! ```text
+//! cargo run --release -p offrac-accel --example kernel_bench
+//! ```
+//!
+//! Each case calls `Accelerator::run` through `builtin(..)` (payload decode,
+//! compute and encode included; output buffer reused as a slot does) in
+//! batches of many calls. Reported: the median over batches of the mean time
+//! per call, and the 10th / 90th percentiles of those batch means. Data is
+//! deterministic (xorshift). Single-threaded: pin with `taskset -c N` for
+//! steadier numbers.
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use offrac_accel::builtin;
+use offrac_proto::FunctionId;
+
+/// Batches per case.
+const BATCHES: usize = 41;
+/// Target wall time of one batch.
+const BATCH_TIME: Duration = Duration::from_millis(5);
+
+struct XorShift(u64);
+
+impl XorShift {
+    fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        x
+    }
+    /// Uniform in [0, 1) with 24 random bits.
+    fn unit(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 24) as f32
+    }
+    /// Roughly normal (Irwin–Hall, 4 uniforms), scaled.
+    fn normalish(&mut self) -> f32 {
+        let s: f32 = (0..4).map(|_| self.unit()).sum();
+        (s - 2.0) * 1.732 * 10.0
+    }
+}
+
+struct Case {
+    name: &'static str,
+    f: FunctionId,
+    param: u64,
+    input: Vec<u8>,
+    /// OffRAC Table 5 FPGA latency, µs.
+    fpga_us: f64,
+}
+
+fn ints(rng: &mut XorShift, n: usize) -> Vec<u8> {
+    (0..n)
+        .flat_map(|_| (rng.next() as u32 as i32).to_le_bytes())
+        .collect()
+}
+
+fn floats(n: usize, mut g: impl FnMut() -> f32) -> Vec<u8> {
+    (0..n).flat_map(|_| g().to_le_bytes()).collect()
+}
+
+fn cases() -> Vec<Case> {
+    let mut rng = XorShift(0x9E37_79B9_7F4A_7C15);
+    let mut v = Vec::new();
+    for bytes in [1024usize, 4096] {
+        let n = bytes / 4;
+        v.push(Case {
+            name: "topk (K=16)",
+            f: FunctionId::TopK,
+            param: 16,
+            input: ints(&mut rng, n),
+            fpga_us: 1.6,
+        });
+        v.push(Case {
+            name: "logit",
+            f: FunctionId::Logit,
+            param: 0,
+            // (0, 1), never exactly 0.
+            input: floats(n, || {
+                (rng.unit() + 1.0 / (1u64 << 25) as f32).min(0.999_999)
+            }),
+            fpga_us: 2.3,
+        });
+        v.push(Case {
+            name: "minmax",
+            f: FunctionId::MinMax,
+            param: 0,
+            input: floats(n, || rng.normalish()),
+            fpga_us: 5.4,
+        });
+    }
+    v.sort_by_key(|c| c.f);
+    v.push(Case {
+        name: "matmul 64x64",
+        f: FunctionId::MatMul,
+        param: 64,
+        input: floats(2 * 64 * 64, || rng.normalish()),
+        fpga_us: 80.0,
+    });
+    v
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
+    sorted[i]
+}
+
+fn main() {
+    println!(
+        "offrac-accel kernel_bench: {BATCHES} batches of ~{} ms per case; ns per call \
+         (median / p10 / p90 of batch means)",
+        BATCH_TIME.as_millis()
+    );
+    println!(
+        "{:<14} {:>7} {:>11} {:>11} {:>11} {:>10} {:>10}",
+        "function", "bytes", "median ns", "p10 ns", "p90 ns", "FPGA ns", "ours/FPGA"
+    );
+    for case in cases() {
+        let mut acc = builtin(case.f);
+        let mut out = Vec::with_capacity(case.input.len());
+        let mut call = |out: &mut Vec<u8>| {
+            out.clear();
+            let r = acc.run(black_box(case.param), black_box(&case.input), out);
+            if let Err(e) = r {
+                eprintln!("{}: {e}", case.name);
+                std::process::exit(1);
+            }
+            black_box(&out);
+        };
+        // Warm up and size the batch.
+        let t = Instant::now();
+        let mut warm = 0u64;
+        while t.elapsed() < Duration::from_millis(50) {
+            call(&mut out);
+            warm += 1;
+        }
+        let per_call = t.elapsed().as_secs_f64() / warm as f64;
+        let iters = ((BATCH_TIME.as_secs_f64() / per_call) as u64).max(1);
+        let mut means: Vec<f64> = (0..BATCHES)
+            .map(|_| {
+                let t = Instant::now();
+                for _ in 0..iters {
+                    call(&mut out);
+                }
+                t.elapsed().as_nanos() as f64 / iters as f64
+            })
+            .collect();
+        means.sort_by(f64::total_cmp);
+        let med = percentile(&means, 0.5);
+        let fpga_ns = case.fpga_us * 1000.0;
+        println!(
+            "{:<14} {:>7} {:>11.0} {:>11.0} {:>11.0} {:>10.0} {:>10.3}",
+            case.name,
+            case.input.len(),
+            med,
+            percentile(&means, 0.1),
+            percentile(&means, 0.9),
+            fpga_ns,
+            med / fpga_ns
+        );
+    }
+}
