@@ -13,6 +13,11 @@ impl Accelerator for Echo {
         FunctionId::Echo
     }
 
+    /// memcpy: ~1 µs per 64 KiB (`make bench-kernels`).
+    fn inline_max_bytes(&self) -> usize {
+        65536
+    }
+
     fn run(&mut self, _param: u64, input: &[u8], out: &mut Vec<u8>) -> Result<(), AccelError> {
         out.extend_from_slice(input);
         Ok(())

@@ -41,6 +41,13 @@ pub trait Accelerator: Send {
     /// Run on one complete request. `out` arrives empty (capacity reused
     /// between calls) and receives the whole result payload.
     fn run(&mut self, param: u64, input: &[u8], out: &mut Vec<u8>) -> Result<(), AccelError>;
+    /// Largest input (bytes) whose run is short enough — a few microseconds —
+    /// for the node to execute it on its I/O thread rather than hand it to the
+    /// slot's own thread (a hand-off costs a thread wake-up, often more than
+    /// the function). 0: always use the slot's thread.
+    fn inline_max_bytes(&self) -> usize {
+        0
+    }
 }
 
 /// A fresh instance of a built-in function.

@@ -41,6 +41,11 @@ impl Accelerator for Logit {
         FunctionId::Logit
     }
 
+    /// ~2 µs at 4 KiB, linear (`make bench-kernels`).
+    fn inline_max_bytes(&self) -> usize {
+        8192
+    }
+
     fn run(&mut self, _param: u64, input: &[u8], out: &mut Vec<u8>) -> Result<(), AccelError> {
         element_count(input, "float32")?;
         logit_bytes(input, out);

@@ -29,6 +29,11 @@ impl Accelerator for MinMax {
         FunctionId::MinMax
     }
 
+    /// ~0.2 µs at 4 KiB, linear (`make bench-kernels`).
+    fn inline_max_bytes(&self) -> usize {
+        32768
+    }
+
     fn run(&mut self, _param: u64, input: &[u8], out: &mut Vec<u8>) -> Result<(), AccelError> {
         element_count(input, "float32")?;
         let (lo, hi) = nan_min_max(input);

@@ -41,6 +41,11 @@ impl Accelerator for TopK {
         FunctionId::TopK
     }
 
+    /// ~0.7 µs at 4 KiB, linear (`make bench-kernels`).
+    fn inline_max_bytes(&self) -> usize {
+        16384
+    }
+
     fn run(&mut self, param: u64, input: &[u8], out: &mut Vec<u8>) -> Result<(), AccelError> {
         let n = element_count(input, "int32")?;
         if param == 0 {

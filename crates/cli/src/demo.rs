@@ -19,6 +19,9 @@ pub struct Args {
     /// Closed-loop clients, each on its own connection.
     #[arg(long, default_value_t = 4)]
     clients: usize,
+    /// Clients busy-poll their sockets instead of sleeping (pair with io.mode = "poll").
+    #[arg(long)]
+    busy_poll: bool,
     /// Print the report as JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -57,13 +60,14 @@ pub fn run(a: Args) -> Result<(), CliError> {
             "need --duration > 0, --warmup >= 0 and --clients >= 1".into(),
         ));
     }
-    let spec = LoadSpec::new(
+    let mut spec = LoadSpec::new(
         addr.clone(),
         a.clients,
         Duration::from_secs_f64(a.duration),
         Duration::from_secs_f64(a.warmup),
         mix(),
     );
+    spec.busy_poll = a.busy_poll;
     if !a.json {
         eprintln!(
             "offrac demo: {} closed-loop clients against {addr} for {:.1} s (+{:.1} s warm-up)…",

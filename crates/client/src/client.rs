@@ -162,6 +162,9 @@ pub struct Client {
     stashed: VecDeque<(ResponseHeader, Vec<u8>)>,
     busy_retries: u64,
     rng: SplitMix64,
+    /// Spin on a non-blocking socket instead of sleeping in the kernel.
+    busy_poll: bool,
+    read_timeout: Option<Duration>,
 }
 
 impl Client {
@@ -198,6 +201,8 @@ impl Client {
             stashed: VecDeque::new(),
             busy_retries: 0,
             rng: SplitMix64::from_entropy(),
+            busy_poll: false,
+            read_timeout: None,
         })
     }
 
@@ -231,6 +236,16 @@ impl Client {
     /// connection should be dropped since a response may be half read.
     pub fn set_read_timeout(&mut self, timeout: Option<Duration>) -> Result<(), ClientError> {
         self.stream.set_read_timeout(timeout)?;
+        self.read_timeout = timeout;
+        Ok(())
+    }
+
+    /// Busy-poll the socket for responses instead of sleeping in the kernel:
+    /// saves the wake-up on every response (tens of µs on a loaded machine)
+    /// at the cost of a core spinning while a call is outstanding.
+    pub fn set_busy_poll(&mut self, on: bool) -> Result<(), ClientError> {
+        self.stream.set_nonblocking(on)?;
+        self.busy_poll = on;
         Ok(())
     }
 
@@ -319,7 +334,7 @@ impl Client {
 
     fn read_response(&mut self) -> Result<(ResponseHeader, Vec<u8>), ClientError> {
         let mut buf = [0u8; HEADER_LEN];
-        read_exact(&mut self.stream, &mut buf)?;
+        self.read_exact(&mut buf)?;
         let header = ResponseHeader::decode(&buf)?;
         let len = header.payload_len as usize;
         if len > self.max_response_payload {
@@ -329,8 +344,31 @@ impl Client {
             });
         }
         let mut payload = vec![0u8; len];
-        read_exact(&mut self.stream, &mut payload)?;
+        self.read_exact(&mut payload)?;
         Ok((header, payload))
+    }
+
+    fn read_exact(&mut self, buf: &mut [u8]) -> Result<(), ClientError> {
+        if !self.busy_poll {
+            return read_exact(&mut self.stream, buf);
+        }
+        let deadline = self.read_timeout.map(|t| std::time::Instant::now() + t);
+        let mut got = 0;
+        while got < buf.len() {
+            match self.stream.read(&mut buf[got..]) {
+                Ok(0) => return Err(ClientError::Closed),
+                Ok(n) => got += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if deadline.is_some_and(|d| std::time::Instant::now() > d) {
+                        return Err(ClientError::Io(io::Error::from(io::ErrorKind::TimedOut)));
+                    }
+                    std::hint::spin_loop();
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(ClientError::Io(e)),
+            }
+        }
+        Ok(())
     }
 }
 
@@ -357,7 +395,12 @@ fn write_all_vectored(stream: &mut TcpStream, header: &[u8], payload: &[u8]) -> 
         match stream.write_vectored(bufs) {
             Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
             Ok(n) => IoSlice::advance_slices(&mut bufs, n),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            // WouldBlock only in busy-poll mode (non-blocking socket): the send buffer is full.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock
+                ) => {}
             Err(e) => return Err(e),
         }
     }

@@ -56,6 +56,8 @@ pub struct LoadSpec {
     /// Per-response read timeout; a call exceeding it counts as a connection
     /// error and the client reconnects.
     pub call_timeout: Duration,
+    /// Clients busy-poll their sockets (see [`crate::Client::set_busy_poll`]).
+    pub busy_poll: bool,
 }
 
 impl LoadSpec {
@@ -76,6 +78,7 @@ impl LoadSpec {
             retry: RetryPolicy::default(),
             seed: 0x0ff7_ac00,
             call_timeout: Duration::from_secs(30),
+            busy_poll: false,
         }
     }
 }
@@ -553,6 +556,7 @@ pub fn run_closed_loop(spec: &LoadSpec) -> Result<LoadReport, ClientError> {
 fn connect(spec: &LoadSpec) -> Result<Client, ClientError> {
     let mut c = Client::connect(&spec.addr)?.with_retry_policy(spec.retry);
     c.set_read_timeout(Some(spec.call_timeout).filter(|d| !d.is_zero()))?;
+    c.set_busy_poll(spec.busy_poll)?;
     Ok(c)
 }
 

@@ -124,6 +124,7 @@ impl Default for RawSelector {
 #[serde(deny_unknown_fields)]
 struct RawSlot {
     function: String,
+    inline_max_bytes: Option<usize>,
 }
 
 /// A validated node configuration.
@@ -136,11 +137,18 @@ pub struct NodeConfig {
     pub worker_spin_us: u64,
     /// Where to serve metrics, if anywhere.
     pub metrics_listen: Option<String>,
+    /// Per slot: run requests up to this many bytes on the I/O thread
+    /// (`None`: the function's own default, see `Accelerator::inline_max_bytes`).
+    pub slot_inline_max_bytes: Vec<Option<usize>>,
 }
 
 impl NodeConfig {
     pub fn parse(text: &str) -> Result<NodeConfig, ConfigError> {
         let raw: Raw = toml::from_str(text)?;
+        let slot_inline_max_bytes = match &raw.slots {
+            Some(list) => list.iter().map(|s| s.inline_max_bytes).collect(),
+            None => vec![None; FunctionId::ALL.len()],
+        };
         let slots = match raw.slots {
             Some(list) => list
                 .iter()
@@ -178,6 +186,7 @@ impl NodeConfig {
             spin_us: raw.io.spin_us,
             worker_spin_us: raw.io.worker_spin_us,
             metrics_listen,
+            slot_inline_max_bytes,
         })
     }
 

@@ -123,17 +123,35 @@ pub fn start(cfg: NodeConfig, listen: &str) -> Result<NodeHandle, NodeError> {
 
     let (done_tx, done_rx) = crossbeam_channel::unbounded();
     let mut workers = Vec::new();
+    let mut inline = Vec::new();
     for (slot, &f) in cfg.engine.slots.iter().enumerate() {
         let function = FunctionId::from_id(f).ok_or(NodeError::NoAccelerator(f))?;
-        workers.push(worker::spawn(worker::WorkerContext {
+        let device = cfg.engine.device_id;
+        let executor = worker::Executor::new(
             slot,
-            device: cfg.engine.device_id,
-            accel: offrac_accel::builtin(function),
+            device,
+            offrac_accel::builtin(function),
+            metrics.clone(),
+            false,
+        );
+        workers.push(worker::spawn(worker::WorkerContext {
+            executor,
             done: done_tx.clone(),
             waker: waker.clone(),
-            metrics: metrics.clone(),
             spin: worker_spin,
         })?);
+        // A second instance, run by the I/O thread for requests small enough to finish in microseconds.
+        let accel = offrac_accel::builtin(function);
+        let limit = cfg
+            .slot_inline_max_bytes
+            .get(slot)
+            .copied()
+            .flatten()
+            .unwrap_or(accel.inline_max_bytes());
+        inline.push((limit > 0).then(|| server::InlineSlot {
+            max_bytes: limit,
+            executor: worker::Executor::new(slot, device, accel, metrics.clone(), true),
+        }));
     }
 
     let (http, metrics_addr) = match &cfg.metrics_listen {
@@ -149,6 +167,7 @@ pub fn start(cfg: NodeConfig, listen: &str) -> Result<NodeHandle, NodeError> {
         listener,
         engine,
         workers,
+        inline,
         done_rx,
         waker.clone(),
         metrics.clone(),

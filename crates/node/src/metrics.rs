@@ -53,6 +53,7 @@ impl Histogram {
 #[derive(Default)]
 struct SlotMetrics {
     completions: AtomicU64,
+    inline: AtomicU64,
     errors: AtomicU64,
     busy_ns: AtomicU64,
     queue_depth: AtomicU64,
@@ -98,9 +99,19 @@ impl Metrics {
         }
     }
 
-    pub fn record_completion(&self, slot: usize, function: u8, status: Status, h: &ResponseHeader) {
+    pub fn record_completion(
+        &self,
+        slot: usize,
+        function: u8,
+        status: Status,
+        h: &ResponseHeader,
+        inline: bool,
+    ) {
         let s = &self.slots[slot];
         s.completions.fetch_add(1, Relaxed);
+        if inline {
+            s.inline.fetch_add(1, Relaxed);
+        }
         s.busy_ns.fetch_add(h.exec_ns, Relaxed);
         if status != Status::Ok {
             s.errors.fetch_add(1, Relaxed);
@@ -153,6 +164,20 @@ impl Metrics {
                 "offrac_slot_completions_total{{{}}} {}",
                 slot_label(i),
                 s.completions.load(Relaxed)
+            );
+        }
+        gauge(
+            &mut o,
+            "offrac_slot_inline_completions_total",
+            "Of those, run on the I/O thread (short requests of cheap functions).",
+            "counter",
+        );
+        for (i, s) in self.slots.iter().enumerate() {
+            let _ = writeln!(
+                o,
+                "offrac_slot_inline_completions_total{{{}}} {}",
+                slot_label(i),
+                s.inline.load(Relaxed)
             );
         }
         gauge(

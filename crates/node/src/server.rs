@@ -5,7 +5,7 @@
 use crate::conn_out::{ConnOut, PAUSE_READING_ABOVE};
 use crate::metrics::Metrics;
 use crate::wake::IoWaker;
-use crate::worker::{SlotWorker, Work};
+use crate::worker::{Executor, SlotWorker, Work};
 use crate::IoMode;
 use crossbeam_channel::Receiver;
 use mio::net::{TcpListener, TcpStream};
@@ -30,6 +30,12 @@ const CLOSE_LINGER: Duration = Duration::from_secs(2);
 /// How long shutdown waits for held requests to be answered and flushed.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
+/// A slot's function run on the I/O thread for requests up to `max_bytes`.
+pub struct InlineSlot {
+    pub max_bytes: usize,
+    pub executor: Executor,
+}
+
 struct Conn {
     id: ConnId,
     out: Arc<ConnOut>,
@@ -44,6 +50,7 @@ pub struct Server {
     pub listener: Option<TcpListener>,
     pub engine: Engine,
     pub workers: Vec<SlotWorker>,
+    pub inline: Vec<Option<InlineSlot>>,
     pub done_rx: Receiver<usize>,
     pub waker: Arc<IoWaker>,
     pub metrics: Arc<Metrics>,
@@ -64,6 +71,7 @@ impl Server {
         listener: TcpListener,
         engine: Engine,
         workers: Vec<SlotWorker>,
+        inline: Vec<Option<InlineSlot>>,
         done_rx: Receiver<usize>,
         waker: Arc<IoWaker>,
         metrics: Arc<Metrics>,
@@ -77,6 +85,7 @@ impl Server {
             listener: Some(listener),
             engine,
             workers,
+            inline,
             done_rx,
             waker,
             metrics,
@@ -319,8 +328,17 @@ impl Server {
             match action {
                 Action::Dispatch { slot, job } => {
                     let out = self.key_of(job.conn).map(|k| self.conns[k].out.clone());
-                    // Workers never exit while the server runs, so a send cannot fail here.
-                    let _ = self.workers[slot].tx.send(Work { job, out });
+                    let work = Work { job, out };
+                    match &mut self.inline[slot] {
+                        // Short enough to run here: no thread hand-off, no wake-up.
+                        Some(inl) if work.job.payload.len() <= inl.max_bytes => {
+                            inl.executor.execute(work);
+                            let now = self.now();
+                            self.engine.handle_slot_done(now, slot);
+                        }
+                        // Workers never exit while the server runs, so a send cannot fail here.
+                        _ => drop(self.workers[slot].tx.send(work)),
+                    }
                 }
                 Action::Reply {
                     conn,

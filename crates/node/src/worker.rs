@@ -1,4 +1,6 @@
-//! A slot: one thread running one accelerator to completion, request after request.
+//! A slot: one thread running one accelerator to completion, request after
+//! request. Short requests of cheap functions are run by the I/O thread
+//! itself through the same [`execute`].
 
 use crate::conn_out::ConnOut;
 use crate::metrics::Metrics;
@@ -22,20 +24,90 @@ pub struct SlotWorker {
     pub thread: JoinHandle<()>,
 }
 
-pub struct WorkerContext {
+/// Everything needed to run one slot's function, on whichever thread.
+pub struct Executor {
     pub slot: SlotId,
     pub device: u8,
     pub accel: Box<dyn Accelerator>,
+    pub metrics: Arc<Metrics>,
+    /// Runs on the I/O thread (counted apart in the metrics).
+    pub inline: bool,
+    scratch: Vec<u8>,
+}
+
+impl Executor {
+    pub fn new(
+        slot: SlotId,
+        device: u8,
+        accel: Box<dyn Accelerator>,
+        metrics: Arc<Metrics>,
+        inline: bool,
+    ) -> Executor {
+        Executor {
+            inline,
+            slot,
+            device,
+            accel,
+            metrics,
+            scratch: Vec::new(),
+        }
+    }
+
+    /// Run `work` to completion and answer its client.
+    pub fn execute(&mut self, work: Work) {
+        let Work { job, out } = work;
+        let Some(out) = out.filter(|o| !o.is_closed()) else {
+            return;
+        };
+        self.scratch.clear();
+        let hop = job.header.current_hop();
+        let started = Instant::now();
+        let accel = &mut self.accel;
+        let scratch = &mut self.scratch;
+        // A panicking function must not take the slot (or the I/O thread) down with it.
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            accel.run(hop.param, &job.payload, scratch)
+        }))
+        .unwrap_or_else(|_| {
+            Err(AccelError::Internal(format!(
+                "{} panicked",
+                accel.function().name()
+            )))
+        });
+        let exec_ns = started.elapsed().as_nanos() as u64;
+        let (status, payload): (Status, &[u8]) = match &result {
+            Ok(()) => (Status::Ok, &self.scratch),
+            Err(AccelError::BadInput(m)) => (Status::BadInput, m.as_bytes()),
+            Err(AccelError::Internal(m)) => (Status::Internal, m.as_bytes()),
+        };
+        let mut h = ResponseHeader::new(status, job.header.request_id, payload.len() as u32);
+        h.tenant = job.header.tenant;
+        h.hop_index = job.header.hop_index;
+        h.device = self.device;
+        h.reassembly_ns = job.reassembly_ns();
+        h.queue_ns = job.queue_ns();
+        h.exec_ns = exec_ns;
+        out.send(&h.encode(), payload);
+        self.metrics
+            .record_completion(self.slot, job.function(), status, &h, self.inline);
+    }
+}
+
+pub struct WorkerContext {
+    pub executor: Executor,
     pub done: Sender<SlotId>,
     pub waker: Arc<IoWaker>,
-    pub metrics: Arc<Metrics>,
     /// Busy-poll the queue this long after a job before sleeping (0 = never spin).
     pub spin: Duration,
 }
 
 pub fn spawn(ctx: WorkerContext) -> std::io::Result<SlotWorker> {
     let (tx, rx) = crossbeam_channel::unbounded();
-    let name = format!("slot-{}-{}", ctx.slot, ctx.accel.function().name());
+    let name = format!(
+        "slot-{}-{}",
+        ctx.executor.slot,
+        ctx.executor.accel.function().name()
+    );
     let thread = std::thread::Builder::new()
         .name(name)
         .spawn(move || run(ctx, rx))?;
@@ -59,37 +131,9 @@ fn next(rx: &Receiver<Work>, spin: Duration) -> Option<Work> {
 }
 
 fn run(mut ctx: WorkerContext, rx: Receiver<Work>) {
-    let mut out_buf = Vec::new();
-    let function = ctx.accel.function().name();
-    while let Some(Work { job, out }) = next(&rx, ctx.spin) {
-        if let Some(out) = out.filter(|o| !o.is_closed()) {
-            out_buf.clear();
-            let hop = job.header.current_hop();
-            let started = Instant::now();
-            // A panicking function must not take the slot down with it.
-            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                ctx.accel.run(hop.param, &job.payload, &mut out_buf)
-            }))
-            .unwrap_or_else(|_| Err(AccelError::Internal(format!("{function} panicked"))));
-            let exec_ns = started.elapsed().as_nanos() as u64;
-            let (status, message) = match &result {
-                Ok(()) => (Status::Ok, None),
-                Err(AccelError::BadInput(m)) => (Status::BadInput, Some(m.as_bytes())),
-                Err(AccelError::Internal(m)) => (Status::Internal, Some(m.as_bytes())),
-            };
-            let payload: &[u8] = message.unwrap_or(&out_buf);
-            let mut h = ResponseHeader::new(status, job.header.request_id, payload.len() as u32);
-            h.tenant = job.header.tenant;
-            h.hop_index = job.header.hop_index;
-            h.device = ctx.device;
-            h.reassembly_ns = job.reassembly_ns();
-            h.queue_ns = job.queue_ns();
-            h.exec_ns = exec_ns;
-            out.send(&h.encode(), payload);
-            ctx.metrics
-                .record_completion(ctx.slot, job.function(), status, &h);
-        }
-        if ctx.done.send(ctx.slot).is_err() {
+    while let Some(work) = next(&rx, ctx.spin) {
+        ctx.executor.execute(work);
+        if ctx.done.send(ctx.executor.slot).is_err() {
             return;
         }
         ctx.waker.wake_if_sleeping();

@@ -184,3 +184,51 @@ fn blocking_mode_serves_too() {
     }
     n.shutdown().unwrap();
 }
+
+fn metric(text: &str, line_prefix: &str) -> u64 {
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix(line_prefix)
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .unwrap_or_else(|| panic!("no {line_prefix} in\n{text}"))
+}
+
+#[test]
+fn short_requests_of_cheap_functions_run_inline_up_to_the_limit() {
+    let n = node("[[slots]]\nfunction = \"echo\"\ninline_max_bytes = 100\n[[slots]]\nfunction = \"topk\"\ninline_max_bytes = 0\n");
+    let mut c = Client::connect(&n.addr.to_string()).unwrap();
+    for _ in 0..3 {
+        c.call(FunctionId::Echo, 0, &[7; 100]).unwrap();
+    }
+    let r = c.call(FunctionId::Echo, 0, &[9; 101]).unwrap();
+    assert_eq!(r.payload, vec![9; 101]);
+    c.call(FunctionId::TopK, 1, &ints(&[1, 2])).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let text = n.metrics.render();
+    let echo = "{slot=\"0\",function=\"echo\"} ";
+    let topk = "{slot=\"1\",function=\"topk\"} ";
+    assert_eq!(
+        metric(&text, &format!("offrac_slot_completions_total{echo}")),
+        4
+    );
+    assert_eq!(
+        metric(
+            &text,
+            &format!("offrac_slot_inline_completions_total{echo}")
+        ),
+        3
+    );
+    assert_eq!(
+        metric(&text, &format!("offrac_slot_completions_total{topk}")),
+        1
+    );
+    assert_eq!(
+        metric(
+            &text,
+            &format!("offrac_slot_inline_completions_total{topk}")
+        ),
+        0
+    );
+    n.shutdown().unwrap();
+}
