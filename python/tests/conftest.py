@@ -89,7 +89,8 @@ class Node:
         return self.proc.poll() is None
 
     def stderr_tail(self, n: int = 4000) -> str:
-        self._stderr.flush()
+        if not self._stderr.closed:
+            self._stderr.flush()
         try:
             text = self.stderr_path.read_bytes()[-n:].decode("utf-8", "replace")
         except OSError:

@@ -27,6 +27,13 @@ impl OutState {
     fn backlog(&self) -> usize {
         self.pending.len() - self.sent
     }
+
+    /// The peer is gone: nothing more can be delivered, drop what was pending.
+    fn die(&mut self) {
+        self.closed = true;
+        self.pending = Vec::new();
+        self.sent = 0;
+    }
 }
 
 impl ConnOut {
@@ -47,7 +54,10 @@ impl ConnOut {
         }
         let mut skip = 0;
         if st.backlog() == 0 {
-            skip = self.write_now(header, payload);
+            match self.write_now(header, payload) {
+                Ok(n) => skip = n,
+                Err(()) => return st.die(),
+            }
         }
         let total = header.len() + payload.len();
         if skip < total {
@@ -61,8 +71,9 @@ impl ConnOut {
         }
     }
 
-    /// Write as much of header+payload as the socket takes now.
-    fn write_now(&self, header: &[u8], payload: &[u8]) -> usize {
+    /// Write as much of header+payload as the socket takes now; `Err` if the
+    /// connection is broken.
+    fn write_now(&self, header: &[u8], payload: &[u8]) -> Result<usize, ()> {
         let mut done = 0;
         let total = header.len() + payload.len();
         while done < total {
@@ -78,13 +89,15 @@ impl ConnOut {
                 Ok(0) => break,
                 Ok(n) => done += n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(_) => break,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(_) => return Err(()),
             }
         }
-        done
+        Ok(done)
     }
 
-    /// Flush what is pending; returns the bytes still pending.
+    /// Flush what is pending; returns the bytes still pending (0 once the
+    /// connection is found broken: see [`ConnOut::is_closed`]).
     pub fn flush(&self) -> usize {
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         while st.backlog() > 0 && !st.closed {
@@ -93,7 +106,11 @@ impl ConnOut {
                 Ok(0) => break,
                 Ok(n) => st.sent += n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(_) => break,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(_) => {
+                    st.die();
+                    break;
+                }
             }
         }
         if st.backlog() == 0 {

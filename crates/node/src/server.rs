@@ -145,11 +145,16 @@ impl Server {
                     LISTENER => self.accept(),
                     WAKER => {}
                     Token(key) => {
+                        if ev.is_error() {
+                            // Reset or otherwise broken: nothing can be delivered any more.
+                            self.finalize(key);
+                            continue;
+                        }
                         if ev.is_writable() {
                             self.flush(key);
                         }
-                        if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
-                            self.read(key);
+                        if ev.is_readable() || ev.is_read_closed() {
+                            self.read(key, ev.is_read_closed());
                         }
                     }
                 }
@@ -253,9 +258,15 @@ impl Server {
         self.conns.get(key).filter(|c| c.id == id).map(|_| key)
     }
 
-    fn read(&mut self, key: usize) {
+    /// Read what the connection has; `hung_up`: the peer sent its last byte.
+    fn read(&mut self, key: usize, hung_up: bool) {
         let Some(c) = self.conns.get(key) else { return };
         if c.paused {
+            // Not reading this one for now, but a client that hung up will
+            // never read its answers either: let it go.
+            if hung_up {
+                self.finalize(key);
+            }
             return;
         }
         let (id, out, closing) = (c.id, c.out.clone(), c.closing_since.is_some());
@@ -303,7 +314,7 @@ impl Server {
         let n = self.more_to_read.len();
         for _ in 0..n {
             if let Some(key) = self.more_to_read.pop_front() {
-                self.read(key);
+                self.read(key, false);
             }
         }
         n > 0
@@ -314,6 +325,10 @@ impl Server {
             return;
         };
         let left = c.out.flush();
+        if c.out.is_closed() {
+            self.finalize(key);
+            return;
+        }
         if c.closing_since.is_some() && left == 0 {
             let _ = c.out.stream.shutdown(std::net::Shutdown::Write);
         }
