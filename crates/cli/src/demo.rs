@@ -22,6 +22,10 @@ pub struct Args {
     /// Clients busy-poll their sockets instead of sleeping (pair with io.mode = "poll").
     #[arg(long)]
     busy_poll: bool,
+    /// Requests to send, as FUNCTION:BYTES[:PARAM] items, comma-separated
+    /// (e.g. "echo:1024,topk:4096:16"); default: every built-in at 1 and 4 KiB.
+    #[arg(long)]
+    mix: Option<String>,
     /// Print the report as JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -41,8 +45,53 @@ fn mix() -> Vec<(FunctionId, u64, usize)> {
     ]
 }
 
+/// Parse FUNCTION:BYTES[:PARAM] items.
+fn parse_mix(text: &str) -> Result<Vec<(FunctionId, u64, usize)>, CliError> {
+    let bad = |item: &str, why: &str| {
+        CliError::Usage(format!(
+            "--mix item {item:?}: {why} (want FUNCTION:BYTES[:PARAM])"
+        ))
+    };
+    text.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|item| {
+            let mut parts = item.split(':');
+            let name = parts.next().unwrap_or_default();
+            let f = FunctionId::from_name(name).ok_or_else(|| bad(item, "unknown function"))?;
+            let bytes = parts
+                .next()
+                .ok_or_else(|| bad(item, "missing size"))?
+                .parse::<usize>()
+                .map_err(|_| bad(item, "size is not a number"))?;
+            let param = match parts.next() {
+                Some(p) => p
+                    .parse::<u64>()
+                    .map_err(|_| bad(item, "param is not a number"))?,
+                None if f == FunctionId::TopK => 16,
+                None => 0,
+            };
+            if parts.next().is_some() {
+                return Err(bad(item, "too many fields"));
+            }
+            Ok((f, param, bytes))
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .and_then(|m| {
+            if m.is_empty() {
+                Err(CliError::Usage("--mix is empty".into()))
+            } else {
+                Ok(m)
+            }
+        })
+}
+
 pub fn run(a: Args) -> Result<(), CliError> {
     init_logs(false, "warn");
+    let mix = match &a.mix {
+        Some(text) => parse_mix(text)?,
+        None => mix(),
+    };
     let node = match &a.addr {
         Some(_) => None,
         None => Some(offrac_node::start(
@@ -65,7 +114,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
         a.clients,
         Duration::from_secs_f64(a.duration),
         Duration::from_secs_f64(a.warmup),
-        mix(),
+        mix,
     );
     spec.busy_poll = a.busy_poll;
     if !a.json {
@@ -94,4 +143,36 @@ pub fn run(a: Args) -> Result<(), CliError> {
         node.shutdown()?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mix_items_parse_with_defaults() {
+        let m = parse_mix("echo:1024, topk:4096, topk:64:3").unwrap();
+        assert_eq!(
+            m,
+            vec![
+                (FunctionId::Echo, 0, 1024),
+                (FunctionId::TopK, 16, 4096),
+                (FunctionId::TopK, 3, 64)
+            ]
+        );
+    }
+
+    #[test]
+    fn bad_mix_items_say_why() {
+        for (text, why) in [
+            ("fft:10", "unknown function"),
+            ("echo", "missing size"),
+            ("echo:x", "size is not a number"),
+            ("echo:1:2:3", "too many fields"),
+            (",", "empty"),
+        ] {
+            let e = parse_mix(text).unwrap_err().to_string();
+            assert!(e.contains(why), "{text}: {e}");
+        }
+    }
 }
