@@ -71,8 +71,10 @@ pub enum CliError {
 pub fn init_logs(json: bool, default_level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("OFFRAC_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+    use std::io::IsTerminal;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     if json {
         builder.json().init();

@@ -152,75 +152,44 @@ impl Metrics {
         let gauge = |o: &mut String, name: &str, help: &str, kind: &str| {
             let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}");
         };
-        gauge(
-            &mut o,
-            "offrac_slot_completions_total",
-            "Requests a slot finished (any status).",
-            "counter",
-        );
-        for (i, s) in self.slots.iter().enumerate() {
-            let _ = writeln!(
-                o,
-                "offrac_slot_completions_total{{{}}} {}",
-                slot_label(i),
-                s.completions.load(Relaxed)
-            );
-        }
-        gauge(
-            &mut o,
-            "offrac_slot_inline_completions_total",
-            "Of those, run on the I/O thread (short requests of cheap functions).",
-            "counter",
-        );
-        for (i, s) in self.slots.iter().enumerate() {
-            let _ = writeln!(
-                o,
-                "offrac_slot_inline_completions_total{{{}}} {}",
-                slot_label(i),
-                s.inline.load(Relaxed)
-            );
-        }
-        gauge(
-            &mut o,
-            "offrac_slot_errors_total",
-            "Requests a slot finished with an error status.",
-            "counter",
-        );
-        for (i, s) in self.slots.iter().enumerate() {
-            let _ = writeln!(
-                o,
-                "offrac_slot_errors_total{{{}}} {}",
-                slot_label(i),
-                s.errors.load(Relaxed)
-            );
-        }
-        gauge(
-            &mut o,
-            "offrac_slot_busy_seconds_total",
-            "Time a slot spent executing.",
-            "counter",
-        );
-        for (i, s) in self.slots.iter().enumerate() {
-            let _ = writeln!(
-                o,
-                "offrac_slot_busy_seconds_total{{{}}} {}",
-                slot_label(i),
-                s.busy_ns.load(Relaxed) as f64 / 1e9
-            );
-        }
-        gauge(
-            &mut o,
-            "offrac_slot_queue_depth",
-            "Complete requests waiting in a slot's queue.",
-            "gauge",
-        );
-        for (i, s) in self.slots.iter().enumerate() {
-            let _ = writeln!(
-                o,
-                "offrac_slot_queue_depth{{{}}} {}",
-                slot_label(i),
-                s.queue_depth.load(Relaxed)
-            );
+        type SlotValue = fn(&SlotMetrics) -> f64;
+        let per_slot: [(&str, &str, &str, SlotValue); 5] = [
+            (
+                "offrac_slot_completions_total",
+                "Requests a slot finished (any status).",
+                "counter",
+                |s| s.completions.load(Relaxed) as f64,
+            ),
+            (
+                "offrac_slot_inline_completions_total",
+                "Of those, run on the I/O thread (short requests of cheap functions).",
+                "counter",
+                |s| s.inline.load(Relaxed) as f64,
+            ),
+            (
+                "offrac_slot_errors_total",
+                "Requests a slot finished with an error status.",
+                "counter",
+                |s| s.errors.load(Relaxed) as f64,
+            ),
+            (
+                "offrac_slot_busy_seconds_total",
+                "Time a slot spent executing.",
+                "counter",
+                |s| s.busy_ns.load(Relaxed) as f64 / 1e9,
+            ),
+            (
+                "offrac_slot_queue_depth",
+                "Complete requests waiting in a slot's queue.",
+                "gauge",
+                |s| s.queue_depth.load(Relaxed) as f64,
+            ),
+        ];
+        for (name, help, kind, value) in per_slot {
+            gauge(&mut o, name, help, kind);
+            for (i, s) in self.slots.iter().enumerate() {
+                let _ = writeln!(o, "{name}{{{}}} {}", slot_label(i), value(s));
+            }
         }
         let e = self
             .engine
