@@ -3,6 +3,7 @@
 mod call;
 mod demo;
 mod serve;
+mod sim;
 mod status;
 
 use clap::{Parser, Subcommand};
@@ -29,6 +30,8 @@ enum Command {
     Status(status::Args),
     /// Start a node and drive a short mixed load at it; print throughput and latency.
     Demo(demo::Args),
+    /// Simulate the node's datapath under virtual time (OffRAC §3, Appendices B and E); CSV out.
+    Sim(sim::Args),
 }
 
 fn main() -> ExitCode {
@@ -38,6 +41,7 @@ fn main() -> ExitCode {
         Command::Call(a) => call::run(a),
         Command::Status(a) => status::run(a),
         Command::Demo(a) => demo::run(a),
+        Command::Sim(a) => sim::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

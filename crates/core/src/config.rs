@@ -63,6 +63,10 @@ pub enum ConfigError {
     NoSlots,
     #[error("stall_timeout_ms must be positive")]
     NoStallTimeout,
+    #[error("{owners} buffer owners given for {buffers} buffers")]
+    OwnersMismatch { owners: usize, buffers: usize },
+    #[error("function {0} is hosted by a slot but no reassembly buffer admits it")]
+    NoBufferForFunction(u8),
 }
 
 impl Default for EngineConfig {

@@ -45,14 +45,49 @@ pub struct Engine {
 
 impl Engine {
     pub fn new(cfg: EngineConfig) -> Result<Engine, crate::ConfigError> {
+        Engine::build(cfg, None)
+    }
+
+    /// An engine whose buffer `i` admits only requests for `owners[i]` (`None`:
+    /// any function): the per-accelerator buffers of OffRAC §3.2, kept for the
+    /// simulator to compare against the shared pool.
+    pub fn with_buffer_owners(
+        cfg: EngineConfig,
+        owners: Vec<Option<u8>>,
+    ) -> Result<Engine, crate::ConfigError> {
+        use crate::ConfigError;
+        if owners.len() != cfg.buffers {
+            return Err(ConfigError::OwnersMismatch {
+                owners: owners.len(),
+                buffers: cfg.buffers,
+            });
+        }
+        if let Some(&f) = cfg
+            .slots
+            .iter()
+            .find(|&&f| !owners.iter().any(|o| o.is_none_or(|g| g == f)))
+        {
+            return Err(ConfigError::NoBufferForFunction(f));
+        }
+        Engine::build(cfg, Some(owners))
+    }
+
+    fn build(
+        cfg: EngineConfig,
+        owners: Option<Vec<Option<u8>>>,
+    ) -> Result<Engine, crate::ConfigError> {
         cfg.validate()?;
+        let pool = match owners {
+            Some(o) => ReassemblyPool::partitioned(cfg.buffer_bytes, cfg.buffer_policy, o),
+            None => ReassemblyPool::new(cfg.buffers, cfg.buffer_bytes, cfg.buffer_policy),
+        };
         let slots: Vec<SlotQueue> = cfg
             .slots
             .iter()
             .map(|&f| SlotQueue::new(f, cfg.slot_queue_bytes))
             .collect();
         Ok(Engine {
-            pool: ReassemblyPool::new(cfg.buffers, cfg.buffer_bytes, cfg.buffer_policy),
+            pool,
             selector: Selector::new(&slots, cfg.slot_policy),
             slots,
             small: VecDeque::new(),
@@ -348,7 +383,7 @@ impl Engine {
             self.stats.admitted_small += 1;
             return Rx::idle(now);
         }
-        let Some(buffer) = self.pool.admit(len) else {
+        let Some(buffer) = self.pool.admit_for(len, Some(hop.function)) else {
             return refuse(
                 self,
                 Status::Busy,

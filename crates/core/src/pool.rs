@@ -1,6 +1,10 @@
 //! The reassembly pool: B buffers of S bytes, agnostic to client and function
 //! (OffRAC §3.2). A buffer reassembles one request at a time and holds the
 //! complete ones until they move on to a slot queue.
+//!
+//! A pool may instead be partitioned by function (the per-accelerator
+//! buffers OffRAC §3.2 argues against): each buffer then only admits requests
+//! for its owner function. The node never ships it; the simulator compares it.
 
 use crate::{BufferPolicy, Job};
 use std::collections::VecDeque;
@@ -20,7 +24,11 @@ pub struct ReassemblyPool {
     buffers: Vec<Buffer>,
     capacity: u64,
     policy: BufferPolicy,
-    next: usize,
+    /// Owner function of each buffer (`None`: any); empty for a shared pool.
+    owners: Vec<Option<u8>>,
+    /// Round-robin cursor: one for a shared pool, one per function when partitioned,
+    /// so each function's turn order is that of its own buffers.
+    next: Vec<usize>,
 }
 
 impl ReassemblyPool {
@@ -34,8 +42,33 @@ impl ReassemblyPool {
             buffers: vec![b; count],
             capacity,
             policy,
-            next: 0,
+            owners: Vec::new(),
+            next: vec![0],
         }
+    }
+
+    /// A pool whose buffer `i` admits only requests for `owners[i]` (`None`: any function).
+    pub fn partitioned(
+        capacity: u64,
+        policy: BufferPolicy,
+        owners: Vec<Option<u8>>,
+    ) -> ReassemblyPool {
+        let mut p = ReassemblyPool::new(owners.len(), capacity, policy);
+        p.owners = owners;
+        p.next = vec![0; 256];
+        p
+    }
+
+    /// The function buffer `id` is reserved for, if the pool is partitioned.
+    pub fn owner(&self, id: BufferId) -> Option<u8> {
+        self.owners.get(id).copied().flatten()
+    }
+
+    /// Buffer `id` may ever hold a request for `function`.
+    pub fn hosts(&self, id: BufferId, function: u8) -> bool {
+        self.owners
+            .get(id)
+            .is_none_or(|o| o.is_none_or(|f| f == function))
     }
 
     pub fn len(&self) -> usize {
@@ -53,25 +86,43 @@ impl ReassemblyPool {
     }
 
     /// Admit a request of `size` bytes by the pool's policy, reserving the room.
+    /// In a partitioned pool only buffers shared by every function qualify.
     pub fn admit(&mut self, size: u64) -> Option<BufferId> {
+        self.admit_for(size, None)
+    }
+
+    /// Admit a request of `size` bytes for `function`: the policy runs over the
+    /// buffers that host it (all of them in a shared pool).
+    pub fn admit_for(&mut self, size: u64, function: Option<u8>) -> Option<BufferId> {
         let n = self.buffers.len();
+        let hosts = |p: &ReassemblyPool, i: usize| match function {
+            Some(f) => p.hosts(i, f),
+            None => p.owners.get(i).is_none_or(Option::is_none),
+        };
+        let cursor = if self.owners.is_empty() {
+            0
+        } else {
+            function.map_or(0, usize::from)
+        };
+        let start = self.next[cursor];
         let chosen = match self.policy {
             BufferPolicy::NaiveRr => {
-                let i = self.next;
-                self.next = (i + 1) % n;
+                // The turn goes to the next buffer hosting this function, eligible or not.
+                let i = (0..n).map(|k| (start + k) % n).find(|&i| hosts(self, i))?;
+                self.next[cursor] = (i + 1) % n;
                 self.is_eligible(i, size).then_some(i)
             }
             BufferPolicy::EligibleRr => {
                 let found = (0..n)
-                    .map(|k| (self.next + k) % n)
-                    .find(|&i| self.is_eligible(i, size));
+                    .map(|k| (start + k) % n)
+                    .find(|&i| hosts(self, i) && self.is_eligible(i, size));
                 if let Some(i) = found {
-                    self.next = (i + 1) % n;
+                    self.next[cursor] = (i + 1) % n;
                 }
                 found
             }
             BufferPolicy::Jsb => (0..n)
-                .filter(|&i| self.is_eligible(i, size))
+                .filter(|&i| hosts(self, i) && self.is_eligible(i, size))
                 .min_by_key(|&i| (self.buffers[i].used, i)),
         }?;
         let b = &mut self.buffers[chosen];
@@ -177,6 +228,25 @@ mod tests {
         // A request needing 60 fits only where 60 bytes are free: buffer 1 (70 free), 2 is mid-request.
         assert_eq!(p.admit(60), Some(1));
         assert_eq!(p.admit(60), None);
+    }
+
+    #[test]
+    fn a_partitioned_pool_admits_only_into_the_owners_buffers() {
+        for policy in [
+            BufferPolicy::NaiveRr,
+            BufferPolicy::EligibleRr,
+            BufferPolicy::Jsb,
+        ] {
+            let mut p = ReassemblyPool::partitioned(100, policy, vec![Some(0), Some(1), None]);
+            assert_eq!(p.admit_for(10, Some(1)), Some(1), "{policy:?}");
+            // Function 1's own buffer is mid-request: only the shared one is left.
+            assert_eq!(p.admit_for(10, Some(1)), Some(2), "{policy:?}");
+            assert_eq!(p.admit_for(10, Some(1)), None, "{policy:?}");
+            assert_eq!(p.admit_for(10, Some(0)), Some(0), "{policy:?}");
+            assert_eq!(p.admit_for(10, Some(2)), None, "{policy:?}");
+            p.abort(2, 10);
+            assert_eq!(p.admit(10), Some(2), "{policy:?}");
+        }
     }
 
     #[test]

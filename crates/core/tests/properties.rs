@@ -57,6 +57,15 @@ struct Harness {
 
 impl Harness {
     fn new(cfg: EngineConfig, reqs: Vec<Vec<(u8, u32)>>) -> Harness {
+        Harness::with_owners(cfg, None, reqs)
+    }
+
+    /// `owners`: a per-function partition of the buffers (`None`: the shared pool).
+    fn with_owners(
+        cfg: EngineConfig,
+        owners: Option<Vec<Option<u8>>>,
+        reqs: Vec<Vec<(u8, u32)>>,
+    ) -> Harness {
         let mut ids = HashMap::new();
         let mut streams = Vec::new();
         for (conn, list) in reqs.iter().enumerate() {
@@ -71,7 +80,10 @@ impl Harness {
         }
         let slots = cfg.slots.len();
         Harness {
-            engine: Engine::new(cfg).unwrap(),
+            engine: match owners {
+                Some(o) => Engine::with_buffer_owners(cfg, o).unwrap(),
+                None => Engine::new(cfg).unwrap(),
+            },
             now: 1,
             sent: vec![0; streams.len()],
             closed: vec![false; streams.len()],
@@ -157,6 +169,12 @@ impl Harness {
         let pool = self.engine.pool();
         for b in 0..pool.len() {
             assert!(pool.used(b) <= pool.capacity(), "buffer {b} over-filled");
+            if let Some(f) = pool.owner(b) {
+                assert!(
+                    pool.ready(b).iter().all(|j| j.function() == f),
+                    "buffer {b} reserved for {f} holds another function"
+                );
+            }
         }
         let cfg = self.engine.config();
         for s in self.engine.slots() {
@@ -223,10 +241,15 @@ proptest! {
     #[test]
     fn every_request_leaves_exactly_once(
         (bp, sp, small) in policies(),
+        owners in prop_oneof![
+            Just(None),
+            Just(Some(vec![Some(0u8), Some(1), Some(2)])),
+            Just(Some(vec![Some(1u8), None, Some(0)])),
+        ],
         reqs in prop::collection::vec(requests(), CONNS),
         ops in prop::collection::vec(op(), 0..120),
     ) {
-        let mut h = Harness::new(config(bp, sp, small), reqs);
+        let mut h = Harness::with_owners(config(bp, sp, small), owners, reqs);
         for op in &ops {
             h.apply(op);
         }
