@@ -7,8 +7,9 @@ use crate::{EngineConfig, EngineStats, Job, Nanos, ReassemblyPool, Selector, Slo
 use offrac_proto::{
     HeaderError, RequestHeader, ResponseHeader, Status, DEVICE_SELF, HEADER_LEN, VERSION,
 };
+use rustc_hash::FxHashMap;
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{BinaryHeap, VecDeque};
 
 /// The driver's name for a connection.
 pub type ConnId = u64;
@@ -35,7 +36,9 @@ pub struct Engine {
     small_bytes: u64,
     slots: Vec<SlotQueue>,
     selector: Selector,
-    conns: HashMap<ConnId, Connection>,
+    /// Connection ids are the driver's, not an attacker's choice, so a fast
+    /// non-keyed hash is safe here (and a lookup happens on every segment).
+    conns: FxHashMap<ConnId, Connection>,
     timers: BinaryHeap<Reverse<(Nanos, ConnId)>>,
     actions: VecDeque<Action>,
     stats: EngineStats,
@@ -92,7 +95,7 @@ impl Engine {
             slots,
             small: VecDeque::new(),
             small_bytes: 0,
-            conns: HashMap::new(),
+            conns: FxHashMap::default(),
             timers: BinaryHeap::new(),
             actions: VecDeque::new(),
             stats: EngineStats::default(),
