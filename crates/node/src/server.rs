@@ -297,6 +297,13 @@ impl Server {
                         c.paused = true;
                         break;
                     }
+                    // A short read drained the socket: new bytes will raise a new
+                    // (edge-triggered) event, so skip the read that would only say
+                    // WouldBlock, and let the other connections have their turn.
+                    // After a hang-up no new event comes: read on to the end.
+                    if n < buf.len() && !hung_up {
+                        break;
+                    }
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
