@@ -29,6 +29,8 @@ lint: python-deps
 	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
 	$(PYTHON) -m ruff check python
 	$(PYTHON) -m ruff format --check python
+	$(PYTHON) -m ruff check --config python/pyproject.toml experiments
+	$(PYTHON) -m ruff format --config python/pyproject.toml --check experiments
 
 bench-kernels:
 	$(CARGO) run --release -p offrac-accel --example kernel_bench

@@ -1,5 +1,6 @@
 //! `offrac`: one command for the node and its clients.
 
+mod bench;
 mod call;
 mod demo;
 mod serve;
@@ -30,6 +31,8 @@ enum Command {
     Status(status::Args),
     /// Start a node and drive a short mixed load at it; print throughput and latency.
     Demo(demo::Args),
+    /// Load generator, trace replay and baseline servers (raw echo floor, CPU server, gRPC).
+    Bench(bench::Args),
     /// Simulate the node's datapath under virtual time (OffRAC §3, Appendices B and E); CSV out.
     Sim(sim::Args),
 }
@@ -41,6 +44,7 @@ fn main() -> ExitCode {
         Command::Call(a) => call::run(a),
         Command::Status(a) => status::run(a),
         Command::Demo(a) => demo::run(a),
+        Command::Bench(a) => bench::run(a),
         Command::Sim(a) => sim::run(a),
     };
     match result {
@@ -61,6 +65,8 @@ pub enum CliError {
     Config(#[from] offrac_node::ConfigError),
     #[error(transparent)]
     Client(#[from] offrac_client::ClientError),
+    #[error(transparent)]
+    Bench(#[from] offrac_bench::BenchError),
     #[error("cannot read {path}: {source}")]
     Read {
         path: String,

@@ -382,20 +382,22 @@ fn read_exact(stream: &mut TcpStream, buf: &mut [u8]) -> Result<(), ClientError>
     })
 }
 
-/// Write `header` then `payload` with as few `writev` calls as the kernel allows
-/// (one in the common case), so a small request leaves in one segment.
-fn write_all_vectored(stream: &mut TcpStream, header: &[u8], payload: &[u8]) -> io::Result<()> {
-    let mut slices = [IoSlice::new(header), IoSlice::new(payload)];
-    let mut bufs: &mut [IoSlice<'_>] = &mut slices;
-    // Drop an empty payload slice so the loop ends when the header is out.
-    if payload.is_empty() {
-        bufs = &mut bufs[..1];
-    }
+/// Write `head` then `body` with as few `writev` calls as the kernel allows
+/// (one in the common case), so a small request leaves in one segment. On a
+/// non-blocking socket (busy-poll mode) it spins while the send buffer is full.
+pub fn write_all_vectored(stream: &mut TcpStream, head: &[u8], body: &[u8]) -> io::Result<()> {
+    let mut slices = [IoSlice::new(head), IoSlice::new(body)];
+    // Only non-empty slices, so the loop ends exactly when everything is out.
+    let mut bufs: &mut [IoSlice<'_>] = match (head.is_empty(), body.is_empty()) {
+        (false, false) => &mut slices,
+        (false, true) => &mut slices[..1],
+        (true, false) => &mut slices[1..],
+        (true, true) => return Ok(()),
+    };
     while !bufs.is_empty() {
         match stream.write_vectored(bufs) {
             Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
             Ok(n) => IoSlice::advance_slices(&mut bufs, n),
-            // WouldBlock only in busy-poll mode (non-blocking socket): the send buffer is full.
             Err(e)
                 if matches!(
                     e.kind(),

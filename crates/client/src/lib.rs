@@ -1,5 +1,5 @@
-//! Blocking client for an offrac node (`docs/protocol.md`) and a closed-loop
-//! load driver ([`demo`]) used by `offrac demo` and `offrac bench`.
+//! Blocking client for an offrac node (`docs/protocol.md`), and valid
+//! payloads for its built-in functions (used by the load generator, `offrac bench`).
 //!
 //! ```no_run
 //! use offrac_client::{Client, FunctionId};
@@ -10,11 +10,12 @@
 //! ```
 
 mod client;
-pub mod demo;
+mod payload;
 mod rng;
 
 pub use client::{
-    Client, ClientError, FunctionCode, Reply, RetryPolicy, DEFAULT_MAX_RESPONSE_PAYLOAD,
+    write_all_vectored, Client, ClientError, FunctionCode, Reply, RetryPolicy,
+    DEFAULT_MAX_RESPONSE_PAYLOAD,
 };
-pub use demo::{generate_payload, run_closed_loop, FunctionRow, LoadReport, LoadSpec, MixOrder};
 pub use offrac_proto::{FunctionId, ResponseHeader, Status};
+pub use payload::generate_payload;

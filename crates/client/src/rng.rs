@@ -35,11 +35,7 @@ impl SplitMix64 {
         (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
     }
 
-    /// Uniform in `0..n` (`n > 0`); the modulo bias is negligible for small `n`.
-    pub(crate) fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n.max(1) as u64) as usize
-    }
-
+    /// Fill `out` with random bytes.
     pub(crate) fn fill_bytes(&mut self, out: &mut [u8]) {
         let mut chunks = out.chunks_exact_mut(8);
         for c in &mut chunks {

@@ -1,0 +1,235 @@
+//! One connection speaking the offrac wire format, able to split a request
+//! into several writes ("fragments") with a busy-waited gap between them.
+
+use std::io::{self, Read};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use offrac_proto::{RequestHeader, ResponseHeader, HEADER_LEN};
+
+use crate::{BenchError, MixItem};
+
+/// What a call returned: the response header (status and the server's own
+/// timing), its payload size, and when the request's last fragment left.
+#[derive(Debug, Clone, Copy)]
+pub struct Outcome {
+    pub header: ResponseHeader,
+    pub response_bytes: usize,
+    pub last_fragment: Instant,
+}
+
+/// Anything the closed loop can drive: one request, one answer.
+pub trait Caller: Send {
+    fn call(&mut self, id: u64, item: &MixItem, payload: &[u8]) -> Result<Outcome, BenchError>;
+}
+
+/// A TCP connection to a node or a baseline speaking the same framing.
+#[derive(Debug)]
+pub struct WireConn {
+    stream: TcpStream,
+    busy_poll: bool,
+    fragments: usize,
+    gap: Duration,
+    timeout: Option<Duration>,
+    rx: Vec<u8>,
+}
+
+impl WireConn {
+    /// Connect with `TCP_NODELAY` (each fragment leaves as its own segment).
+    pub fn connect(addr: &str, busy_poll: bool) -> Result<WireConn, BenchError> {
+        let stream = TcpStream::connect(addr).map_err(|source| BenchError::Connect {
+            addr: addr.to_string(),
+            source,
+        })?;
+        stream.set_nodelay(true)?;
+        stream.set_nonblocking(busy_poll)?;
+        Ok(WireConn {
+            stream,
+            busy_poll,
+            fragments: 1,
+            gap: Duration::ZERO,
+            timeout: None,
+            rx: Vec::new(),
+        })
+    }
+
+    /// Split every request into `fragments` writes, `gap` apart.
+    pub fn set_fragments(&mut self, fragments: usize, gap: Duration) {
+        self.fragments = fragments.max(1);
+        self.gap = gap;
+    }
+
+    /// Give up on a response after `timeout` (`None`: wait for ever).
+    pub fn set_timeout(&mut self, timeout: Option<Duration>) -> Result<(), BenchError> {
+        self.timeout = timeout.filter(|t| !t.is_zero());
+        if !self.busy_poll {
+            self.stream.set_read_timeout(self.timeout)?;
+        }
+        Ok(())
+    }
+
+    /// A second handle on the same socket (for a separate reader thread).
+    pub fn try_clone(&self) -> Result<WireConn, BenchError> {
+        Ok(WireConn {
+            stream: self.stream.try_clone()?,
+            busy_poll: self.busy_poll,
+            fragments: self.fragments,
+            gap: self.gap,
+            timeout: self.timeout,
+            rx: Vec::new(),
+        })
+    }
+
+    /// Write one request; returns when its last fragment was handed to the kernel.
+    pub fn send(
+        &mut self,
+        id: u64,
+        function: u8,
+        param: u64,
+        payload: &[u8],
+    ) -> Result<Instant, BenchError> {
+        let len = u32::try_from(payload.len())
+            .map_err(|_| BenchError::Config(format!("payload of {} bytes", payload.len())))?;
+        let header = RequestHeader::single(id, function, param, len).encode();
+        let n = self.fragments;
+        if n == 1 {
+            offrac_client::write_all_vectored(&mut self.stream, &header, payload)?;
+            return Ok(Instant::now());
+        }
+        // Fragment i carries payload[cut(i)..cut(i+1)]; the header rides in the first.
+        let cut = |i: usize| payload.len() * i / n;
+        for i in 0..n {
+            if i > 0 && !self.gap.is_zero() {
+                spin_for(self.gap);
+            }
+            let part = &payload[cut(i)..cut(i + 1)];
+            if i == 0 {
+                offrac_client::write_all_vectored(&mut self.stream, &header, part)?;
+            } else if !part.is_empty() {
+                offrac_client::write_all_vectored(&mut self.stream, &[], part)?;
+            }
+        }
+        Ok(Instant::now())
+    }
+
+    /// Read the next response; its payload stays in [`WireConn::payload`].
+    pub fn recv(&mut self) -> Result<ResponseHeader, BenchError> {
+        let mut hb = [0u8; HEADER_LEN];
+        self.read_full_header(&mut hb)?;
+        let header = ResponseHeader::decode(&hb)?;
+        let len = header.payload_len as usize;
+        let mut rx = std::mem::take(&mut self.rx);
+        rx.resize(len, 0);
+        let r = self.read_full(&mut rx);
+        self.rx = rx;
+        r?;
+        Ok(header)
+    }
+
+    /// Wait up to `timeout` for response bytes to arrive; `Ok(false)` if none
+    /// did. Lets a reader check for other work without losing a half-read response.
+    pub fn wait_readable(&mut self, timeout: Duration) -> Result<bool, BenchError> {
+        let mut b = [0u8; 1];
+        if self.busy_poll {
+            let end = Instant::now() + timeout;
+            loop {
+                match self.stream.peek(&mut b) {
+                    Ok(0) => return Err(BenchError::Closed),
+                    Ok(_) => return Ok(true),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        if Instant::now() >= end {
+                            return Ok(false);
+                        }
+                        std::hint::spin_loop();
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        self.stream
+            .set_read_timeout(Some(timeout.max(Duration::from_micros(1))))?;
+        let r = match self.stream.peek(&mut b) {
+            Ok(0) => Err(BenchError::Closed),
+            Ok(_) => Ok(true),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
+                        | io::ErrorKind::Interrupted
+                ) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(e.into()),
+        };
+        self.stream.set_read_timeout(self.timeout)?;
+        r
+    }
+
+    /// The payload of the last response [`WireConn::recv`] returned.
+    pub fn payload(&self) -> &[u8] {
+        &self.rx
+    }
+
+    fn read_full_header(&mut self, buf: &mut [u8; HEADER_LEN]) -> Result<(), BenchError> {
+        self.read_full(buf)
+    }
+
+    fn read_full(&mut self, buf: &mut [u8]) -> Result<(), BenchError> {
+        let deadline = self.timeout.map(|t| Instant::now() + t);
+        let mut got = 0;
+        while got < buf.len() {
+            match self.stream.read(&mut buf[got..]) {
+                Ok(0) => return Err(BenchError::Closed),
+                Ok(n) => got += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock && self.busy_poll => {
+                    if deadline.is_some_and(|d| Instant::now() > d) {
+                        return Err(io::Error::from(io::ErrorKind::TimedOut).into());
+                    }
+                    std::hint::spin_loop();
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Caller for WireConn {
+    fn call(&mut self, id: u64, item: &MixItem, payload: &[u8]) -> Result<Outcome, BenchError> {
+        let last_fragment = self.send(id, item.function.id(), item.param, payload)?;
+        loop {
+            let header = self.recv()?;
+            // A stale answer (to a request given up on earlier) is skipped.
+            if header.request_id == id {
+                return Ok(Outcome {
+                    header,
+                    response_bytes: self.rx.len(),
+                    last_fragment,
+                });
+            }
+        }
+    }
+}
+
+/// Sleep until close to `t`, then spin to it (a sleep alone overshoots by tens of µs).
+pub(crate) fn wait_until(t: Instant) {
+    let now = Instant::now();
+    if t > now + Duration::from_micros(200) {
+        std::thread::sleep(t - now - Duration::from_micros(100));
+    }
+    while Instant::now() < t {
+        std::hint::spin_loop();
+    }
+}
+
+/// Busy-wait (a sleep would oversleep by tens of µs).
+pub(crate) fn spin_for(d: Duration) {
+    let end = Instant::now() + d;
+    while Instant::now() < end {
+        std::hint::spin_loop();
+    }
+}
