@@ -139,6 +139,9 @@ impl Server {
                 Err(e) => return Err(e),
             }
             self.waker.woke_up();
+            // Completions first: a slot freed before its answer went out must be
+            // seen free by the request that answer prompted (read below).
+            work |= self.drain_completions();
             for ev in events.iter() {
                 work = true;
                 match ev.token() {
@@ -354,7 +357,8 @@ impl Server {
                     match &mut self.inline[slot] {
                         // Short enough to run here: no thread hand-off, no wake-up.
                         Some(inl) if work.job.payload.len() <= inl.max_bytes => {
-                            inl.executor.execute(work);
+                            // The engine frees the slot right after, before reading more.
+                            inl.executor.execute(work, || {});
                             let now = self.now();
                             self.engine.handle_slot_done(now, slot);
                         }

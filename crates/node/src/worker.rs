@@ -53,10 +53,14 @@ impl Executor {
         }
     }
 
-    /// Run `work` to completion and answer its client.
-    pub fn execute(&mut self, work: Work) {
+    /// Run `work` to completion and answer its client. `release` frees the
+    /// slot; it runs before the answer is written, because the answer may
+    /// prompt the client's next request, which must find the slot free
+    /// (otherwise it can be refused BUSY although there is room).
+    pub fn execute(&mut self, work: Work, release: impl FnOnce()) {
         let Work { job, out } = work;
         let Some(out) = out.filter(|o| !o.is_closed()) else {
+            release();
             return;
         };
         self.scratch.clear();
@@ -87,6 +91,7 @@ impl Executor {
         h.reassembly_ns = job.reassembly_ns();
         h.queue_ns = job.queue_ns();
         h.exec_ns = exec_ns;
+        release();
         out.send(&h.encode(), payload);
         self.metrics
             .record_completion(self.slot, job.function(), status, &h, self.inline);
@@ -132,10 +137,14 @@ fn next(rx: &Receiver<Work>, spin: Duration) -> Option<Work> {
 
 fn run(mut ctx: WorkerContext, rx: Receiver<Work>) {
     while let Some(work) = next(&rx, ctx.spin) {
-        ctx.executor.execute(work);
-        if ctx.done.send(ctx.executor.slot).is_err() {
+        let slot = ctx.executor.slot;
+        let mut io_gone = false;
+        ctx.executor.execute(work, || {
+            io_gone = ctx.done.send(slot).is_err();
+            ctx.waker.wake_if_sleeping();
+        });
+        if io_gone {
             return;
         }
-        ctx.waker.wake_if_sleeping();
     }
 }
