@@ -232,3 +232,34 @@ fn short_requests_of_cheap_functions_run_inline_up_to_the_limit() {
     );
     n.shutdown().unwrap();
 }
+
+#[test]
+fn a_client_whose_answer_frees_room_is_never_refused() {
+    // Room for exactly three requests: one running, one in the slot queue, one
+    // in the single buffer. Three closed-loop clients therefore always fit —
+    // provided the slot is freed before the answer that prompts the next
+    // request goes out (it once was freed after, and clients got BUSY). A
+    // sleeping I/O thread and quick clients make that race likely: the wake-up
+    // and the next request then arrive in the same poll.
+    let n = node(
+        "[io]\nmode = \"blocking\"\n[pool]\nbuffers = 1\nbuffer_bytes = 4096\nsmall_request_max = 0\n\
+         [selector]\nslot_queue_bytes = 4096\n[[slots]]\nfunction = \"spin\"\n",
+    );
+    let addr = n.addr.to_string();
+    let clients: Vec<_> = (0..3)
+        .map(|_| {
+            let addr = addr.clone();
+            std::thread::spawn(move || {
+                let mut c = Client::connect(&addr)
+                    .unwrap()
+                    .with_retry_policy(RetryPolicy::NONE);
+                (0..60)
+                    .filter(|_| c.call(FunctionId::Spin, 100, &[1; 4096]).is_err())
+                    .count()
+            })
+        })
+        .collect();
+    let refused: usize = clients.into_iter().map(|t| t.join().unwrap()).sum();
+    assert_eq!(refused, 0, "{refused} of 180 calls were refused");
+    n.shutdown().unwrap();
+}
