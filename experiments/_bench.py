@@ -13,7 +13,7 @@ import os
 import platform
 import subprocess
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -172,3 +172,18 @@ def median(xs: Sequence[float]) -> float:
     if n == 0:
         return float("nan")
     return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+
+def finish(
+    here: Path,
+    rows: list[dict[str, Any]],
+    fields: Sequence[str],
+    plot: Callable[[list[dict[str, Any]]], None],
+    summarize: Callable[[list[dict[str, Any]]], str],
+) -> None:
+    """Write an experiment's results.csv, its plot and summary.md into `here`; print the summary."""
+    write_csv(here / "results.csv", rows, fields)
+    plot(rows)
+    text = summarize(rows)
+    (here / "summary.md").write_text(text)
+    print(text)

@@ -17,7 +17,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-from _bench import REPO, log, machine, md_table, median, node, write_csv
+from _bench import REPO, finish, log, machine, md_table, median, node
 from _bench import load as run_load
 
 HERE = Path(__file__).resolve().parent
@@ -150,12 +150,7 @@ def summarize(rows: list[dict[str, Any]]) -> str:
 
 
 def main() -> None:
-    rows = run()
-    write_csv(HERE / "results.csv", rows, FIELDS)
-    plot(rows)
-    text = summarize(rows)
-    (HERE / "summary.md").write_text(text)
-    print(text)
+    finish(HERE, run(), FIELDS, plot, summarize)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-from _bench import REPO, Server, cpu_server, log, machine, md_table, node, write_csv
+from _bench import REPO, Server, cpu_server, finish, log, machine, md_table, node
 from _bench import load as run_load
 
 HERE = Path(__file__).resolve().parent
@@ -148,12 +148,7 @@ def summarize(rows: list[dict[str, Any]]) -> str:
 
 
 def main() -> None:
-    rows = run()
-    write_csv(HERE / "results.csv", rows, FIELDS)
-    plot(rows)
-    text = summarize(rows)
-    (HERE / "summary.md").write_text(text)
-    print(text)
+    finish(HERE, run(), FIELDS, plot, summarize)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@
 
 mod client;
 mod payload;
-mod rng;
+pub mod rng;
 
 pub use client::{
     write_all_vectored, Client, ClientError, FunctionCode, Reply, RetryPolicy,
