@@ -18,6 +18,7 @@ __all__ = [
     "HEADER_ERROR_KINDS",
     "HEADER_LEN",
     "MAX_HOPS",
+    "REQUEST_ID_NONE",
     "REQUEST_MAGIC",
     "RESPONSE_MAGIC",
     "VERSION",
@@ -44,6 +45,9 @@ RESPONSE_MAGIC: Final = 0x5352
 MAX_HOPS: Final = 4
 #: Device id meaning "this node" in a hop, or "back to the caller" as reply device.
 DEVICE_SELF: Final = 0xFF
+#: Request id of a response that answers no identifiable request (a wrong magic, or a stall
+#: before the id arrived); reserved: clients never send it.
+REQUEST_ID_NONE: Final = 0xFFFF_FFFF_FFFF_FFFF
 
 # magic version flags tenant hop_count hop_index request_id payload_len reply_device reserved[3]
 _REQ_FIXED = struct.Struct("<HBBHBBQIB3s")

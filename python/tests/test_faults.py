@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from offrac import (
+    REQUEST_ID_NONE,
     BadInputError,
     BusyError,
     ConnectionClosedError,
@@ -43,7 +44,7 @@ def test_bad_magic_is_malformed_then_closed(node: Node) -> None:
         c.send(header_with(11, ECHO, magic=0x1234))
         h, _ = c.read_response()
         assert h.status == Status.MALFORMED
-        assert h.request_id == 0  # the id of a bad-magic header cannot be trusted
+        assert h.request_id == REQUEST_ID_NONE  # the id of a bad-magic header cannot be trusted
         assert c.closed_by_peer(), "node must close after a bad magic"
 
 
@@ -97,7 +98,7 @@ def test_multi_hop_chain_is_unsupported(node: Node) -> None:
 
 
 def test_too_large_raw_payload_discarded(node: Node) -> None:
-    maximum = 1 << 20
+    maximum = 2 << 20  # the default max_payload (fits matmul n = 512)
     with RawConn(node.addr, timeout=10) as c:
         c.send(header_with(17, ECHO, payload_len=maximum + 1) + b"\xab" * (maximum + 1))
         h, _ = c.read_response()

@@ -34,6 +34,23 @@ pub enum AccelError {
     Internal(String),
 }
 
+impl AccelError {
+    /// The one place an accelerator's error becomes a wire status.
+    pub fn status(&self) -> offrac_proto::Status {
+        match self {
+            AccelError::BadInput(_) => offrac_proto::Status::BadInput,
+            AccelError::Internal(_) => offrac_proto::Status::Internal,
+        }
+    }
+
+    /// The message sent as the error answer's payload.
+    pub fn message(&self) -> &str {
+        match self {
+            AccelError::BadInput(m) | AccelError::Internal(m) => m,
+        }
+    }
+}
+
 /// A function a slot can host.
 pub trait Accelerator: Send {
     /// Which function this is.

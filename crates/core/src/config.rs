@@ -43,6 +43,9 @@ pub struct EngineConfig {
     pub slot_queue_bytes: u64,
     /// A partial request with no progress for this long is collected.
     pub stall_timeout_ns: u64,
+    /// A request still incomplete this long after its first byte is answered
+    /// `TIMEOUT` and its buffer freed, however steadily it trickles in.
+    pub reassembly_timeout_ns: u64,
     /// The function id hosted by each slot, in slot order.
     pub slots: Vec<u8>,
     /// This node's device id, stamped on responses.
@@ -63,6 +66,8 @@ pub enum ConfigError {
     NoSlots,
     #[error("stall_timeout_ms must be positive")]
     NoStallTimeout,
+    #[error("reassembly_timeout_ms must be positive")]
+    NoReassemblyTimeout,
     #[error("{owners} buffer owners given for {buffers} buffers")]
     OwnersMismatch { owners: usize, buffers: usize },
     #[error("function {0} is hosted by a slot but no reassembly buffer admits it")]
@@ -73,14 +78,16 @@ impl Default for EngineConfig {
     fn default() -> Self {
         EngineConfig {
             buffers: 4,
-            buffer_bytes: 1 << 20,
+            // 2 MiB: the largest built-in request (matmul n = 512, two 512x512 f32 matrices).
+            buffer_bytes: 2 << 20,
             buffer_policy: BufferPolicy::EligibleRr,
-            max_payload: 1 << 20,
+            max_payload: 2 << 20,
             small_request_max: 1500,
             small_queue_bytes: 1 << 20,
             slot_policy: SlotPolicy::Rr,
-            slot_queue_bytes: 1 << 20,
+            slot_queue_bytes: 2 << 20,
             stall_timeout_ns: 5_000_000_000,
+            reassembly_timeout_ns: 2_000_000_000,
             slots: vec![0, 1, 2, 3, 4, 5],
             device_id: 0,
         }
@@ -115,6 +122,9 @@ impl EngineConfig {
         }
         if self.stall_timeout_ns == 0 {
             return Err(ConfigError::NoStallTimeout);
+        }
+        if self.reassembly_timeout_ns == 0 {
+            return Err(ConfigError::NoReassemblyTimeout);
         }
         Ok(())
     }

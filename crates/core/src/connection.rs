@@ -31,6 +31,9 @@ pub(crate) struct Connection {
     pub last_progress: Nanos,
     /// A stall deadline for this connection sits in the timer heap.
     pub timer_armed: bool,
+    /// Complete requests admitted from this connection and not yet finished
+    /// by their slot (or answered otherwise): answers the node still owes.
+    pub held: u32,
 }
 
 impl Connection {
@@ -39,6 +42,7 @@ impl Connection {
             rx: Rx::idle(now),
             last_progress: now,
             timer_armed: false,
+            held: 0,
         }
     }
 

@@ -5,7 +5,8 @@
 use crate::connection::{Connection, Rx};
 use crate::{EngineConfig, EngineStats, Job, Nanos, ReassemblyPool, Selector, SlotId, SlotQueue};
 use offrac_proto::{
-    HeaderError, RequestHeader, ResponseHeader, Status, DEVICE_SELF, HEADER_LEN, VERSION,
+    HeaderError, RequestHeader, ResponseHeader, Status, DEVICE_SELF, HEADER_LEN, REQUEST_ID_NONE,
+    VERSION,
 };
 use rustc_hash::FxHashMap;
 use std::cmp::Reverse;
@@ -25,7 +26,10 @@ pub enum Action {
         header: ResponseHeader,
         message: String,
     },
-    /// Close `conn` once what was queued for it has been written.
+    /// The engine has retired `conn`: nothing more is read from it (later
+    /// bytes are ignored). The driver closes it once every answer the engine
+    /// still owes it ([`Engine::held`]) and everything queued for it has been
+    /// written, then reports the end with [`Engine::handle_close`].
     Close { conn: ConnId },
 }
 
@@ -39,6 +43,9 @@ pub struct Engine {
     /// Connection ids are the driver's, not an attacker's choice, so a fast
     /// non-keyed hash is safe here (and a lookup happens on every segment).
     conns: FxHashMap<ConnId, Connection>,
+    next_conn: ConnId,
+    /// The connection of the job each slot is running.
+    running: Vec<Option<ConnId>>,
     timers: BinaryHeap<Reverse<(Nanos, ConnId)>>,
     actions: VecDeque<Action>,
     stats: EngineStats,
@@ -96,6 +103,8 @@ impl Engine {
             small: VecDeque::new(),
             small_bytes: 0,
             conns: FxHashMap::default(),
+            next_conn: 0,
+            running: vec![None; cfg.slots.len()],
             timers: BinaryHeap::new(),
             actions: VecDeque::new(),
             stats: EngineStats::default(),
@@ -109,7 +118,25 @@ impl Engine {
         &self.cfg
     }
 
-    /// Bytes arrived on `conn` at `now` (a new `conn` is opened implicitly).
+    /// A new connection; its handle is never reused.
+    pub fn open(&mut self, now: Nanos) -> ConnId {
+        // Skip ids a driver already used implicitly through `handle_bytes`.
+        while self.conns.contains_key(&self.next_conn) {
+            self.next_conn += 1;
+        }
+        let id = self.next_conn;
+        self.next_conn += 1;
+        self.conns.insert(id, Connection::new(now));
+        id
+    }
+
+    /// Answers the engine still owes `conn`: its complete requests not yet
+    /// finished by a slot.
+    pub fn held(&self, conn: ConnId) -> u32 {
+        self.conns.get(&conn).map_or(0, |c| c.held)
+    }
+
+    /// Bytes arrived on `conn` at `now` (an id not seen before is opened implicitly).
     pub fn handle_bytes(&mut self, now: Nanos, conn: ConnId, mut data: &[u8]) {
         let c = self
             .conns
@@ -127,8 +154,8 @@ impl Engine {
         c.rx = rx;
         if c.is_partial() && !c.timer_armed {
             c.timer_armed = true;
-            self.timers
-                .push(Reverse((now + self.cfg.stall_timeout_ns, conn)));
+            let due = due(&self.cfg, c);
+            self.timers.push(Reverse((due, conn)));
         }
         self.drain(now);
     }
@@ -140,15 +167,21 @@ impl Engine {
         }
     }
 
-    /// `slot` finished the job it was dispatched.
+    /// `slot` finished the job it was dispatched (its answer is the driver's to write).
     pub fn handle_slot_done(&mut self, now: Nanos, slot: SlotId) {
         let was_busy = self.slots[slot].finish();
         debug_assert!(was_busy, "slot {slot} was not busy");
+        if let Some(conn) = self.running[slot].take() {
+            self.settle(conn);
+        }
+        self.stats.completed += 1;
         self.start(now, slot);
         self.drain(now);
     }
 
-    /// Time passed: collect requests stalled past the timeout.
+    /// Time passed: answer `TIMEOUT` for requests past the reassembly deadline
+    /// (the connection stays: the rest of that request is discarded) and
+    /// collect connections stalled mid-request past the stall timeout.
     pub fn handle_timeout(&mut self, now: Nanos) {
         while let Some(&Reverse((deadline, conn))) = self.timers.peek() {
             if deadline > now {
@@ -162,52 +195,77 @@ impl Engine {
                 c.timer_armed = false;
                 continue;
             }
-            let due = c.last_progress + self.cfg.stall_timeout_ns;
+            if let Rx::Payload {
+                first_byte_at,
+                header,
+                payload,
+                ..
+            } = &c.rx
+            {
+                if first_byte_at + self.cfg.reassembly_timeout_ns <= now {
+                    let remaining = header.payload_len as u64 - payload.len() as u64;
+                    let rx = std::mem::replace(&mut c.rx, Rx::Discard { remaining });
+                    let due = due(&self.cfg, c);
+                    self.timers.push(Reverse((due, conn)));
+                    if let Rx::Payload { header, .. } = &rx {
+                        let h = *header;
+                        let msg = "request not complete within the reassembly timeout";
+                        self.reply_to(conn, &h, Status::Timeout, 0, msg);
+                    }
+                    self.collect(rx);
+                    continue;
+                }
+            }
+            let due = due(&self.cfg, c);
             if due > now {
                 self.timers.push(Reverse((due, conn)));
                 continue;
             }
             c.timer_armed = false;
-            let rx = std::mem::replace(&mut c.rx, Rx::Closed);
-            let id = pending_request_id(&rx);
-            self.collect(rx);
-            self.reply(
-                conn,
-                Status::Timeout,
-                id,
-                0,
-                0,
-                "request stalled past the stall timeout",
-            );
-            self.actions.push_back(Action::Close { conn });
+            let msg = "request stalled past the stall timeout";
+            self.retire(conn, Status::Timeout, msg);
         }
     }
 
     /// Stop admitting: refuse new requests and partial ones; complete ones still run.
     pub fn begin_shutdown(&mut self, _now: Nanos) {
         self.shutting_down = true;
-        let partial: Vec<ConnId> = self
+        let mut partial: Vec<ConnId> = self
             .conns
             .iter()
             .filter(|(_, c)| c.is_partial())
             .map(|(&k, _)| k)
             .collect();
+        partial.sort_unstable();
         for conn in partial {
-            let Some(c) = self.conns.get_mut(&conn) else {
-                continue;
-            };
-            let rx = std::mem::replace(&mut c.rx, Rx::Closed);
-            let id = pending_request_id(&rx);
-            self.collect(rx);
-            self.reply(
-                conn,
+            self.retire(conn, Status::ShuttingDown, "node is shutting down");
+        }
+    }
+
+    /// The grace period is over: answer `SHUTTING_DOWN` to every complete
+    /// request still waiting (small queue, buffers, slot queues). Running ones
+    /// finish and are answered as usual.
+    pub fn abort_queued(&mut self, _now: Nanos) {
+        let mut waiting: Vec<Job> = self.small.drain(..).collect();
+        self.small_bytes = 0;
+        for b in 0..self.pool.len() {
+            while let Some(job) = self.pool.take(b, 0) {
+                waiting.push(job);
+            }
+        }
+        for slot in &mut self.slots {
+            waiting.extend(slot.drain());
+        }
+        self.stats.aborted += waiting.len() as u64;
+        for job in waiting {
+            self.reply_to(
+                job.conn,
+                &job.header,
                 Status::ShuttingDown,
-                id,
                 0,
-                0,
-                "node is shutting down",
+                "node is shutting down: the grace period ended before this request ran",
             );
-            self.actions.push_back(Action::Close { conn });
+            self.settle(job.conn);
         }
     }
 
@@ -297,6 +355,7 @@ impl Engine {
                     dispatched_at: 0,
                 };
                 self.pool.finish(buffer, job);
+                self.hold(conn);
                 Rx::idle(now)
             }
             Rx::Discard { remaining } => {
@@ -352,7 +411,7 @@ impl Engine {
             return refuse(
                 self,
                 Status::Unsupported,
-                hop.device as u64,
+                0,
                 "forwarding to another device is not supported yet",
             );
         }
@@ -382,6 +441,7 @@ impl Engine {
             };
             self.small_bytes += len;
             self.small.push_back(job);
+            self.hold(conn);
             self.stats.admitted += 1;
             self.stats.admitted_small += 1;
             return Rx::idle(now);
@@ -405,6 +465,7 @@ impl Engine {
                 dispatched_at: 0,
             };
             self.pool.finish(buffer, job);
+            self.hold(conn);
             return Rx::idle(now);
         }
         Rx::Payload {
@@ -419,7 +480,11 @@ impl Engine {
         let id = RequestHeader::peek_request_id(bytes);
         let msg = e.to_string();
         match e {
-            HeaderError::BadMagic(_) => self.reply(conn, Status::Malformed, 0, 0, 0, &msg),
+            // The stream cannot be trusted past this header: answer, then stop
+            // reading. Requests already admitted are still answered first.
+            HeaderError::BadMagic(_) => {
+                self.reply(conn, Status::Malformed, REQUEST_ID_NONE, 0, 0, &msg)
+            }
             HeaderError::BadVersion { .. } => self.reply(
                 conn,
                 Status::UnsupportedVersion,
@@ -438,6 +503,43 @@ impl Engine {
         Rx::Closed
     }
 
+    /// Stop reading `conn`: answer its partial request (if any) with `status`,
+    /// free what it held, and ask the driver to close it. A request already
+    /// answered (one being discarded) gets no second answer.
+    fn retire(&mut self, conn: ConnId, status: Status, msg: &str) {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        let rx = std::mem::replace(&mut c.rx, Rx::Closed);
+        let id = match &rx {
+            Rx::Payload { header, .. } => Some((header.request_id, header.tenant)),
+            Rx::Header { bytes, have, .. } if *have >= 16 => {
+                Some((RequestHeader::peek_request_id(bytes), 0))
+            }
+            Rx::Header { have, .. } if *have > 0 => Some((REQUEST_ID_NONE, 0)),
+            _ => None,
+        };
+        self.collect(rx);
+        if let Some((id, tenant)) = id {
+            self.reply(conn, status, id, tenant, 0, msg);
+        }
+        self.actions.push_back(Action::Close { conn });
+    }
+
+    /// One answer the engine owed `conn` has been given.
+    fn settle(&mut self, conn: ConnId) {
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.held -= 1;
+        }
+    }
+
+    /// A complete request from `conn` was admitted: the engine owes it an answer.
+    fn hold(&mut self, conn: ConnId) {
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.held += 1;
+        }
+    }
+
     fn reply_to(
         &mut self,
         conn: ConnId,
@@ -446,9 +548,12 @@ impl Engine {
         detail: u64,
         msg: &str,
     ) {
-        self.reply(conn, status, h.request_id, h.tenant, detail, msg);
+        let mut header = ResponseHeader::answer(h, status, self.cfg.device_id, msg.len() as u32);
+        header.detail = detail;
+        self.push_reply(conn, header, msg);
     }
 
+    /// A reply with no decodable request header behind it.
     fn reply(
         &mut self,
         conn: ConnId,
@@ -458,11 +563,15 @@ impl Engine {
         detail: u64,
         msg: &str,
     ) {
-        self.stats.refusals[status.code() as usize] += 1;
         let mut header = ResponseHeader::new(status, request_id, msg.len() as u32);
         header.tenant = tenant;
         header.detail = detail;
         header.device = self.cfg.device_id;
+        self.push_reply(conn, header, msg);
+    }
+
+    fn push_reply(&mut self, conn: ConnId, header: ResponseHeader, msg: &str) {
+        self.stats.refusals[header.status.code() as usize] += 1;
         self.actions.push_back(Action::Reply {
             conn,
             header,
@@ -530,6 +639,7 @@ impl Engine {
     fn start(&mut self, now: Nanos, slot: SlotId) {
         if let Some(mut job) = self.slots[slot].start_next() {
             job.dispatched_at = now;
+            self.running[slot] = Some(job.conn);
             self.stats.dispatched += 1;
             self.actions.push_back(Action::Dispatch { slot, job });
         }
@@ -544,10 +654,12 @@ fn discard(len: u64, now: Nanos) -> Rx {
     }
 }
 
-fn pending_request_id(rx: &Rx) -> u64 {
-    match rx {
-        Rx::Payload { header, .. } => header.request_id,
-        Rx::Header { bytes, have, .. } if *have >= 16 => RequestHeader::peek_request_id(bytes),
-        _ => 0,
+/// When a partial request on `c` next needs looking at: its stall deadline,
+/// or its reassembly deadline if that comes first.
+fn due(cfg: &EngineConfig, c: &Connection) -> Nanos {
+    let stall = c.last_progress + cfg.stall_timeout_ns;
+    match &c.rx {
+        Rx::Payload { first_byte_at, .. } => stall.min(first_byte_at + cfg.reassembly_timeout_ns),
+        _ => stall,
     }
 }

@@ -11,9 +11,14 @@ pub struct EngineStats {
     pub admitted_small: u64,
     /// Dispatched to a slot.
     pub dispatched: u64,
+    /// Admitted, then answered `SHUTTING_DOWN` when the grace period ended.
+    pub aborted: u64,
+    /// Finished by their slot (the driver writes their answers).
+    pub completed: u64,
     /// Admitted but collected before completion (connection closed or stalled).
     pub collected: u64,
-    /// Replies the engine produced itself, indexed by status code.
+    /// Replies the engine produced itself, indexed by status code. With
+    /// `completed`, every answer a parsed request got.
     pub refusals: [u64; Status::ALL.len()],
 }
 

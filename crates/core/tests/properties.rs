@@ -2,7 +2,7 @@
 //! completions, closes and stalls.
 
 use offrac_core::{Action, BufferPolicy, Engine, EngineConfig, SlotPolicy};
-use offrac_proto::{RequestHeader, Status, HEADER_LEN};
+use offrac_proto::{RequestHeader, Status, HEADER_LEN, REQUEST_ID_NONE};
 use proptest::prelude::*;
 use std::collections::HashMap;
 
@@ -10,10 +10,23 @@ const CONNS: usize = 4;
 
 #[derive(Debug, Clone)]
 enum Op {
-    Bytes { conn: usize, n: usize },
-    Done { slot: usize },
-    Tick { dt: u64 },
-    Close { conn: usize },
+    Bytes {
+        conn: usize,
+        n: usize,
+    },
+    Done {
+        slot: usize,
+    },
+    Tick {
+        dt: u64,
+    },
+    Close {
+        conn: usize,
+    },
+    /// SIGTERM: stop admitting.
+    Shutdown,
+    /// The shutdown grace period ended.
+    Abort,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -22,6 +35,8 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (0usize..4).prop_map(|slot| Op::Done { slot }),
         1 => (0u64..2_000_000).prop_map(|dt| Op::Tick { dt }),
         1 => (0..CONNS).prop_map(|conn| Op::Close { conn }),
+        1 => prop_oneof![9 => Just(Op::Tick { dt: 0 }), 1 => Just(Op::Shutdown)],
+        1 => prop_oneof![9 => Just(Op::Tick { dt: 0 }), 1 => Just(Op::Abort)],
     ]
 }
 
@@ -121,6 +136,8 @@ impl Harness {
                 self.closed[conn] = true;
                 self.engine.handle_close(self.now, conn as u64);
             }
+            Op::Shutdown => self.engine.begin_shutdown(self.now),
+            Op::Abort => self.engine.abort_queued(self.now),
         }
         self.drain_actions();
         self.check_bounds();
@@ -152,6 +169,15 @@ impl Harness {
                 Action::Reply { header, .. } => {
                     self.replies += 1;
                     let name = header.status.name();
+                    // Every answer names a request this harness sent, or no
+                    // request at all (a stall before the id had arrived).
+                    assert!(
+                        self.ids.contains_key(&header.request_id)
+                            || (header.request_id == REQUEST_ID_NONE
+                                && matches!(header.status, Status::Timeout | Status::ShuttingDown)),
+                        "reply {name} for unknown id {:#x}",
+                        header.request_id
+                    );
                     self.outcomes
                         .entry(header.request_id)
                         .or_default()
@@ -218,6 +244,7 @@ fn config(policy: BufferPolicy, slot_policy: SlotPolicy, small: bool) -> EngineC
         slot_policy,
         slot_queue_bytes: 4096,
         stall_timeout_ns: 1_000_000,
+        reassembly_timeout_ns: 1_500_000,
         slots: vec![0, 1, 1, 2],
         device_id: 0,
     }
@@ -256,7 +283,8 @@ proptest! {
         h.finish();
         let st = h.engine.stats().clone();
         // Everything admitted was dispatched or collected, nothing is left behind.
-        prop_assert_eq!(st.admitted, st.dispatched + st.collected);
+        prop_assert_eq!(st.admitted, st.dispatched + st.collected + st.aborted);
+        prop_assert_eq!(st.dispatched, st.completed);
         for (&id, &(conn, end, len)) in &h.ids {
             let out = h.outcomes.get(&id).cloned().unwrap_or_default();
             prop_assert!(out.len() <= 1, "request {} left {:?}", id, out);
@@ -265,13 +293,22 @@ proptest! {
                 prop_assert!(fully_sent);
                 prop_assert_eq!(out.len(), 1, "request {} on an open connection got {:?}", id, out);
                 let f = h.streams[conn][end - len as usize - HEADER_LEN + 24];
-                if f == 9 {
+                if out[0] == Status::ShuttingDown.name() {
+                    // Refused or aborted by a shutdown: any request may get this.
+                } else if f == 9 {
                     prop_assert_eq!(out[0], Status::UnknownFunction.name());
                 } else if len as u64 > 2048 {
                     prop_assert_eq!(out[0], Status::TooLarge.name());
                 } else {
-                    prop_assert!(out[0] == "dispatched" || out[0] == Status::Busy.name(), "{:?}", out);
+                    let ok = ["dispatched", Status::Busy.name(), Status::Timeout.name(), Status::ShuttingDown.name()];
+                    prop_assert!(ok.contains(&out[0]), "{:?}", out);
                 }
+            }
+        }
+        // Every answer owed to an open connection was given.
+        for conn in 0..CONNS {
+            if !h.closed[conn] {
+                prop_assert_eq!(h.engine.held(conn as u64), 0);
             }
         }
     }

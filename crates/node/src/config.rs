@@ -37,6 +37,12 @@ struct Raw {
     max_payload: Option<u64>,
     #[serde(default = "default_stall")]
     stall_timeout_ms: u64,
+    #[serde(default = "default_reassembly")]
+    reassembly_timeout_ms: u64,
+    #[serde(default = "default_grace")]
+    shutdown_grace_ms: u64,
+    #[serde(default = "default_linger")]
+    close_linger_ms: u64,
     #[serde(default)]
     io: RawIo,
     #[serde(default)]
@@ -49,7 +55,16 @@ struct Raw {
 }
 
 fn default_stall() -> u64 {
-    5000
+    EngineConfig::default().stall_timeout_ns / 1_000_000
+}
+fn default_reassembly() -> u64 {
+    EngineConfig::default().reassembly_timeout_ns / 1_000_000
+}
+fn default_grace() -> u64 {
+    10_000
+}
+fn default_linger() -> u64 {
+    2_000
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -137,6 +152,11 @@ pub struct NodeConfig {
     pub worker_spin_us: u64,
     /// Where to serve metrics, if anywhere.
     pub metrics_listen: Option<String>,
+    /// On shutdown, how long held work may still run before what is still
+    /// queued is answered `SHUTTING_DOWN`.
+    pub shutdown_grace_ms: u64,
+    /// How long a closed connection lingers for its peer to read the last answer.
+    pub close_linger_ms: u64,
     /// Per slot: run requests up to this many bytes on the I/O thread
     /// (`None`: the function's own default, see `Accelerator::inline_max_bytes`).
     pub slot_inline_max_bytes: Vec<Option<usize>>,
@@ -175,6 +195,7 @@ impl NodeConfig {
             slot_policy: raw.selector.policy,
             slot_queue_bytes: raw.selector.slot_queue_bytes,
             stall_timeout_ns: raw.stall_timeout_ms.saturating_mul(1_000_000),
+            reassembly_timeout_ns: raw.reassembly_timeout_ms.saturating_mul(1_000_000),
             slots,
             device_id: raw.device_id,
         };
@@ -186,6 +207,8 @@ impl NodeConfig {
             spin_us: raw.io.spin_us,
             worker_spin_us: raw.io.worker_spin_us,
             metrics_listen,
+            shutdown_grace_ms: raw.shutdown_grace_ms,
+            close_linger_ms: raw.close_linger_ms,
             slot_inline_max_bytes,
         })
     }

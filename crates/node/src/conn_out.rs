@@ -6,10 +6,6 @@ use mio::net::TcpStream;
 use std::io::{IoSlice, Write};
 use std::sync::Mutex;
 
-/// Pending output above this pauses reading from the connection: a client
-/// that does not read its answers cannot make the node buffer without bound.
-pub const PAUSE_READING_ABOVE: usize = 4 << 20;
-
 pub struct ConnOut {
     pub stream: TcpStream,
     state: Mutex<OutState>,
@@ -21,6 +17,8 @@ struct OutState {
     pending: Vec<u8>,
     sent: usize,
     closed: bool,
+    /// Half-close the socket as soon as the backlog is written.
+    shut_when_flushed: bool,
 }
 
 impl OutState {
@@ -116,6 +114,9 @@ impl ConnOut {
         if st.backlog() == 0 {
             st.pending.clear();
             st.sent = 0;
+            if std::mem::take(&mut st.shut_when_flushed) {
+                let _ = self.stream.shutdown(std::net::Shutdown::Write);
+            }
         } else if st.sent > (1 << 20) {
             let sent = st.sent;
             st.pending.drain(..sent);
@@ -129,6 +130,20 @@ impl ConnOut {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .backlog()
+    }
+
+    /// Half-close the write side once everything pending is written (at
+    /// once if nothing is).
+    pub fn shut_write_when_flushed(&self) {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if st.closed {
+            return;
+        }
+        if st.backlog() == 0 {
+            let _ = self.stream.shutdown(std::net::Shutdown::Write);
+        } else {
+            st.shut_when_flushed = true;
+        }
     }
 
     /// No more output is accepted; the socket is shut down both ways.

@@ -1,28 +1,31 @@
 //! The offrac node: a TCP server hosting accelerator slots around the shared core.
 //!
-//! One I/O thread owns the [`offrac_core::Engine`] and every socket's read
+//! Every decision is made by the sans-IO [`Driver`] (around the core's
+//! engine); the I/O thread (`reactor.rs`) owns it and every socket's read
 //! side; one thread per slot runs its accelerator and writes results straight
 //! back to the client. Start one with [`start`].
 
+mod clock;
 mod config;
 mod conn_out;
+pub mod driver;
 mod metrics;
-mod server;
+mod reactor;
 mod wake;
 mod worker;
 
 pub use config::{ConfigError, IoMode, NodeConfig, DEFAULT_CONFIG};
+pub use driver::{Driver, DriverConfig, DriverError, Io, SlotConfig};
 pub use metrics::Metrics;
 
 use mio::net::TcpListener;
 use mio::{Interest, Poll, Waker};
-use offrac_core::Engine;
 use offrac_proto::FunctionId;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use wake::IoWaker;
 
 #[derive(Debug, thiserror::Error)]
@@ -40,6 +43,8 @@ pub enum NodeError {
     Io(#[from] std::io::Error),
     #[error("function {0} has no built-in implementation")]
     NoAccelerator(u8),
+    #[error(transparent)]
+    Driver(#[from] DriverError),
     #[error("the node thread panicked")]
     Panicked,
 }
@@ -99,8 +104,7 @@ fn resolve(addr: &str) -> Result<SocketAddr, NodeError> {
 
 /// Start a node listening on `listen` ("host:port"; port 0 picks one).
 pub fn start(cfg: NodeConfig, listen: &str) -> Result<NodeHandle, NodeError> {
-    let clock = Instant::now();
-    let engine = Engine::new(cfg.engine.clone()).map_err(ConfigError::from)?;
+    let clock = clock::NodeClock::start();
     let addr = resolve(listen)?;
     let mut listener = TcpListener::bind(addr).map_err(|source| NodeError::Listen {
         addr: listen.to_string(),
@@ -109,8 +113,8 @@ pub fn start(cfg: NodeConfig, listen: &str) -> Result<NodeHandle, NodeError> {
     let addr = listener.local_addr()?;
     let poll = Poll::new()?;
     poll.registry()
-        .register(&mut listener, server::LISTENER, Interest::READABLE)?;
-    let waker = Arc::new(IoWaker::new(Waker::new(poll.registry(), server::WAKER)?));
+        .register(&mut listener, reactor::LISTENER, Interest::READABLE)?;
+    let waker = Arc::new(IoWaker::new(Waker::new(poll.registry(), reactor::WAKER)?));
     let metrics = Arc::new(Metrics::new(&cfg.engine.slots));
     let flag = Arc::new(AtomicBool::new(false));
     let (spin, worker_spin) = match cfg.io_mode {
@@ -124,6 +128,7 @@ pub fn start(cfg: NodeConfig, listen: &str) -> Result<NodeHandle, NodeError> {
     let (done_tx, done_rx) = crossbeam_channel::unbounded();
     let mut workers = Vec::new();
     let mut inline = Vec::new();
+    let mut slot_configs = Vec::new();
     for (slot, &f) in cfg.engine.slots.iter().enumerate() {
         let function = FunctionId::from_id(f).ok_or(NodeError::NoAccelerator(f))?;
         let device = cfg.engine.device_id;
@@ -133,6 +138,7 @@ pub fn start(cfg: NodeConfig, listen: &str) -> Result<NodeHandle, NodeError> {
             offrac_accel::builtin(function),
             metrics.clone(),
             false,
+            clock,
         );
         workers.push(worker::spawn(worker::WorkerContext {
             executor,
@@ -148,11 +154,19 @@ pub fn start(cfg: NodeConfig, listen: &str) -> Result<NodeHandle, NodeError> {
             .copied()
             .flatten()
             .unwrap_or(accel.inline_max_bytes());
-        inline.push((limit > 0).then(|| server::InlineSlot {
-            max_bytes: limit,
-            executor: worker::Executor::new(slot, device, accel, metrics.clone(), true),
-        }));
+        inline.push(
+            (limit > 0)
+                .then(|| worker::Executor::new(slot, device, accel, metrics.clone(), true, clock)),
+        );
+        slot_configs.push(SlotConfig {
+            function: f,
+            inline_max_bytes: limit,
+        });
     }
+    let mut driver_cfg = DriverConfig::new(slot_configs);
+    driver_cfg.shutdown_grace_ns = cfg.shutdown_grace_ms.saturating_mul(1_000_000);
+    driver_cfg.close_linger_ns = cfg.close_linger_ms.saturating_mul(1_000_000);
+    let driver = Driver::new(cfg.engine.clone(), driver_cfg)?;
 
     let (http, metrics_addr) = match &cfg.metrics_listen {
         Some(m) => {
@@ -162,10 +176,10 @@ pub fn start(cfg: NodeConfig, listen: &str) -> Result<NodeHandle, NodeError> {
         None => (None, None),
     };
 
-    let server = server::Server::new(
+    let reactor = reactor::Reactor::new(
         poll,
         listener,
-        engine,
+        driver,
         workers,
         inline,
         done_rx,
@@ -178,7 +192,7 @@ pub fn start(cfg: NodeConfig, listen: &str) -> Result<NodeHandle, NodeError> {
     );
     let io = std::thread::Builder::new()
         .name("offrac-io".into())
-        .spawn(move || server.run())?;
+        .spawn(move || reactor.run())?;
     tracing::info!(%addr, metrics = ?metrics_addr, mode = ?cfg.io_mode, slots = cfg.engine.slots.len(), "node listening");
     Ok(NodeHandle {
         addr,

@@ -1,7 +1,7 @@
 //! Prometheus text metrics: per-slot counters kept by the workers, engine
 //! counters published by the I/O thread, latency histograms per function.
 
-use offrac_core::Engine;
+use crate::driver::Driver;
 use offrac_proto::{FunctionId, ResponseHeader, Status};
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -122,7 +122,8 @@ impl Metrics {
     }
 
     /// Copy the engine's counters and gauges (called by the I/O thread).
-    pub fn publish(&self, engine: &Engine) {
+    pub fn publish(&self, driver: &Driver) {
+        let engine = driver.engine();
         for (m, q) in self.slots.iter().zip(engine.slots()) {
             m.queue_depth.store(q.depth() as u64, Relaxed);
         }
@@ -137,7 +138,7 @@ impl Metrics {
             refusals: Status::ALL.iter().map(|&s| (s, st.refused(s))).collect(),
             buffer_used: (0..pool.len()).map(|b| pool.used(b)).collect(),
             small_queue: engine.small_queue(),
-            connections: engine.connections(),
+            connections: driver.connections(),
         };
         *self.engine.lock().unwrap_or_else(|p| p.into_inner()) = snap;
     }

@@ -2,12 +2,13 @@
 //! request. Short requests of cheap functions are run by the I/O thread
 //! itself through the same [`execute`].
 
+use crate::clock::NodeClock;
 use crate::conn_out::ConnOut;
 use crate::metrics::Metrics;
 use crate::wake::IoWaker;
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use offrac_accel::{AccelError, Accelerator};
-use offrac_core::{Job, SlotId};
+use offrac_core::{ConnId, Job, SlotId};
 use offrac_proto::{ResponseHeader, Status};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -17,6 +18,15 @@ use std::time::{Duration, Instant};
 pub struct Work {
     pub job: Job,
     pub out: Option<Arc<ConnOut>>,
+}
+
+/// What a worker tells the I/O thread, in this order for each job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Done {
+    /// The slot's function returned: the slot is free.
+    SlotFree(SlotId),
+    /// The job's answer has been written (or dropped: the client was gone).
+    Answered(ConnId),
 }
 
 pub struct SlotWorker {
@@ -32,6 +42,7 @@ pub struct Executor {
     pub metrics: Arc<Metrics>,
     /// Runs on the I/O thread (counted apart in the metrics).
     pub inline: bool,
+    clock: NodeClock,
     scratch: Vec<u8>,
 }
 
@@ -42,6 +53,7 @@ impl Executor {
         accel: Box<dyn Accelerator>,
         metrics: Arc<Metrics>,
         inline: bool,
+        clock: NodeClock,
     ) -> Executor {
         Executor {
             inline,
@@ -49,6 +61,7 @@ impl Executor {
             device,
             accel,
             metrics,
+            clock,
             scratch: Vec::new(),
         }
     }
@@ -65,6 +78,9 @@ impl Executor {
         };
         self.scratch.clear();
         let hop = job.header.current_hop();
+        // Queueing ends when the function starts: the hand-off to this
+        // thread is part of it.
+        let started_ns = self.clock.now();
         let started = Instant::now();
         let accel = &mut self.accel;
         let scratch = &mut self.scratch;
@@ -81,15 +97,11 @@ impl Executor {
         let exec_ns = started.elapsed().as_nanos() as u64;
         let (status, payload): (Status, &[u8]) = match &result {
             Ok(()) => (Status::Ok, &self.scratch),
-            Err(AccelError::BadInput(m)) => (Status::BadInput, m.as_bytes()),
-            Err(AccelError::Internal(m)) => (Status::Internal, m.as_bytes()),
+            Err(e) => (e.status(), e.message().as_bytes()),
         };
-        let mut h = ResponseHeader::new(status, job.header.request_id, payload.len() as u32);
-        h.tenant = job.header.tenant;
-        h.hop_index = job.header.hop_index;
-        h.device = self.device;
+        let mut h = ResponseHeader::answer(&job.header, status, self.device, payload.len() as u32);
         h.reassembly_ns = job.reassembly_ns();
-        h.queue_ns = job.queue_ns();
+        h.queue_ns = started_ns.saturating_sub(job.complete_at);
         h.exec_ns = exec_ns;
         release();
         out.send(&h.encode(), payload);
@@ -100,7 +112,7 @@ impl Executor {
 
 pub struct WorkerContext {
     pub executor: Executor,
-    pub done: Sender<SlotId>,
+    pub done: Sender<Done>,
     pub waker: Arc<IoWaker>,
     /// Busy-poll the queue this long after a job before sleeping (0 = never spin).
     pub spin: Duration,
@@ -138,12 +150,16 @@ fn next(rx: &Receiver<Work>, spin: Duration) -> Option<Work> {
 fn run(mut ctx: WorkerContext, rx: Receiver<Work>) {
     while let Some(work) = next(&rx, ctx.spin) {
         let slot = ctx.executor.slot;
+        let conn = work.job.conn;
         let mut io_gone = false;
         ctx.executor.execute(work, || {
-            io_gone = ctx.done.send(slot).is_err();
+            io_gone = ctx.done.send(Done::SlotFree(slot)).is_err();
             ctx.waker.wake_if_sleeping();
         });
-        if io_gone {
+        // Not worth a wake-up: the I/O thread needs it only to close a
+        // retired connection or to finish a shutdown, and sees it within its
+        // sleep cap.
+        if io_gone || ctx.done.send(Done::Answered(conn)).is_err() {
             return;
         }
     }

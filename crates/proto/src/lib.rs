@@ -23,6 +23,10 @@ pub const REQUEST_MAGIC: u16 = 0x4F51;
 pub const RESPONSE_MAGIC: u16 = 0x5352;
 /// Device id meaning "this node" in a hop, or "the caller" as reply device.
 pub const DEVICE_SELF: u8 = 0xFF;
+/// Request id of a response that answers no request the node could identify
+/// (a wrong magic, or a stall before the id's bytes arrived). Clients must not
+/// use it for requests; a response carrying it is about the connection.
+pub const REQUEST_ID_NONE: u64 = u64::MAX;
 
 pub(crate) fn u16_at(b: &[u8; HEADER_LEN], off: usize) -> u16 {
     u16::from_le_bytes([b[off], b[off + 1]])

@@ -42,6 +42,21 @@ impl ResponseHeader {
         }
     }
 
+    /// The response to `req`: its id, tenant and hop index, from `device`.
+    /// Every answer a node writes — result or refusal — starts here.
+    pub fn answer(
+        req: &crate::RequestHeader,
+        status: Status,
+        device: u8,
+        payload_len: u32,
+    ) -> ResponseHeader {
+        let mut h = ResponseHeader::new(status, req.request_id, payload_len);
+        h.tenant = req.tenant;
+        h.hop_index = req.hop_index;
+        h.device = device;
+        h
+    }
+
     pub fn encode(&self) -> [u8; HEADER_LEN] {
         let mut b = [0u8; HEADER_LEN];
         b[0..2].copy_from_slice(&RESPONSE_MAGIC.to_le_bytes());

@@ -11,6 +11,7 @@ mod reassembled;
 mod rng;
 mod spec;
 mod stats;
+pub mod world;
 
 pub use config::{NodeModel, PoolModel, SimConfig, SimError};
 pub use driver::run;

@@ -48,6 +48,7 @@ impl Reassembled {
             slot_policy: pool.selector,
             slot_queue_bytes: (pool.slot_queue_frags * fb).max(buffer_bytes),
             stall_timeout_ns: 1_000_000_000,
+            reassembly_timeout_ns: 1_000_000_000,
             slots: slots.clone(),
             device_id: 0,
         };

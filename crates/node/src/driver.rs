@@ -1,0 +1,432 @@
+//! Everything the node decides, as a sans-IO state machine: the connection
+//! table, read fairness, backpressure, which slot runs a job where (on the
+//! I/O thread or the slot's worker), lingering close, shutdown and its grace
+//! period, and the order of answers. No sockets, threads or clock reads: the
+//! shell (the mio reactor in `reactor.rs`, or the simulator's virtual world)
+//! feeds events in with the current time — `handle_*(now, …)` — carries out
+//! what [`Driver::poll_io`] returns and wakes the driver at
+//! [`Driver::poll_timeout`].
+//!
+//! Answers owed: the engine counts the complete requests of a connection that
+//! no slot has finished ([`Engine::held`]); the driver counts the jobs it has
+//! handed out whose answer the shell has not yet written. A connection the
+//! engine retires (a fatal header, a stall, shutdown) is half-closed only when
+//! both are zero, so every request the node received whole is answered before
+//! the close.
+
+use offrac_core::{Action, ConnId, Engine, EngineConfig, Job, Nanos, SlotId};
+use offrac_proto::ResponseHeader;
+use rustc_hash::FxHashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+
+/// How one slot runs its function.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlotConfig {
+    pub function: u8,
+    /// Requests with a payload up to this many bytes run on the I/O thread
+    /// (no hand-off to the worker); 0: always the worker.
+    pub inline_max_bytes: usize,
+}
+
+/// The driver's own knobs (the engine's are in [`EngineConfig`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DriverConfig {
+    /// One entry per engine slot, in slot order.
+    pub slots: Vec<SlotConfig>,
+    /// Unwritten output above this pauses reading a connection (a client that
+    /// does not read its answers cannot make the node buffer without bound);
+    /// reading resumes below half of it.
+    pub pause_reading_above: usize,
+    /// Reads of one connection per turn before the others get theirs.
+    pub reads_per_turn: u32,
+    /// How long a half-closed connection may linger for its peer to read the
+    /// last answer and close.
+    pub close_linger_ns: Nanos,
+    /// After a shutdown request: how long queued work may still run. At its
+    /// end every request still waiting is answered `SHUTTING_DOWN`.
+    pub shutdown_grace_ns: Nanos,
+}
+
+impl DriverConfig {
+    pub fn new(slots: Vec<SlotConfig>) -> DriverConfig {
+        DriverConfig {
+            slots,
+            pause_reading_above: 4 << 20,
+            reads_per_turn: 8,
+            close_linger_ns: 2_000_000_000,
+            shutdown_grace_ns: 10_000_000_000,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DriverError {
+    #[error(transparent)]
+    Engine(#[from] offrac_core::ConfigError),
+    #[error("{driver} slot configurations for {engine} engine slots")]
+    SlotMismatch { driver: usize, engine: usize },
+}
+
+/// What the driver asks its shell to do.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Io {
+    /// Run `job` on `slot`: at once on this thread (`inline`) or on the slot's
+    /// worker. When the function returns, report [`Driver::handle_slot_free`]
+    /// *before* writing the answer (the answer may prompt the client's next
+    /// request, which must find the slot free), then write the answer (built
+    /// with [`ResponseHeader::answer`]) and report [`Driver::handle_answered`].
+    Run {
+        slot: SlotId,
+        job: Job,
+        inline: bool,
+    },
+    /// Write this whole message (header, then payload) on `conn`.
+    Send {
+        conn: ConnId,
+        header: ResponseHeader,
+        payload: Vec<u8>,
+    },
+    /// Half-close `conn` once its queued output is written; go on reading
+    /// (and discarding) until the peer closes or the linger ends.
+    ShutWrite { conn: ConnId },
+    /// Forget `conn`: shut it both ways. No more events are expected for it.
+    Drop { conn: ConnId },
+    /// Stop accepting connections.
+    StopAccepting,
+}
+
+#[derive(Debug, Default)]
+struct Conn {
+    /// Output the shell has not written yet, as last reported.
+    backlog: usize,
+    /// Not read while the backlog is high.
+    paused: bool,
+    /// Readable while paused: give it a turn on resume.
+    read_pending: bool,
+    /// In the read queue.
+    queued: bool,
+    /// Jobs handed to the shell whose answer is not written yet.
+    answering: u32,
+    /// The engine retired it: half-close once everything owed is written.
+    closing: bool,
+    /// Half-closed at this time.
+    shut_at: Option<Nanos>,
+}
+
+struct Shutdown {
+    grace_end: Nanos,
+    aborted: bool,
+}
+
+pub struct Driver {
+    engine: Engine,
+    cfg: DriverConfig,
+    conns: FxHashMap<ConnId, Conn>,
+    read_queue: VecDeque<ConnId>,
+    lingering: BinaryHeap<Reverse<(Nanos, ConnId)>>,
+    /// Retired connections not yet half-closed (few: checked after each event).
+    closing: Vec<ConnId>,
+    out: VecDeque<Io>,
+    shutdown: Option<Shutdown>,
+    /// Per slot: the inline limit (copied out of `cfg` for the hot path).
+    inline_max: Vec<usize>,
+}
+
+impl Driver {
+    pub fn new(engine: EngineConfig, cfg: DriverConfig) -> Result<Driver, DriverError> {
+        if cfg.slots.len() != engine.slots.len() {
+            return Err(DriverError::SlotMismatch {
+                driver: cfg.slots.len(),
+                engine: engine.slots.len(),
+            });
+        }
+        let engine = Engine::new(engine)?;
+        Ok(Driver {
+            inline_max: cfg.slots.iter().map(|s| s.inline_max_bytes).collect(),
+            engine,
+            cfg,
+            conns: FxHashMap::default(),
+            read_queue: VecDeque::new(),
+            lingering: BinaryHeap::new(),
+            closing: Vec::new(),
+            out: VecDeque::new(),
+            shutdown: None,
+        })
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    pub fn config(&self) -> &DriverConfig {
+        &self.cfg
+    }
+
+    /// Open connections, whether or not they have sent anything.
+    pub fn connections(&self) -> usize {
+        self.conns.len()
+    }
+
+    /// A connection was accepted; its handle names it from now on.
+    pub fn handle_accept(&mut self, now: Nanos) -> ConnId {
+        let id = self.engine.open(now);
+        self.conns.insert(id, Conn::default());
+        id
+    }
+
+    /// `conn` has bytes (or an end of stream) to read. `hung_up`: the peer
+    /// sent its last byte.
+    pub fn handle_readable(&mut self, now: Nanos, conn: ConnId, hung_up: bool) {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        if c.paused {
+            if hung_up {
+                // Not reading it for now, but a peer that hung up will never
+                // read its answers either: let it go.
+                self.drop_conn(now, conn);
+            } else {
+                c.read_pending = true;
+            }
+            return;
+        }
+        if !c.queued {
+            c.queued = true;
+            self.read_queue.push_back(conn);
+        }
+    }
+
+    /// The next connection to read and how many reads it may do this turn.
+    /// The shell reads until the socket is drained or the budget is spent,
+    /// feeding [`Driver::handle_bytes`], then calls [`Driver::handle_read_turn_end`].
+    pub fn poll_read(&mut self) -> Option<(ConnId, u32)> {
+        while let Some(conn) = self.read_queue.pop_front() {
+            if let Some(c) = self.conns.get_mut(&conn) {
+                c.queued = false;
+                if !c.paused {
+                    return Some((conn, self.cfg.reads_per_turn));
+                }
+                c.read_pending = true;
+            }
+        }
+        None
+    }
+
+    /// Connections waiting for a read turn (a shell gives at most this many
+    /// turns per loop, so epoll is polled between rounds).
+    pub fn pending_reads(&self) -> usize {
+        self.read_queue.len()
+    }
+
+    /// Whether the shell should go on reading `conn` in this turn.
+    pub fn wants_read(&self, conn: ConnId) -> bool {
+        self.conns.get(&conn).is_some_and(|c| !c.paused)
+    }
+
+    /// The read turn of `conn` ended; `more`: the budget ran out before the
+    /// socket was drained, so it goes to the back of the queue.
+    pub fn handle_read_turn_end(&mut self, now: Nanos, conn: ConnId, more: bool) {
+        if more {
+            self.handle_readable(now, conn, false);
+        }
+    }
+
+    /// Bytes read from `conn`.
+    pub fn handle_bytes(&mut self, now: Nanos, conn: ConnId, data: &[u8]) {
+        let Some(c) = self.conns.get(&conn) else {
+            return;
+        };
+        if c.closing {
+            return; // retired: discarded while lingering
+        }
+        self.engine.handle_bytes(now, conn, data);
+        self.pump(now);
+    }
+
+    /// The peer closed its side (end of stream) or the connection broke: it
+    /// is gone, with whatever it had half sent.
+    pub fn handle_hangup(&mut self, now: Nanos, conn: ConnId) {
+        self.drop_conn(now, conn);
+    }
+
+    /// The shell's unwritten output for `conn` is now `backlog` bytes.
+    pub fn handle_backlog(&mut self, now: Nanos, conn: ConnId, backlog: usize) {
+        let above = self.cfg.pause_reading_above;
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        c.backlog = backlog;
+        if !c.paused && backlog > above && !c.closing {
+            c.paused = true;
+        } else if c.paused && backlog < above / 2 {
+            c.paused = false;
+            if std::mem::take(&mut c.read_pending) {
+                self.handle_readable(now, conn, false);
+            }
+        }
+        self.maybe_shut(now, conn);
+    }
+
+    /// `slot`'s function returned (its answer is about to be written).
+    pub fn handle_slot_free(&mut self, now: Nanos, slot: SlotId) {
+        self.engine.handle_slot_done(now, slot);
+        self.pump(now);
+    }
+
+    /// The answer to a job of `conn` has been written (or dropped: the
+    /// connection was gone).
+    pub fn handle_answered(&mut self, now: Nanos, conn: ConnId) {
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.answering -= 1;
+            self.maybe_shut(now, conn);
+        }
+    }
+
+    /// Stop accepting and admitting; held work runs for up to the grace period.
+    pub fn handle_shutdown(&mut self, now: Nanos) {
+        if self.shutdown.is_some() {
+            return;
+        }
+        self.shutdown = Some(Shutdown {
+            grace_end: now + self.cfg.shutdown_grace_ns,
+            aborted: false,
+        });
+        self.out.push_back(Io::StopAccepting);
+        self.engine.begin_shutdown(now);
+        self.pump(now);
+    }
+
+    /// Time passed: engine timeouts, lingering connections, the grace period.
+    pub fn handle_timeout(&mut self, now: Nanos) {
+        if self.engine.poll_timeout().is_some_and(|t| t <= now) {
+            self.engine.handle_timeout(now);
+            self.pump(now);
+        }
+        while let Some(&Reverse((t, conn))) = self.lingering.peek() {
+            if t > now {
+                break;
+            }
+            self.lingering.pop();
+            self.drop_conn(now, conn);
+        }
+        if let Some(s) = &mut self.shutdown {
+            if !s.aborted && s.grace_end <= now {
+                s.aborted = true;
+                self.engine.abort_queued(now);
+                self.pump(now);
+            }
+        }
+    }
+
+    /// The next thing to do, if any.
+    pub fn poll_io(&mut self) -> Option<Io> {
+        self.out.pop_front()
+    }
+
+    /// When [`Driver::handle_timeout`] next has work (may be early, never late).
+    pub fn poll_timeout(&self) -> Option<Nanos> {
+        let grace = self
+            .shutdown
+            .as_ref()
+            .filter(|s| !s.aborted)
+            .map(|s| s.grace_end);
+        let linger = self.lingering.peek().map(|Reverse((t, _))| *t);
+        [self.engine.poll_timeout(), grace, linger]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// A shutdown was asked for and everything is answered and written (or,
+    /// past twice the grace period, whatever is left is given up).
+    pub fn is_finished(&self, now: Nanos) -> bool {
+        let Some(s) = &self.shutdown else {
+            return false;
+        };
+        let quiet = self.engine.is_idle()
+            && self
+                .conns
+                .values()
+                .all(|c| c.answering == 0 && c.backlog == 0);
+        quiet || now >= s.grace_end + self.cfg.shutdown_grace_ns
+    }
+
+    pub fn is_shutting_down(&self) -> bool {
+        self.shutdown.is_some()
+    }
+
+    /// Turn the engine's actions into I/O.
+    fn pump(&mut self, now: Nanos) {
+        while let Some(action) = self.engine.poll_action() {
+            match action {
+                Action::Dispatch { slot, job } => {
+                    let Some(c) = self.conns.get_mut(&job.conn) else {
+                        // Nobody to answer: skip the work, free the slot.
+                        self.engine.handle_slot_done(now, slot);
+                        continue;
+                    };
+                    c.answering += 1;
+                    let inline = job.payload.len() <= self.inline_max[slot];
+                    self.out.push_back(Io::Run { slot, job, inline });
+                }
+                Action::Reply {
+                    conn,
+                    header,
+                    message,
+                } => {
+                    if self.conns.contains_key(&conn) {
+                        self.out.push_back(Io::Send {
+                            conn,
+                            header,
+                            payload: message.into_bytes(),
+                        });
+                    }
+                }
+                Action::Close { conn } => {
+                    if let Some(c) = self.conns.get_mut(&conn) {
+                        c.closing = true;
+                        self.closing.push(conn);
+                        // Keep reading (and discarding) so the kernel does not
+                        // reset the connection before the peer reads its answers.
+                        c.paused = false;
+                        if std::mem::take(&mut c.read_pending) {
+                            self.handle_readable(now, conn, false);
+                        }
+                    }
+                }
+            }
+        }
+        // Retired connections whose last answers just went out.
+        if !self.closing.is_empty() {
+            for conn in std::mem::take(&mut self.closing) {
+                self.maybe_shut(now, conn);
+                if self.conns.get(&conn).is_some_and(|c| c.shut_at.is_none()) {
+                    self.closing.push(conn);
+                }
+            }
+        }
+    }
+
+    /// Half-close a retired connection once nothing more is owed to it.
+    fn maybe_shut(&mut self, now: Nanos, conn: ConnId) {
+        let held = self.engine.held(conn);
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        if c.closing && c.shut_at.is_none() && c.answering == 0 && held == 0 {
+            c.shut_at = Some(now);
+            self.out.push_back(Io::ShutWrite { conn });
+            self.lingering
+                .push(Reverse((now + self.cfg.close_linger_ns, conn)));
+        }
+    }
+
+    fn drop_conn(&mut self, now: Nanos, conn: ConnId) {
+        if self.conns.remove(&conn).is_some() {
+            self.engine.handle_close(now, conn);
+            self.out.push_back(Io::Drop { conn });
+            self.pump(now);
+        }
+    }
+}

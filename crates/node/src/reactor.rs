@@ -1,0 +1,378 @@
+//! The I/O thread: a thin mio shell around the [`Driver`]. It turns socket
+//! readiness, worker completions and the clock into driver events and carries
+//! out the driver's [`Io`]; every decision is the driver's. It sleeps only
+//! after `spin` of idleness in polling mode (at once in blocking mode).
+
+use crate::clock::NodeClock;
+use crate::conn_out::ConnOut;
+use crate::driver::{Driver, Io};
+use crate::metrics::Metrics;
+use crate::wake::IoWaker;
+use crate::worker::{Done, Executor, SlotWorker, Work};
+use crate::IoMode;
+use crossbeam_channel::Receiver;
+use mio::net::{TcpListener, TcpStream};
+use mio::unix::SourceFd;
+use mio::{Events, Interest, Poll, Token};
+use offrac_core::ConnId;
+use rustc_hash::FxHashMap;
+use slab::Slab;
+use std::io::{ErrorKind, Read};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub const LISTENER: Token = Token(usize::MAX - 1);
+pub const WAKER: Token = Token(usize::MAX - 2);
+const READ_CHUNK: usize = 64 * 1024;
+/// Longest sleep: bounds how late a worker's `Answered` (sent without a wake-up) is seen.
+const SLEEP_CAP: Duration = Duration::from_millis(50);
+
+struct Conn {
+    id: ConnId,
+    out: Arc<ConnOut>,
+    /// The peer sent its last byte: read to the end, no new event will come.
+    hung_up: bool,
+}
+
+/// Everything the reactor owns besides the driver.
+pub struct Reactor {
+    pub poll: Poll,
+    pub listener: Option<TcpListener>,
+    pub driver: Driver,
+    pub workers: Vec<SlotWorker>,
+    /// Per slot: the executor the I/O thread uses for inline runs.
+    pub inline: Vec<Option<Executor>>,
+    pub done_rx: Receiver<Done>,
+    pub waker: Arc<IoWaker>,
+    pub metrics: Arc<Metrics>,
+    pub io_mode: IoMode,
+    pub spin: Duration,
+    pub shutdown: Arc<AtomicBool>,
+    pub clock: NodeClock,
+    conns: Slab<Conn>,
+    keys: FxHashMap<ConnId, usize>,
+    buf: Vec<u8>,
+}
+
+impl Reactor {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        poll: Poll,
+        listener: TcpListener,
+        driver: Driver,
+        workers: Vec<SlotWorker>,
+        inline: Vec<Option<Executor>>,
+        done_rx: Receiver<Done>,
+        waker: Arc<IoWaker>,
+        metrics: Arc<Metrics>,
+        io_mode: IoMode,
+        spin: Duration,
+        shutdown: Arc<AtomicBool>,
+        clock: NodeClock,
+    ) -> Reactor {
+        Reactor {
+            poll,
+            listener: Some(listener),
+            driver,
+            workers,
+            inline,
+            done_rx,
+            waker,
+            metrics,
+            io_mode,
+            spin,
+            shutdown,
+            clock,
+            conns: Slab::new(),
+            keys: FxHashMap::default(),
+            buf: vec![0; READ_CHUNK],
+        }
+    }
+
+    pub fn run(mut self) -> std::io::Result<()> {
+        let mut events = Events::with_capacity(1024);
+        let mut last_work = Instant::now();
+        let mut last_publish = Instant::now();
+        loop {
+            if !self.driver.is_shutting_down() && self.shutdown.load(Ordering::SeqCst) {
+                tracing::info!("shutting down: refusing new requests, finishing held ones");
+                self.driver.handle_shutdown(self.clock.now());
+                self.apply();
+            }
+            if self.driver.is_finished(self.clock.now()) {
+                break;
+            }
+            let mut work = self.drain_completions();
+            work |= self.read_turns();
+            let spinning = self.io_mode == IoMode::Poll && last_work.elapsed() < self.spin;
+            let timeout = if work || spinning {
+                Some(Duration::ZERO)
+            } else {
+                // Going idle: publish first, so a scrape after a burst sees all of it.
+                if last_publish.elapsed() > Duration::from_millis(1) {
+                    last_publish = Instant::now();
+                    self.metrics.publish(&self.driver);
+                }
+                self.prepare_sleep()
+            };
+            match self.poll.poll(&mut events, timeout) {
+                Ok(()) => {}
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+            self.waker.woke_up();
+            // Completions first: a slot freed before its answer went out must be
+            // seen free by the request that answer prompted (read below).
+            work |= self.drain_completions();
+            for ev in events.iter() {
+                work = true;
+                match ev.token() {
+                    LISTENER => self.accept(),
+                    WAKER => {}
+                    Token(key) => {
+                        let Some(c) = self.conns.get_mut(key) else {
+                            continue;
+                        };
+                        let id = c.id;
+                        let now = self.clock.now();
+                        if ev.is_error() {
+                            // Reset or otherwise broken: nothing can be delivered any more.
+                            self.driver.handle_hangup(now, id);
+                            continue;
+                        }
+                        if ev.is_writable() {
+                            let left = c.out.flush();
+                            if c.out.is_closed() {
+                                self.driver.handle_hangup(now, id);
+                                continue;
+                            }
+                            self.driver.handle_backlog(now, id, left);
+                        }
+                        if ev.is_readable() || ev.is_read_closed() {
+                            c.hung_up |= ev.is_read_closed();
+                            self.driver.handle_readable(now, id, ev.is_read_closed());
+                        }
+                    }
+                }
+            }
+            self.apply();
+            work |= self.read_turns();
+            let now = self.clock.now();
+            if self.driver.poll_timeout().is_some_and(|t| t <= now) {
+                self.driver.handle_timeout(now);
+                self.apply();
+            }
+            if work {
+                last_work = Instant::now();
+            }
+            if last_publish.elapsed() > SLEEP_CAP {
+                last_publish = Instant::now();
+                self.metrics.publish(&self.driver);
+            }
+        }
+        self.metrics.publish(&self.driver);
+        for c in self.conns.drain() {
+            c.out.close();
+        }
+        for w in self.workers.drain(..) {
+            drop(w.tx);
+            let _ = w.thread.join();
+        }
+        Ok(())
+    }
+
+    /// Announce sleep, then re-check inputs the workers may have added meanwhile.
+    fn prepare_sleep(&self) -> Option<Duration> {
+        self.waker.going_to_sleep();
+        if !self.done_rx.is_empty() || self.shutdown.load(Ordering::SeqCst) {
+            return Some(Duration::ZERO);
+        }
+        let until_timer = self
+            .driver
+            .poll_timeout()
+            .map(|t| Duration::from_nanos(t.saturating_sub(self.clock.now())));
+        Some(until_timer.map_or(SLEEP_CAP, |d| d.min(SLEEP_CAP)))
+    }
+
+    fn drain_completions(&mut self) -> bool {
+        let mut any = false;
+        while let Ok(done) = self.done_rx.try_recv() {
+            any = true;
+            let now = self.clock.now();
+            match done {
+                Done::SlotFree(slot) => self.driver.handle_slot_free(now, slot),
+                Done::Answered(conn) => {
+                    self.driver.handle_answered(now, conn);
+                    self.report_backlog(conn);
+                }
+            }
+        }
+        if any {
+            self.apply();
+        }
+        any
+    }
+
+    fn accept(&mut self) {
+        loop {
+            let Some(listener) = &self.listener else {
+                return;
+            };
+            match listener.accept() {
+                Ok((stream, _peer)) => self.add_conn(stream),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    // e.g. out of file descriptors: keep serving the connections we have.
+                    tracing::warn!(error = %e, "accept failed");
+                    return;
+                }
+            }
+        }
+    }
+
+    fn add_conn(&mut self, mut stream: TcpStream) {
+        let _ = stream.set_nodelay(true);
+        let entry = self.conns.vacant_entry();
+        let key = entry.key();
+        if let Err(e) = self.poll.registry().register(
+            &mut stream,
+            Token(key),
+            Interest::READABLE | Interest::WRITABLE,
+        ) {
+            tracing::warn!(error = %e, "cannot register connection");
+            return;
+        }
+        let id = self.driver.handle_accept(self.clock.now());
+        entry.insert(Conn {
+            id,
+            out: Arc::new(ConnOut::new(stream)),
+            hung_up: false,
+        });
+        self.keys.insert(id, key);
+        tracing::debug!(conn = id, "connection opened");
+    }
+
+    fn out_of(&self, id: ConnId) -> Option<&Arc<ConnOut>> {
+        self.keys.get(&id).map(|&k| &self.conns[k].out)
+    }
+
+    fn report_backlog(&mut self, id: ConnId) {
+        if let Some(left) = self.out_of(id).map(|o| o.backlog()) {
+            self.driver.handle_backlog(self.clock.now(), id, left);
+        }
+    }
+
+    /// Give each connection the driver queued for reading one turn.
+    fn read_turns(&mut self) -> bool {
+        let turns = self.driver.pending_reads();
+        let mut buf = std::mem::take(&mut self.buf);
+        for _ in 0..turns {
+            let Some((id, budget)) = self.driver.poll_read() else {
+                break;
+            };
+            let Some(&key) = self.keys.get(&id) else {
+                continue;
+            };
+            let (out, hung_up) = (self.conns[key].out.clone(), self.conns[key].hung_up);
+            let mut more = true;
+            let mut reads = 0;
+            while reads < budget {
+                match (&out.stream).read(&mut buf) {
+                    Ok(0) => {
+                        self.driver.handle_hangup(self.clock.now(), id);
+                        more = false;
+                        break;
+                    }
+                    Ok(n) => {
+                        reads += 1;
+                        self.driver.handle_bytes(self.clock.now(), id, &buf[..n]);
+                        self.apply();
+                        self.report_backlog(id);
+                        if !self.driver.wants_read(id) {
+                            more = false;
+                            break;
+                        }
+                        // A short read drained the socket: new bytes raise a new
+                        // (edge-triggered) event. After a hang-up none comes: read on.
+                        if n < buf.len() && !hung_up {
+                            more = false;
+                            break;
+                        }
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                        more = false;
+                        break;
+                    }
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(_) => {
+                        self.driver.handle_hangup(self.clock.now(), id);
+                        more = false;
+                        break;
+                    }
+                }
+            }
+            self.driver.handle_read_turn_end(self.clock.now(), id, more);
+            self.apply();
+        }
+        self.buf = buf;
+        turns > 0
+    }
+
+    /// Carry out what the driver decided.
+    fn apply(&mut self) {
+        while let Some(io) = self.driver.poll_io() {
+            match io {
+                Io::Run { slot, job, inline } => {
+                    let conn = job.conn;
+                    let out = self.out_of(conn).cloned();
+                    let work = Work { job, out };
+                    match (&mut self.inline[slot], inline) {
+                        // Short enough to run here: no thread hand-off, no wake-up.
+                        // Nothing is read before the slot is freed below.
+                        (Some(exec), true) => {
+                            exec.execute(work, || {});
+                            let now = self.clock.now();
+                            self.driver.handle_slot_free(now, slot);
+                            self.driver.handle_answered(now, conn);
+                            self.report_backlog(conn);
+                        }
+                        // Workers never exit while the reactor runs, so a send cannot fail here.
+                        _ => drop(self.workers[slot].tx.send(work)),
+                    }
+                }
+                Io::Send {
+                    conn,
+                    header,
+                    payload,
+                } => {
+                    if let Some(out) = self.out_of(conn) {
+                        out.send(&header.encode(), &payload);
+                        self.report_backlog(conn);
+                    }
+                }
+                Io::ShutWrite { conn } => {
+                    if let Some(out) = self.out_of(conn) {
+                        out.shut_write_when_flushed();
+                    }
+                }
+                Io::Drop { conn } => {
+                    if let Some(key) = self.keys.remove(&conn) {
+                        let c = self.conns.remove(key);
+                        let fd = c.out.stream.as_raw_fd();
+                        let _ = self.poll.registry().deregister(&mut SourceFd(&fd));
+                        c.out.close();
+                        tracing::debug!(conn, "connection closed");
+                    }
+                }
+                Io::StopAccepting => {
+                    if let Some(mut l) = self.listener.take() {
+                        let _ = self.poll.registry().deregister(&mut l);
+                    }
+                }
+            }
+        }
+    }
+}
