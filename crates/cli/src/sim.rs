@@ -12,6 +12,8 @@ enum Node {
     Reassembled,
     /// Feed fragments straight to an accelerator (Fig. 4's baseline).
     Immediate,
+    /// The node's own driver around the core, with a hand-off to slot workers (--handoff-us).
+    Driver,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -67,6 +69,9 @@ pub struct Args {
     frag_bytes: u32,
     #[arg(long, value_enum, default_value = "reassembled")]
     node: Node,
+    /// `--node driver`: latency of the hand-off from the I/O thread to a slot's worker, µs.
+    #[arg(long, default_value_t = 0.0)]
+    handoff_us: f64,
     /// Reassembly buffers.
     #[arg(long, default_value_t = 4)]
     buffers: usize,
@@ -106,25 +111,30 @@ fn usage<E: std::fmt::Display>(e: E) -> CliError {
 
 fn config(a: &Args) -> Result<SimConfig, CliError> {
     let delay = |s: &str| s.parse::<Delay>().map_err(usage);
+    let pool = PoolModel {
+        buffers: a.buffers,
+        buffer_frags: a.buffer_frags,
+        policy: match a.policy {
+            Policy::NaiveRr => BufferPolicy::NaiveRr,
+            Policy::EligibleRr => BufferPolicy::EligibleRr,
+            Policy::Jsb => BufferPolicy::Jsb,
+        },
+        selector: match a.selector {
+            Selector::Rr => SlotPolicy::Rr,
+            Selector::Jsq => SlotPolicy::Jsq,
+        },
+        small_queue: !a.no_small_queue,
+        small_queue_frags: a.small_queue_frags,
+        per_function: a.per_function_buffers,
+        slot_queue_frags: a.slot_queue_frags,
+    };
     let node = match a.node {
         Node::Immediate => NodeModel::Immediate,
-        Node::Reassembled => NodeModel::Reassembled(PoolModel {
-            buffers: a.buffers,
-            buffer_frags: a.buffer_frags,
-            policy: match a.policy {
-                Policy::NaiveRr => BufferPolicy::NaiveRr,
-                Policy::EligibleRr => BufferPolicy::EligibleRr,
-                Policy::Jsb => BufferPolicy::Jsb,
-            },
-            selector: match a.selector {
-                Selector::Rr => SlotPolicy::Rr,
-                Selector::Jsq => SlotPolicy::Jsq,
-            },
-            small_queue: !a.no_small_queue,
-            small_queue_frags: a.small_queue_frags,
-            per_function: a.per_function_buffers,
-            slot_queue_frags: a.slot_queue_frags,
-        }),
+        Node::Reassembled => NodeModel::Reassembled(pool),
+        Node::Driver => NodeModel::Driven {
+            pool,
+            handoff_ns: (a.handoff_us * 1000.0).round() as u64,
+        },
     };
     Ok(SimConfig {
         clients: a.clients,

@@ -11,6 +11,9 @@ pub enum NodeModel {
     /// Fig. 4's baseline: fragments go straight to an accelerator, which is held
     /// from the first fragment to the end of the last one's processing.
     Immediate,
+    /// The node's own driver around the same engine, in a virtual world, with
+    /// this hand-off latency from the I/O thread to a slot's worker.
+    Driven { pool: PoolModel, handoff_ns: u64 },
 }
 
 /// The reassembly pool and queues of the core, in fragments.
@@ -110,6 +113,10 @@ pub enum SimError {
     NoFragBytes,
     #[error(transparent)]
     Core(#[from] offrac_core::ConfigError),
+    #[error("the node driver refused the configuration: {0}")]
+    Driver(String),
+    #[error("not supported: {0}")]
+    Unsupported(&'static str),
 }
 
 impl SimConfig {
@@ -124,7 +131,7 @@ impl SimConfig {
         if self.frag_bytes == 0 {
             return Err(SimError::NoFragBytes);
         }
-        if let NodeModel::Reassembled(p) = &self.node {
+        if let NodeModel::Reassembled(p) | NodeModel::Driven { pool: p, .. } = &self.node {
             let frags = self.sizes.frags.iter().copied().max().unwrap_or(1);
             if u64::from(frags) > p.buffer_frags {
                 return Err(SimError::TooLarge {

@@ -4,6 +4,7 @@
 
 use crate::backend::{Backend, Fragment, Outbox, Outcome};
 use crate::config::{NodeModel, SimConfig, SimError};
+use crate::driven::Driven;
 use crate::immediate::Immediate;
 use crate::reassembled::Reassembled;
 use crate::rng::Rng;
@@ -69,6 +70,9 @@ pub fn run(cfg: &SimConfig) -> Result<Summary, SimError> {
     match &cfg.node {
         NodeModel::Reassembled(p) => Ok(Sim::new(cfg, Reassembled::new(cfg, p)?).run()),
         NodeModel::Immediate => Ok(Sim::new(cfg, Immediate::new(cfg)).run()),
+        NodeModel::Driven { pool, handoff_ns } => {
+            Ok(Sim::new(cfg, Driven::new(cfg, pool, *handoff_ns)?).run())
+        }
     }
 }
 

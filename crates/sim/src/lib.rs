@@ -5,6 +5,7 @@
 
 mod backend;
 mod config;
+mod driven;
 mod driver;
 mod immediate;
 mod reassembled;

@@ -26,32 +26,8 @@ pub struct Reassembled {
 
 impl Reassembled {
     pub fn new(cfg: &SimConfig, pool: &PoolModel) -> Result<Reassembled, SimError> {
-        let fb = u64::from(cfg.frag_bytes);
-        let slots: Vec<u8> = cfg
-            .instances
-            .iter()
-            .enumerate()
-            .flat_map(|(f, &n)| std::iter::repeat_n(f as u8, n))
-            .collect();
-        let buffer_bytes = pool.buffer_frags * fb;
-        let ecfg = EngineConfig {
-            buffers: pool.buffers,
-            buffer_bytes,
-            buffer_policy: pool.policy,
-            max_payload: buffer_bytes,
-            small_request_max: if pool.small_queue {
-                HEADER_LEN as u64 + fb
-            } else {
-                0
-            },
-            small_queue_bytes: (pool.small_queue_frags * fb).max(HEADER_LEN as u64 + fb),
-            slot_policy: pool.selector,
-            slot_queue_bytes: (pool.slot_queue_frags * fb).max(buffer_bytes),
-            stall_timeout_ns: 1_000_000_000,
-            reassembly_timeout_ns: 1_000_000_000,
-            slots: slots.clone(),
-            device_id: 0,
-        };
+        let ecfg = engine_config(cfg, pool);
+        let slots = ecfg.slots.clone();
         let engine = if pool.per_function {
             let n = cfg.instances.len();
             let owners = (0..pool.buffers).map(|i| Some((i % n) as u8)).collect();
@@ -143,5 +119,35 @@ impl Backend for Reassembled {
             e.2 += 1;
         }
         u
+    }
+}
+
+/// The engine of a simulated node: the pool model in fragments, turned into bytes.
+pub(crate) fn engine_config(cfg: &SimConfig, pool: &PoolModel) -> EngineConfig {
+    let fb = u64::from(cfg.frag_bytes);
+    let slots: Vec<u8> = cfg
+        .instances
+        .iter()
+        .enumerate()
+        .flat_map(|(f, &n)| std::iter::repeat_n(f as u8, n))
+        .collect();
+    let buffer_bytes = pool.buffer_frags * fb;
+    EngineConfig {
+        buffers: pool.buffers,
+        buffer_bytes,
+        buffer_policy: pool.policy,
+        max_payload: buffer_bytes,
+        small_request_max: if pool.small_queue {
+            HEADER_LEN as u64 + fb
+        } else {
+            0
+        },
+        small_queue_bytes: (pool.small_queue_frags * fb).max(HEADER_LEN as u64 + fb),
+        slot_policy: pool.selector,
+        slot_queue_bytes: (pool.slot_queue_frags * fb).max(buffer_bytes),
+        stall_timeout_ns: 1_000_000_000,
+        reassembly_timeout_ns: 1_000_000_000,
+        slots,
+        device_id: 0,
     }
 }

@@ -26,6 +26,17 @@ pub struct ExecModel {
     /// Run the real built-in accelerator for the answer's payload (else an
     /// `OK` with an empty payload).
     pub real_results: bool,
+    /// The design-study model (OffRAC Appendix B), used instead when set.
+    pub per_fragment: Option<FragmentExec>,
+}
+
+/// Execution time as the simulator's workloads define it: a time per
+/// fragment for each function (by id), plus a fixed overhead per job.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FragmentExec {
+    pub frag_bytes: usize,
+    pub ns_per_frag: Vec<f64>,
+    pub overhead_ns: f64,
 }
 
 impl Default for ExecModel {
@@ -35,6 +46,7 @@ impl Default for ExecModel {
             per_kib_ns: 500,
             fixed: Vec::new(),
             real_results: true,
+            per_fragment: None,
         }
     }
 }
@@ -42,6 +54,11 @@ impl Default for ExecModel {
 impl ExecModel {
     fn time(&self, job: &Job) -> Nanos {
         let f = job.function();
+        if let Some(m) = &self.per_fragment {
+            let frags = job.payload.len().div_ceil(m.frag_bytes).max(1) as f64;
+            let per = m.ns_per_frag.get(f as usize).copied().unwrap_or(0.0);
+            return (per * frags + m.overhead_ns).round() as Nanos;
+        }
         if let Some(&(_, t)) = self.fixed.iter().find(|(g, _)| *g == f) {
             return t;
         }
@@ -153,12 +170,16 @@ pub struct World {
     pub log: Vec<(usize, u64, Status)>,
     /// When the driver reported it had finished a shutdown.
     pub finished_at: Option<Nanos>,
+    /// Per slot: virtual time spent executing.
+    pub busy_ns: Vec<Nanos>,
 }
 
 impl World {
     pub fn new(cfg: WorldConfig) -> Result<World, DriverError> {
         let driver = Driver::new(cfg.engine.clone(), cfg.driver.clone())?;
+        let busy_ns = vec![0; cfg.engine.slots.len()];
         Ok(World {
+            busy_ns,
             rng: Rng::new(cfg.seed),
             cfg,
             driver,
@@ -357,7 +378,9 @@ impl World {
                     } else {
                         self.now + self.cfg.handoff_ns
                     };
-                    let done = started + self.cfg.exec.time(&job);
+                    let exec = self.cfg.exec.time(&job);
+                    self.busy_ns[slot] += exec;
+                    let done = started + exec;
                     self.at(done, Ev::Finish { slot, job, started });
                 }
                 Io::Send {
@@ -459,6 +482,16 @@ impl World {
                 }
             }
         }
+    }
+
+    /// Take the answers `client` has received so far (long runs keep memory flat).
+    pub fn drain_answers(&mut self, client: usize) -> Vec<Received> {
+        std::mem::take(&mut self.clients[client].answers)
+    }
+
+    /// Forget the answer log (long runs keep memory flat).
+    pub fn clear_log(&mut self) {
+        self.log.clear();
     }
 
     /// The answers `client` received for `request_id`.

@@ -313,3 +313,73 @@ fn closed_loop_clients_within_capacity_are_never_refused() {
         }
     });
 }
+
+mod closed_loop {
+    use offrac_core::BufferPolicy;
+    use offrac_sim::{run, NodeModel, PoolModel, SimConfig};
+
+    fn cfg(node: NodeModel, seed: u64) -> SimConfig {
+        SimConfig {
+            clients: 8,
+            requests: 300,
+            sizes: "multi".parse().unwrap_or_else(|e| panic!("{e}")),
+            node,
+            seed,
+            ..SimConfig::default()
+        }
+    }
+
+    fn pool() -> PoolModel {
+        PoolModel {
+            policy: BufferPolicy::NaiveRr,
+            ..PoolModel::default()
+        }
+    }
+
+    #[test]
+    fn the_driver_model_without_a_handoff_agrees_with_the_core_model() {
+        for seed in 1..4 {
+            let core = run(&cfg(NodeModel::Reassembled(pool()), seed)).unwrap();
+            let driven = run(&cfg(
+                NodeModel::Driven {
+                    pool: pool(),
+                    handoff_ns: 0,
+                },
+                seed,
+            ))
+            .unwrap();
+            let (a, b) = (&core.rows[0], &driven.rows[0]);
+            assert_eq!(a.completed, b.completed);
+            let (da, db) = (
+                a.drops as f64 / a.attempts as f64,
+                b.drops as f64 / b.attempts as f64,
+            );
+            assert!(
+                (da - db).abs() < 0.02,
+                "seed {seed}: drop rate {da} vs {db}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_slow_handoff_shows_in_queueing_and_latency() {
+        let fast = run(&cfg(
+            NodeModel::Driven {
+                pool: pool(),
+                handoff_ns: 0,
+            },
+            1,
+        ))
+        .unwrap();
+        let slow = run(&cfg(
+            NodeModel::Driven {
+                pool: pool(),
+                handoff_ns: 20_000,
+            },
+            1,
+        ))
+        .unwrap();
+        assert!(slow.rows[0].queue.min >= 20.0, "{:?}", slow.rows[0].queue);
+        assert!(slow.rows[0].latency.p50 > fast.rows[0].latency.p50 + 15.0);
+    }
+}
