@@ -217,7 +217,7 @@ def test_disconnect_mid_request_repeatedly(node: Node) -> None:
 # ----------------------------------------------------------------------------- admission
 
 
-@pytest.mark.parametrize("policy", ["naive_rr", "eligible_rr", "jsb"])
+@pytest.mark.parametrize("policy", ["naive-rr", "eligible-rr", "jsb"])
 def test_more_large_requests_than_buffers(start_node: StartNode, policy: str) -> None:
     n = start_node(f'[pool]\nbuffers = 2\nbuffer_bytes = 70000\npolicy = "{policy}"\n')
     size = 64 * 1024

@@ -16,19 +16,6 @@ enum Node {
     Driver,
 }
 
-#[derive(Clone, Copy, clap::ValueEnum)]
-enum Policy {
-    NaiveRr,
-    EligibleRr,
-    Jsb,
-}
-
-#[derive(Clone, Copy, clap::ValueEnum)]
-enum Selector {
-    Rr,
-    Jsq,
-}
-
 #[derive(clap::Args)]
 pub struct Args {
     /// Clients, one connection each.
@@ -78,10 +65,12 @@ pub struct Args {
     /// Capacity of each buffer, fragments.
     #[arg(long, default_value_t = 16)]
     buffer_frags: u64,
-    #[arg(long, value_enum, default_value = "eligible-rr")]
-    policy: Policy,
-    #[arg(long, value_enum, default_value = "rr")]
-    selector: Selector,
+    /// Buffer admission policy: naive-rr, eligible-rr or jsb.
+    #[arg(long, default_value = "eligible-rr", value_parser = str::parse::<BufferPolicy>)]
+    policy: BufferPolicy,
+    /// Slot selection policy: rr or jsq.
+    #[arg(long, default_value = "rr", value_parser = str::parse::<SlotPolicy>)]
+    selector: SlotPolicy,
     /// No single-fragment queue: small requests share the pool.
     #[arg(long)]
     no_small_queue: bool,
@@ -114,15 +103,8 @@ fn config(a: &Args) -> Result<SimConfig, CliError> {
     let pool = PoolModel {
         buffers: a.buffers,
         buffer_frags: a.buffer_frags,
-        policy: match a.policy {
-            Policy::NaiveRr => BufferPolicy::NaiveRr,
-            Policy::EligibleRr => BufferPolicy::EligibleRr,
-            Policy::Jsb => BufferPolicy::Jsb,
-        },
-        selector: match a.selector {
-            Selector::Rr => SlotPolicy::Rr,
-            Selector::Jsq => SlotPolicy::Jsq,
-        },
+        policy: a.policy,
+        selector: a.selector,
         small_queue: !a.no_small_queue,
         small_queue_frags: a.small_queue_frags,
         per_function: a.per_function_buffers,

@@ -1,8 +1,9 @@
 use serde::Deserialize;
 
 /// How a new request's first segment picks a reassembly buffer (OffRAC §3.4).
+/// Spelled `naive-rr`, `eligible-rr`, `jsb` everywhere: TOML, CLI, experiments.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(rename_all = "kebab-case")]
 pub enum BufferPolicy {
     /// Round robin over all buffers; refuse if the one whose turn it is is ineligible.
     NaiveRr,
@@ -14,14 +15,48 @@ pub enum BufferPolicy {
 }
 
 /// How a complete request picks among the slots hosting its function (OffRAC §3.6).
+/// Spelled `rr`, `jsq` everywhere.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(rename_all = "kebab-case")]
 pub enum SlotPolicy {
     #[default]
     Rr,
     /// Join the slot queue with the least queued bytes.
     Jsq,
 }
+
+/// The one spelling of each policy, for parsers and messages.
+macro_rules! names {
+    ($t:ty, $($v:ident = $n:literal),+) => {
+        impl $t {
+            pub const ALL: &'static [$t] = &[$(<$t>::$v),+];
+            pub fn name(self) -> &'static str {
+                match self { $(<$t>::$v => $n),+ }
+            }
+        }
+        impl std::fmt::Display for $t {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+        impl std::str::FromStr for $t {
+            type Err = String;
+            fn from_str(s: &str) -> Result<$t, String> {
+                <$t>::ALL.iter().copied().find(|p| p.name() == s).ok_or_else(|| {
+                    let all: Vec<&str> = <$t>::ALL.iter().map(|p| p.name()).collect();
+                    format!("unknown policy {s:?} (one of: {})", all.join(", "))
+                })
+            }
+        }
+    };
+}
+names!(
+    BufferPolicy,
+    NaiveRr = "naive-rr",
+    EligibleRr = "eligible-rr",
+    Jsb = "jsb"
+);
+names!(SlotPolicy, Rr = "rr", Jsq = "jsq");
 
 /// Everything the engine needs to know; the node reads it from TOML.
 #[derive(Debug, Clone, PartialEq)]

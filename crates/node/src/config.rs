@@ -1,5 +1,6 @@
 //! The node's TOML configuration and its translation to the engine's.
 
+use crate::driver::DriverConfig;
 use offrac_core::{BufferPolicy, EngineConfig, SlotPolicy};
 use offrac_proto::FunctionId;
 use serde::Deserialize;
@@ -61,10 +62,10 @@ fn default_reassembly() -> u64 {
     EngineConfig::default().reassembly_timeout_ns / 1_000_000
 }
 fn default_grace() -> u64 {
-    10_000
+    DriverConfig::new(Vec::new()).shutdown_grace_ns / 1_000_000
 }
 fn default_linger() -> u64 {
-    2_000
+    DriverConfig::new(Vec::new()).close_linger_ns / 1_000_000
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -143,7 +144,7 @@ struct RawSlot {
 }
 
 /// A validated node configuration.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct NodeConfig {
     pub engine: EngineConfig,
     pub io_mode: IoMode,
@@ -157,29 +158,44 @@ pub struct NodeConfig {
     pub shutdown_grace_ms: u64,
     /// How long a closed connection lingers for its peer to read the last answer.
     pub close_linger_ms: u64,
-    /// Per slot: run requests up to this many bytes on the I/O thread
-    /// (`None`: the function's own default, see `Accelerator::inline_max_bytes`).
-    pub slot_inline_max_bytes: Vec<Option<usize>>,
+    /// One per slot, in slot order (the engine's `slots` lists their functions).
+    pub slots: Vec<SlotSettings>,
+}
+
+/// What the TOML says about one slot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlotSettings {
+    pub function: FunctionId,
+    /// Run requests up to this many bytes on the I/O thread (`None`: the
+    /// function's own default, see `Accelerator::inline_max_bytes`).
+    pub inline_max_bytes: Option<usize>,
 }
 
 impl NodeConfig {
     pub fn parse(text: &str) -> Result<NodeConfig, ConfigError> {
         let raw: Raw = toml::from_str(text)?;
-        let slot_inline_max_bytes = match &raw.slots {
-            Some(list) => list.iter().map(|s| s.inline_max_bytes).collect(),
-            None => vec![None; FunctionId::ALL.len()],
-        };
-        let slots = match raw.slots {
+        // No [[slots]]: one slot per built-in function.
+        let slot_settings = match &raw.slots {
             Some(list) => list
                 .iter()
                 .map(|s| {
-                    FunctionId::from_name(&s.function)
-                        .map(FunctionId::id)
-                        .ok_or_else(|| ConfigError::UnknownFunction(s.function.clone()))
+                    let function = FunctionId::from_name(&s.function)
+                        .ok_or_else(|| ConfigError::UnknownFunction(s.function.clone()))?;
+                    Ok(SlotSettings {
+                        function,
+                        inline_max_bytes: s.inline_max_bytes,
+                    })
                 })
-                .collect::<Result<Vec<u8>, _>>()?,
-            None => FunctionId::ALL.iter().map(|f| f.id()).collect(),
+                .collect::<Result<Vec<_>, ConfigError>>()?,
+            None => FunctionId::ALL
+                .iter()
+                .map(|&function| SlotSettings {
+                    function,
+                    inline_max_bytes: None,
+                })
+                .collect(),
         };
+        let slots = slot_settings.iter().map(|s| s.function.id()).collect();
         let io_mode = match raw.io.mode.as_str() {
             "poll" => IoMode::Poll,
             "blocking" => IoMode::Blocking,
@@ -209,7 +225,7 @@ impl NodeConfig {
             metrics_listen,
             shutdown_grace_ms: raw.shutdown_grace_ms,
             close_linger_ms: raw.close_linger_ms,
-            slot_inline_max_bytes,
+            slots: slot_settings,
         })
     }
 
@@ -234,6 +250,33 @@ mod tests {
     fn empty_file_means_defaults() {
         let c = NodeConfig::parse("").unwrap();
         assert_eq!(c.engine.slots.len(), 6);
+    }
+
+    #[test]
+    fn the_embedded_default_file_says_exactly_the_defaults() {
+        // The file documents the defaults; the code owns them. They must agree.
+        let file = NodeConfig::default_config();
+        let mut code = NodeConfig::parse("").unwrap();
+        assert_eq!(file, code);
+        assert_eq!(file.engine, EngineConfig::default());
+        let d = DriverConfig::new(Vec::new());
+        assert_eq!(file.shutdown_grace_ms * 1_000_000, d.shutdown_grace_ns);
+        assert_eq!(file.close_linger_ms * 1_000_000, d.close_linger_ns);
+        // And it is not vacuous: a changed value is seen.
+        code.engine.buffers += 1;
+        assert_ne!(file, code);
+    }
+
+    #[test]
+    fn policies_have_one_spelling() {
+        let c = NodeConfig::parse("[pool]\npolicy = \"naive-rr\"\n[selector]\npolicy = \"jsq\"")
+            .unwrap();
+        assert_eq!(c.engine.buffer_policy, BufferPolicy::NaiveRr);
+        assert_eq!(c.engine.slot_policy, SlotPolicy::Jsq);
+        assert!(NodeConfig::parse("[pool]\npolicy = \"naive_rr\"").is_err());
+        for p in BufferPolicy::ALL {
+            assert_eq!(p.name().parse::<BufferPolicy>(), Ok(*p));
+        }
     }
 
     #[test]

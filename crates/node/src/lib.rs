@@ -14,7 +14,7 @@ mod reactor;
 mod wake;
 mod worker;
 
-pub use config::{ConfigError, IoMode, NodeConfig, DEFAULT_CONFIG};
+pub use config::{ConfigError, IoMode, NodeConfig, SlotSettings, DEFAULT_CONFIG};
 pub use driver::{Driver, DriverConfig, DriverError, Io, SlotConfig};
 pub use metrics::Metrics;
 
@@ -149,10 +149,9 @@ pub fn start(cfg: NodeConfig, listen: &str) -> Result<NodeHandle, NodeError> {
         // A second instance, run by the I/O thread for requests small enough to finish in microseconds.
         let accel = offrac_accel::builtin(function);
         let limit = cfg
-            .slot_inline_max_bytes
+            .slots
             .get(slot)
-            .copied()
-            .flatten()
+            .and_then(|s| s.inline_max_bytes)
             .unwrap_or(accel.inline_max_bytes());
         inline.push(
             (limit > 0)
