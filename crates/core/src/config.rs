@@ -1,4 +1,5 @@
 use serde::Deserialize;
+use std::time::Duration;
 
 /// How a new request's first segment picks a reassembly buffer (OffRAC §3.4).
 /// Spelled `naive-rr`, `eligible-rr`, `jsb` everywhere: TOML, CLI, experiments.
@@ -77,10 +78,10 @@ pub struct EngineConfig {
     /// Payload bytes each slot queue holds (not counting the job executing).
     pub slot_queue_bytes: u64,
     /// A partial request with no progress for this long is collected.
-    pub stall_timeout_ns: u64,
+    pub stall_timeout: Duration,
     /// A request still incomplete this long after its first byte is answered
     /// `TIMEOUT` and its buffer freed, however steadily it trickles in.
-    pub reassembly_timeout_ns: u64,
+    pub reassembly_timeout: Duration,
     /// The function id hosted by each slot, in slot order.
     pub slots: Vec<u8>,
     /// This node's device id, stamped on responses.
@@ -121,8 +122,8 @@ impl Default for EngineConfig {
             small_queue_bytes: 1 << 20,
             slot_policy: SlotPolicy::Rr,
             slot_queue_bytes: 2 << 20,
-            stall_timeout_ns: 5_000_000_000,
-            reassembly_timeout_ns: 2_000_000_000,
+            stall_timeout: Duration::from_secs(5),
+            reassembly_timeout: Duration::from_secs(2),
             slots: vec![0, 1, 2, 3, 4, 5],
             device_id: 0,
         }
@@ -155,10 +156,10 @@ impl EngineConfig {
         if self.slots.is_empty() {
             return Err(ConfigError::NoSlots);
         }
-        if self.stall_timeout_ns == 0 {
+        if self.stall_timeout.is_zero() {
             return Err(ConfigError::NoStallTimeout);
         }
-        if self.reassembly_timeout_ns == 0 {
+        if self.reassembly_timeout.is_zero() {
             return Err(ConfigError::NoReassemblyTimeout);
         }
         Ok(())

@@ -1,6 +1,6 @@
 //! Per-connection receive state: where the next byte of the stream goes.
 
-use crate::{BufferId, Nanos};
+use crate::{BufferId, Instant};
 use offrac_proto::{RequestHeader, HEADER_LEN};
 
 #[derive(Debug)]
@@ -9,14 +9,14 @@ pub(crate) enum Rx {
     Header {
         bytes: [u8; HEADER_LEN],
         have: usize,
-        first_byte_at: Nanos,
+        first_byte_at: Instant,
     },
     /// Reading the payload of an admitted request into its buffer.
     Payload {
         header: RequestHeader,
         payload: Vec<u8>,
         buffer: BufferId,
-        first_byte_at: Nanos,
+        first_byte_at: Instant,
     },
     /// Skipping the payload of a refused request.
     Discard { remaining: u64 },
@@ -28,7 +28,7 @@ pub(crate) enum Rx {
 pub(crate) struct Connection {
     pub rx: Rx,
     /// Last time a byte arrived; drives stall collection.
-    pub last_progress: Nanos,
+    pub last_progress: Instant,
     /// A stall deadline for this connection sits in the timer heap.
     pub timer_armed: bool,
     /// Complete requests admitted from this connection and not yet finished
@@ -37,7 +37,7 @@ pub(crate) struct Connection {
 }
 
 impl Connection {
-    pub fn new(now: Nanos) -> Connection {
+    pub fn new(now: Instant) -> Connection {
         Connection {
             rx: Rx::idle(now),
             last_progress: now,
@@ -57,7 +57,7 @@ impl Connection {
 }
 
 impl Rx {
-    pub fn idle(now: Nanos) -> Rx {
+    pub fn idle(now: Instant) -> Rx {
         Rx::Header {
             bytes: [0; HEADER_LEN],
             have: 0,

@@ -3,7 +3,7 @@
 //! slot queues and tells the driver what to do.
 
 use crate::connection::{Connection, Rx};
-use crate::{EngineConfig, EngineStats, Job, Nanos, ReassemblyPool, Selector, SlotId, SlotQueue};
+use crate::{EngineConfig, EngineStats, Instant, Job, ReassemblyPool, Selector, SlotId, SlotQueue};
 use offrac_proto::{
     HeaderError, RequestHeader, ResponseHeader, Status, DEVICE_SELF, HEADER_LEN, REQUEST_ID_NONE,
     VERSION,
@@ -46,7 +46,7 @@ pub struct Engine {
     next_conn: ConnId,
     /// The connection of the job each slot is running.
     running: Vec<Option<ConnId>>,
-    timers: BinaryHeap<Reverse<(Nanos, ConnId)>>,
+    timers: BinaryHeap<Reverse<(Instant, ConnId)>>,
     actions: VecDeque<Action>,
     stats: EngineStats,
     shutting_down: bool,
@@ -119,7 +119,7 @@ impl Engine {
     }
 
     /// A new connection; its handle is never reused.
-    pub fn open(&mut self, now: Nanos) -> ConnId {
+    pub fn open(&mut self, now: Instant) -> ConnId {
         // Skip ids a driver already used implicitly through `handle_bytes`.
         while self.conns.contains_key(&self.next_conn) {
             self.next_conn += 1;
@@ -137,7 +137,7 @@ impl Engine {
     }
 
     /// Bytes arrived on `conn` at `now` (an id not seen before is opened implicitly).
-    pub fn handle_bytes(&mut self, now: Nanos, conn: ConnId, mut data: &[u8]) {
+    pub fn handle_bytes(&mut self, now: Instant, conn: ConnId, mut data: &[u8]) {
         let c = self
             .conns
             .entry(conn)
@@ -161,14 +161,14 @@ impl Engine {
     }
 
     /// The connection is gone: collect its partial request, if any.
-    pub fn handle_close(&mut self, _now: Nanos, conn: ConnId) {
+    pub fn handle_close(&mut self, _now: Instant, conn: ConnId) {
         if let Some(c) = self.conns.remove(&conn) {
             self.collect(c.rx);
         }
     }
 
     /// `slot` finished the job it was dispatched (its answer is the driver's to write).
-    pub fn handle_slot_done(&mut self, now: Nanos, slot: SlotId) {
+    pub fn handle_slot_done(&mut self, now: Instant, slot: SlotId) {
         let was_busy = self.slots[slot].finish();
         debug_assert!(was_busy, "slot {slot} was not busy");
         if let Some(conn) = self.running[slot].take() {
@@ -182,7 +182,7 @@ impl Engine {
     /// Time passed: answer `TIMEOUT` for requests past the reassembly deadline
     /// (the connection stays: the rest of that request is discarded) and
     /// collect connections stalled mid-request past the stall timeout.
-    pub fn handle_timeout(&mut self, now: Nanos) {
+    pub fn handle_timeout(&mut self, now: Instant) {
         while let Some(&Reverse((deadline, conn))) = self.timers.peek() {
             if deadline > now {
                 break;
@@ -202,7 +202,7 @@ impl Engine {
                 ..
             } = &c.rx
             {
-                if first_byte_at + self.cfg.reassembly_timeout_ns <= now {
+                if *first_byte_at + self.cfg.reassembly_timeout <= now {
                     let remaining = header.payload_len as u64 - payload.len() as u64;
                     let rx = std::mem::replace(&mut c.rx, Rx::Discard { remaining });
                     let due = due(&self.cfg, c);
@@ -228,7 +228,7 @@ impl Engine {
     }
 
     /// Stop admitting: refuse new requests and partial ones; complete ones still run.
-    pub fn begin_shutdown(&mut self, _now: Nanos) {
+    pub fn begin_shutdown(&mut self, _now: Instant) {
         self.shutting_down = true;
         let mut partial: Vec<ConnId> = self
             .conns
@@ -245,7 +245,7 @@ impl Engine {
     /// The grace period is over: answer `SHUTTING_DOWN` to every complete
     /// request still waiting (small queue, buffers, slot queues). Running ones
     /// finish and are answered as usual.
-    pub fn abort_queued(&mut self, _now: Nanos) {
+    pub fn abort_queued(&mut self, _now: Instant) {
         let mut waiting: Vec<Job> = self.small.drain(..).collect();
         self.small_bytes = 0;
         for b in 0..self.pool.len() {
@@ -282,7 +282,7 @@ impl Engine {
     }
 
     /// When [`Engine::handle_timeout`] next has work (may be early, never late).
-    pub fn poll_timeout(&self) -> Option<Nanos> {
+    pub fn poll_timeout(&self) -> Option<Instant> {
         self.timers.peek().map(|Reverse((t, _))| *t)
     }
 
@@ -308,7 +308,7 @@ impl Engine {
     }
 
     /// Advance `rx` over the front of `data`.
-    fn feed(&mut self, now: Nanos, conn: ConnId, rx: Rx, data: &mut &[u8]) -> Rx {
+    fn feed(&mut self, now: Instant, conn: ConnId, rx: Rx, data: &mut &[u8]) -> Rx {
         match rx {
             Rx::Header {
                 mut bytes,
@@ -352,7 +352,7 @@ impl Engine {
                     payload,
                     first_byte_at,
                     complete_at: now,
-                    dispatched_at: 0,
+                    dispatched_at: None,
                 };
                 self.pool.finish(buffer, job);
                 self.hold(conn);
@@ -379,10 +379,10 @@ impl Engine {
     /// A whole header has arrived; `rest` is what followed it in the same segment.
     fn on_header(
         &mut self,
-        now: Nanos,
+        now: Instant,
         conn: ConnId,
         bytes: &[u8; HEADER_LEN],
-        first_byte_at: Nanos,
+        first_byte_at: Instant,
         rest: &mut &[u8],
     ) -> Rx {
         self.stats.requests += 1;
@@ -437,7 +437,7 @@ impl Engine {
                 payload: payload.to_vec(),
                 first_byte_at,
                 complete_at: now,
-                dispatched_at: 0,
+                dispatched_at: None,
             };
             self.small_bytes += len;
             self.small.push_back(job);
@@ -462,7 +462,7 @@ impl Engine {
                 payload: Vec::new(),
                 first_byte_at,
                 complete_at: now,
-                dispatched_at: 0,
+                dispatched_at: None,
             };
             self.pool.finish(buffer, job);
             self.hold(conn);
@@ -496,7 +496,7 @@ impl Engine {
             _ => {
                 self.reply(conn, Status::Malformed, id, 0, 0, &msg);
                 let len = u32::from_le_bytes([bytes[16], bytes[17], bytes[18], bytes[19]]) as u64;
-                return discard(len, 0);
+                return discard(len, Instant::default());
             }
         }
         self.actions.push_back(Action::Close { conn });
@@ -590,7 +590,7 @@ impl Engine {
     /// Move complete requests from the small queue, then the buffers, to slot queues.
     /// Within a source a request whose slots are all full is skipped, not waited on,
     /// so one backed-up function cannot block the others.
-    fn drain(&mut self, now: Nanos) {
+    fn drain(&mut self, now: Instant) {
         let mut blocked = [false; 256];
         let mut i = 0;
         while i < self.small.len() {
@@ -631,14 +631,14 @@ impl Engine {
         slot
     }
 
-    fn enqueue(&mut self, now: Nanos, slot: SlotId, job: Job) {
+    fn enqueue(&mut self, now: Instant, slot: SlotId, job: Job) {
         self.slots[slot].push(job);
         self.start(now, slot);
     }
 
-    fn start(&mut self, now: Nanos, slot: SlotId) {
+    fn start(&mut self, now: Instant, slot: SlotId) {
         if let Some(mut job) = self.slots[slot].start_next() {
-            job.dispatched_at = now;
+            job.dispatched_at = Some(now);
             self.running[slot] = Some(job.conn);
             self.stats.dispatched += 1;
             self.actions.push_back(Action::Dispatch { slot, job });
@@ -646,7 +646,7 @@ impl Engine {
     }
 }
 
-fn discard(len: u64, now: Nanos) -> Rx {
+fn discard(len: u64, now: Instant) -> Rx {
     if len == 0 {
         Rx::idle(now)
     } else {
@@ -656,10 +656,10 @@ fn discard(len: u64, now: Nanos) -> Rx {
 
 /// When a partial request on `c` next needs looking at: its stall deadline,
 /// or its reassembly deadline if that comes first.
-fn due(cfg: &EngineConfig, c: &Connection) -> Nanos {
-    let stall = c.last_progress + cfg.stall_timeout_ns;
+fn due(cfg: &EngineConfig, c: &Connection) -> Instant {
+    let stall = c.last_progress + cfg.stall_timeout;
     match &c.rx {
-        Rx::Payload { first_byte_at, .. } => stall.min(first_byte_at + cfg.reassembly_timeout_ns),
+        Rx::Payload { first_byte_at, .. } => stall.min(*first_byte_at + cfg.reassembly_timeout),
         _ => stall,
     }
 }

@@ -1,5 +1,6 @@
-use crate::{ConnId, Nanos};
+use crate::{nanos, ConnId, Instant};
 use offrac_proto::RequestHeader;
+use std::time::Duration;
 
 /// A complete request on its way to, or in, a slot.
 #[derive(Debug, Clone, PartialEq)]
@@ -8,11 +9,11 @@ pub struct Job {
     pub header: RequestHeader,
     pub payload: Vec<u8>,
     /// When the first byte of the header arrived.
-    pub first_byte_at: Nanos,
+    pub first_byte_at: Instant,
     /// When the last byte arrived.
-    pub complete_at: Nanos,
-    /// When the job left its slot queue for execution (set at dispatch).
-    pub dispatched_at: Nanos,
+    pub complete_at: Instant,
+    /// When the job left its slot queue for execution (`None` until dispatched).
+    pub dispatched_at: Option<Instant>,
 }
 
 impl Job {
@@ -25,11 +26,23 @@ impl Job {
         self.header.current_hop().function
     }
 
-    pub fn reassembly_ns(&self) -> u64 {
-        self.complete_at.saturating_sub(self.first_byte_at)
+    pub fn reassembly(&self) -> Duration {
+        self.complete_at.saturating_since(self.first_byte_at)
     }
 
+    /// From complete to dispatched (zero while not dispatched).
+    pub fn queue(&self) -> Duration {
+        self.dispatched_at
+            .map_or(Duration::ZERO, |d| d.saturating_since(self.complete_at))
+    }
+
+    /// [`Job::reassembly`] in nanoseconds, as responses carry it.
+    pub fn reassembly_ns(&self) -> u64 {
+        nanos(self.reassembly())
+    }
+
+    /// [`Job::queue`] in nanoseconds, as responses carry it.
     pub fn queue_ns(&self) -> u64 {
-        self.dispatched_at.saturating_sub(self.complete_at)
+        nanos(self.queue())
     }
 }

@@ -2,8 +2,8 @@
 //!
 //! A driver (the node, or the simulator under virtual time) feeds events in —
 //! [`Engine::handle_bytes`], [`Engine::handle_close`], [`Engine::handle_slot_done`],
-//! [`Engine::handle_timeout`] — each stamped with the current time in
-//! nanoseconds, then drains what the engine wants done with
+//! [`Engine::handle_timeout`] — each stamped with the current [`Instant`] on
+//! the driver's clock, then drains what the engine wants done with
 //! [`Engine::poll_action`] and asks when it next needs waking with
 //! [`Engine::poll_timeout`].
 
@@ -15,6 +15,7 @@ mod pool;
 mod selector;
 mod slot;
 mod stats;
+mod time;
 
 pub use config::{BufferPolicy, ConfigError, EngineConfig, SlotPolicy};
 pub use engine::{Action, ConnId, Engine};
@@ -23,6 +24,4 @@ pub use pool::{BufferId, ReassemblyPool};
 pub use selector::Selector;
 pub use slot::{SlotId, SlotQueue};
 pub use stats::EngineStats;
-
-/// Time in nanoseconds since an arbitrary origin chosen by the driver.
-pub type Nanos = u64;
+pub use time::{nanos, Instant};

@@ -213,9 +213,9 @@ mod tests {
             conn: 0,
             header: offrac_proto::RequestHeader::single(0, 0, 0, n as u32),
             payload: vec![0; n],
-            first_byte_at: 0,
-            complete_at: 0,
-            dispatched_at: 0,
+            first_byte_at: crate::Instant::default(),
+            complete_at: crate::Instant::default(),
+            dispatched_at: None,
         };
         assert_eq!(p.admit(50), Some(0));
         p.finish(0, job(50));

@@ -1,10 +1,11 @@
 //! Invariants of the engine under arbitrary segmentation, interleaving,
 //! completions, closes and stalls.
 
-use offrac_core::{Action, BufferPolicy, Engine, EngineConfig, SlotPolicy};
+use offrac_core::{Action, BufferPolicy, Engine, EngineConfig, Instant, SlotPolicy};
 use offrac_proto::{RequestHeader, Status, HEADER_LEN, REQUEST_ID_NONE};
 use proptest::prelude::*;
 use std::collections::HashMap;
+use std::time::Duration;
 
 const CONNS: usize = 4;
 
@@ -121,23 +122,26 @@ impl Harness {
                 let end = (s + n).min(self.streams[conn].len());
                 let chunk = self.streams[conn][s..end].to_vec();
                 self.sent[conn] = end;
-                self.engine.handle_bytes(self.now, conn as u64, &chunk);
+                self.engine
+                    .handle_bytes(Instant::from_nanos(self.now), conn as u64, &chunk);
             }
             Op::Done { slot } => {
                 if slot < self.running.len() && self.running[slot].take().is_some() {
-                    self.engine.handle_slot_done(self.now, slot);
+                    self.engine
+                        .handle_slot_done(Instant::from_nanos(self.now), slot);
                 }
             }
             Op::Tick { dt } => {
                 self.now += dt;
-                self.engine.handle_timeout(self.now);
+                self.engine.handle_timeout(Instant::from_nanos(self.now));
             }
             Op::Close { conn } => {
                 self.closed[conn] = true;
-                self.engine.handle_close(self.now, conn as u64);
+                self.engine
+                    .handle_close(Instant::from_nanos(self.now), conn as u64);
             }
-            Op::Shutdown => self.engine.begin_shutdown(self.now),
-            Op::Abort => self.engine.abort_queued(self.now),
+            Op::Shutdown => self.engine.begin_shutdown(Instant::from_nanos(self.now)),
+            Op::Abort => self.engine.abort_queued(Instant::from_nanos(self.now)),
         }
         self.drain_actions();
         self.check_bounds();
@@ -160,8 +164,8 @@ impl Harness {
                         "wrong slot"
                     );
                     assert!(
-                        job.first_byte_at <= job.complete_at
-                            && job.complete_at <= job.dispatched_at
+                        Some(job.first_byte_at) <= Some(job.complete_at)
+                            && Some(job.complete_at) <= job.dispatched_at
                     );
                     self.running[slot] = Some(id);
                     self.outcomes.entry(id).or_default().push("dispatched");
@@ -185,7 +189,8 @@ impl Harness {
                 }
                 Action::Close { conn } => {
                     self.closed[conn as usize] = true;
-                    self.engine.handle_close(self.now, conn);
+                    self.engine
+                        .handle_close(Instant::from_nanos(self.now), conn);
                 }
             }
         }
@@ -243,8 +248,8 @@ fn config(policy: BufferPolicy, slot_policy: SlotPolicy, small: bool) -> EngineC
         small_queue_bytes: 2048,
         slot_policy,
         slot_queue_bytes: 4096,
-        stall_timeout_ns: 1_000_000,
-        reassembly_timeout_ns: 1_500_000,
+        stall_timeout: Duration::from_millis(1),
+        reassembly_timeout: Duration::from_micros(1500),
         slots: vec![0, 1, 1, 2],
         device_id: 0,
     }

@@ -1,7 +1,7 @@
 //! The node's clock: the one place the real time is read and turned into the
 //! engine's and driver's nanoseconds.
 
-use offrac_core::Nanos;
+use offrac_core::Instant as CoreInstant;
 use std::time::Instant;
 
 #[derive(Debug, Clone, Copy)]
@@ -16,8 +16,8 @@ impl NodeClock {
         }
     }
 
-    /// Nanoseconds since the node started (never 0: 0 means "not yet" in job timings).
-    pub fn now(&self) -> Nanos {
-        self.origin.elapsed().as_nanos() as Nanos + 1
+    /// Now, on the driver's clock (nanoseconds since the node started).
+    pub fn now(&self) -> CoreInstant {
+        CoreInstant::from_nanos(offrac_core::nanos(self.origin.elapsed()))
     }
 }

@@ -4,6 +4,7 @@ use crate::driver::DriverConfig;
 use offrac_core::{BufferPolicy, EngineConfig, SlotPolicy};
 use offrac_proto::FunctionId;
 use serde::Deserialize;
+use std::time::Duration;
 
 /// The configuration used when none is given.
 pub const DEFAULT_CONFIG: &str = include_str!("../default.toml");
@@ -56,16 +57,16 @@ struct Raw {
 }
 
 fn default_stall() -> u64 {
-    EngineConfig::default().stall_timeout_ns / 1_000_000
+    EngineConfig::default().stall_timeout.as_millis() as u64
 }
 fn default_reassembly() -> u64 {
-    EngineConfig::default().reassembly_timeout_ns / 1_000_000
+    EngineConfig::default().reassembly_timeout.as_millis() as u64
 }
 fn default_grace() -> u64 {
-    DriverConfig::new(Vec::new()).shutdown_grace_ns / 1_000_000
+    DriverConfig::new(Vec::new()).shutdown_grace.as_millis() as u64
 }
 fn default_linger() -> u64 {
-    DriverConfig::new(Vec::new()).close_linger_ns / 1_000_000
+    DriverConfig::new(Vec::new()).close_linger.as_millis() as u64
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -210,8 +211,8 @@ impl NodeConfig {
             small_queue_bytes: raw.pool.small_queue_bytes,
             slot_policy: raw.selector.policy,
             slot_queue_bytes: raw.selector.slot_queue_bytes,
-            stall_timeout_ns: raw.stall_timeout_ms.saturating_mul(1_000_000),
-            reassembly_timeout_ns: raw.reassembly_timeout_ms.saturating_mul(1_000_000),
+            stall_timeout: Duration::from_millis(raw.stall_timeout_ms),
+            reassembly_timeout: Duration::from_millis(raw.reassembly_timeout_ms),
             slots,
             device_id: raw.device_id,
         };
@@ -260,8 +261,11 @@ mod tests {
         assert_eq!(file, code);
         assert_eq!(file.engine, EngineConfig::default());
         let d = DriverConfig::new(Vec::new());
-        assert_eq!(file.shutdown_grace_ms * 1_000_000, d.shutdown_grace_ns);
-        assert_eq!(file.close_linger_ms * 1_000_000, d.close_linger_ns);
+        assert_eq!(
+            Duration::from_millis(file.shutdown_grace_ms),
+            d.shutdown_grace
+        );
+        assert_eq!(Duration::from_millis(file.close_linger_ms), d.close_linger);
         // And it is not vacuous: a changed value is seen.
         code.engine.buffers += 1;
         assert_ne!(file, code);

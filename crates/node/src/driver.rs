@@ -14,11 +14,12 @@
 //! both are zero, so every request the node received whole is answered before
 //! the close.
 
-use offrac_core::{Action, ConnId, Engine, EngineConfig, Job, Nanos, SlotId};
+use offrac_core::{Action, ConnId, Engine, EngineConfig, Instant, Job, SlotId};
 use offrac_proto::ResponseHeader;
 use rustc_hash::FxHashMap;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
+use std::time::Duration;
 
 /// How one slot runs its function.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,10 +43,10 @@ pub struct DriverConfig {
     pub reads_per_turn: u32,
     /// How long a half-closed connection may linger for its peer to read the
     /// last answer and close.
-    pub close_linger_ns: Nanos,
+    pub close_linger: Duration,
     /// After a shutdown request: how long queued work may still run. At its
     /// end every request still waiting is answered `SHUTTING_DOWN`.
-    pub shutdown_grace_ns: Nanos,
+    pub shutdown_grace: Duration,
 }
 
 impl DriverConfig {
@@ -54,8 +55,8 @@ impl DriverConfig {
             slots,
             pause_reading_above: 4 << 20,
             reads_per_turn: 8,
-            close_linger_ns: 2_000_000_000,
-            shutdown_grace_ns: 10_000_000_000,
+            close_linger: Duration::from_secs(2),
+            shutdown_grace: Duration::from_secs(10),
         }
     }
 }
@@ -111,11 +112,11 @@ struct Conn {
     /// The engine retired it: half-close once everything owed is written.
     closing: bool,
     /// Half-closed at this time.
-    shut_at: Option<Nanos>,
+    shut_at: Option<Instant>,
 }
 
 struct Shutdown {
-    grace_end: Nanos,
+    grace_end: Instant,
     aborted: bool,
 }
 
@@ -124,7 +125,7 @@ pub struct Driver {
     cfg: DriverConfig,
     conns: FxHashMap<ConnId, Conn>,
     read_queue: VecDeque<ConnId>,
-    lingering: BinaryHeap<Reverse<(Nanos, ConnId)>>,
+    lingering: BinaryHeap<Reverse<(Instant, ConnId)>>,
     /// Retired connections not yet half-closed (few: checked after each event).
     closing: Vec<ConnId>,
     out: VecDeque<Io>,
@@ -169,7 +170,7 @@ impl Driver {
     }
 
     /// A connection was accepted; its handle names it from now on.
-    pub fn handle_accept(&mut self, now: Nanos) -> ConnId {
+    pub fn handle_accept(&mut self, now: Instant) -> ConnId {
         let id = self.engine.open(now);
         self.conns.insert(id, Conn::default());
         id
@@ -177,7 +178,7 @@ impl Driver {
 
     /// `conn` has bytes (or an end of stream) to read. `hung_up`: the peer
     /// sent its last byte.
-    pub fn handle_readable(&mut self, now: Nanos, conn: ConnId, hung_up: bool) {
+    pub fn handle_readable(&mut self, now: Instant, conn: ConnId, hung_up: bool) {
         let Some(c) = self.conns.get_mut(&conn) else {
             return;
         };
@@ -226,14 +227,14 @@ impl Driver {
 
     /// The read turn of `conn` ended; `more`: the budget ran out before the
     /// socket was drained, so it goes to the back of the queue.
-    pub fn handle_read_turn_end(&mut self, now: Nanos, conn: ConnId, more: bool) {
+    pub fn handle_read_turn_end(&mut self, now: Instant, conn: ConnId, more: bool) {
         if more {
             self.handle_readable(now, conn, false);
         }
     }
 
     /// Bytes read from `conn`.
-    pub fn handle_bytes(&mut self, now: Nanos, conn: ConnId, data: &[u8]) {
+    pub fn handle_bytes(&mut self, now: Instant, conn: ConnId, data: &[u8]) {
         let Some(c) = self.conns.get(&conn) else {
             return;
         };
@@ -246,12 +247,12 @@ impl Driver {
 
     /// The peer closed its side (end of stream) or the connection broke: it
     /// is gone, with whatever it had half sent.
-    pub fn handle_hangup(&mut self, now: Nanos, conn: ConnId) {
+    pub fn handle_hangup(&mut self, now: Instant, conn: ConnId) {
         self.drop_conn(now, conn);
     }
 
     /// The shell's unwritten output for `conn` is now `backlog` bytes.
-    pub fn handle_backlog(&mut self, now: Nanos, conn: ConnId, backlog: usize) {
+    pub fn handle_backlog(&mut self, now: Instant, conn: ConnId, backlog: usize) {
         let above = self.cfg.pause_reading_above;
         let Some(c) = self.conns.get_mut(&conn) else {
             return;
@@ -269,14 +270,14 @@ impl Driver {
     }
 
     /// `slot`'s function returned (its answer is about to be written).
-    pub fn handle_slot_free(&mut self, now: Nanos, slot: SlotId) {
+    pub fn handle_slot_free(&mut self, now: Instant, slot: SlotId) {
         self.engine.handle_slot_done(now, slot);
         self.pump(now);
     }
 
     /// The answer to a job of `conn` has been written (or dropped: the
     /// connection was gone).
-    pub fn handle_answered(&mut self, now: Nanos, conn: ConnId) {
+    pub fn handle_answered(&mut self, now: Instant, conn: ConnId) {
         if let Some(c) = self.conns.get_mut(&conn) {
             c.answering -= 1;
             self.maybe_shut(now, conn);
@@ -284,12 +285,12 @@ impl Driver {
     }
 
     /// Stop accepting and admitting; held work runs for up to the grace period.
-    pub fn handle_shutdown(&mut self, now: Nanos) {
+    pub fn handle_shutdown(&mut self, now: Instant) {
         if self.shutdown.is_some() {
             return;
         }
         self.shutdown = Some(Shutdown {
-            grace_end: now + self.cfg.shutdown_grace_ns,
+            grace_end: now + self.cfg.shutdown_grace,
             aborted: false,
         });
         self.out.push_back(Io::StopAccepting);
@@ -298,7 +299,7 @@ impl Driver {
     }
 
     /// Time passed: engine timeouts, lingering connections, the grace period.
-    pub fn handle_timeout(&mut self, now: Nanos) {
+    pub fn handle_timeout(&mut self, now: Instant) {
         if self.engine.poll_timeout().is_some_and(|t| t <= now) {
             self.engine.handle_timeout(now);
             self.pump(now);
@@ -325,7 +326,7 @@ impl Driver {
     }
 
     /// When [`Driver::handle_timeout`] next has work (may be early, never late).
-    pub fn poll_timeout(&self) -> Option<Nanos> {
+    pub fn poll_timeout(&self) -> Option<Instant> {
         let grace = self
             .shutdown
             .as_ref()
@@ -340,7 +341,7 @@ impl Driver {
 
     /// A shutdown was asked for and everything is answered and written (or,
     /// past twice the grace period, whatever is left is given up).
-    pub fn is_finished(&self, now: Nanos) -> bool {
+    pub fn is_finished(&self, now: Instant) -> bool {
         let Some(s) = &self.shutdown else {
             return false;
         };
@@ -349,7 +350,7 @@ impl Driver {
                 .conns
                 .values()
                 .all(|c| c.answering == 0 && c.backlog == 0);
-        quiet || now >= s.grace_end + self.cfg.shutdown_grace_ns
+        quiet || now >= s.grace_end + self.cfg.shutdown_grace
     }
 
     pub fn is_shutting_down(&self) -> bool {
@@ -357,7 +358,7 @@ impl Driver {
     }
 
     /// Turn the engine's actions into I/O.
-    fn pump(&mut self, now: Nanos) {
+    fn pump(&mut self, now: Instant) {
         while let Some(action) = self.engine.poll_action() {
             match action {
                 Action::Dispatch { slot, job } => {
@@ -409,7 +410,7 @@ impl Driver {
     }
 
     /// Half-close a retired connection once nothing more is owed to it.
-    fn maybe_shut(&mut self, now: Nanos, conn: ConnId) {
+    fn maybe_shut(&mut self, now: Instant, conn: ConnId) {
         let held = self.engine.held(conn);
         let Some(c) = self.conns.get_mut(&conn) else {
             return;
@@ -418,11 +419,11 @@ impl Driver {
             c.shut_at = Some(now);
             self.out.push_back(Io::ShutWrite { conn });
             self.lingering
-                .push(Reverse((now + self.cfg.close_linger_ns, conn)));
+                .push(Reverse((now + self.cfg.close_linger, conn)));
         }
     }
 
-    fn drop_conn(&mut self, now: Nanos, conn: ConnId) {
+    fn drop_conn(&mut self, now: Instant, conn: ConnId) {
         if self.conns.remove(&conn).is_some() {
             self.engine.handle_close(now, conn);
             self.out.push_back(Io::Drop { conn });

@@ -163,8 +163,8 @@ pub fn start(cfg: NodeConfig, listen: &str) -> Result<NodeHandle, NodeError> {
         });
     }
     let mut driver_cfg = DriverConfig::new(slot_configs);
-    driver_cfg.shutdown_grace_ns = cfg.shutdown_grace_ms.saturating_mul(1_000_000);
-    driver_cfg.close_linger_ns = cfg.close_linger_ms.saturating_mul(1_000_000);
+    driver_cfg.shutdown_grace = Duration::from_millis(cfg.shutdown_grace_ms);
+    driver_cfg.close_linger = Duration::from_millis(cfg.close_linger_ms);
     let driver = Driver::new(cfg.engine.clone(), driver_cfg)?;
 
     let (http, metrics_addr) = match &cfg.metrics_listen {

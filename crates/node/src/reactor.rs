@@ -192,7 +192,7 @@ impl Reactor {
         let until_timer = self
             .driver
             .poll_timeout()
-            .map(|t| Duration::from_nanos(t.saturating_sub(self.clock.now())));
+            .map(|t| t.saturating_since(self.clock.now()));
         Some(until_timer.map_or(SLEEP_CAP, |d| d.min(SLEEP_CAP)))
     }
 

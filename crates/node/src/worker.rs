@@ -80,7 +80,7 @@ impl Executor {
         let hop = job.header.current_hop();
         // Queueing ends when the function starts: the hand-off to this
         // thread is part of it.
-        let started_ns = self.clock.now();
+        let started_at = self.clock.now();
         let started = Instant::now();
         let accel = &mut self.accel;
         let scratch = &mut self.scratch;
@@ -101,7 +101,7 @@ impl Executor {
         };
         let mut h = ResponseHeader::answer(&job.header, status, self.device, payload.len() as u32);
         h.reassembly_ns = job.reassembly_ns();
-        h.queue_ns = started_ns.saturating_sub(job.complete_at);
+        h.queue_ns = offrac_core::nanos(started_at.saturating_since(job.complete_at));
         h.exec_ns = exec_ns;
         release();
         out.send(&h.encode(), payload);

@@ -5,8 +5,9 @@
 use crate::backend::{Backend, Fragment, Outbox, Outcome};
 use crate::config::{PoolModel, SimConfig, SimError};
 use crate::Nanos;
-use offrac_core::{Action, Engine, EngineConfig};
+use offrac_core::{Action, Engine, EngineConfig, Instant};
 use offrac_proto::{RequestHeader, Status, HEADER_LEN};
+use std::time::Duration;
 
 /// The wake-up token of the engine's stall timer (slot ids are the other tokens).
 const TIMER: u64 = u64::MAX;
@@ -66,10 +67,10 @@ impl Reassembled {
                     };
                     out.answers.push((header.request_id, outcome));
                 }
-                Action::Close { conn } => self.engine.handle_close(now, conn),
+                Action::Close { conn } => self.engine.handle_close(Instant::from_nanos(now), conn),
             }
         }
-        if let Some(t) = self.engine.poll_timeout() {
+        if let Some(t) = self.engine.poll_timeout().map(Instant::as_nanos) {
             if self.timer_at.is_none_or(|armed| t < armed) {
                 self.timer_at = Some(t);
                 out.wakes.push((t, TIMER));
@@ -86,10 +87,13 @@ impl Backend for Reassembled {
             let h = RequestHeader::single(frag.attempt, frag.function, 0, len);
             self.scratch[..HEADER_LEN].copy_from_slice(&h.encode());
             self.engine
-                .handle_bytes(now, frag.client as u64, &self.scratch);
+                .handle_bytes(Instant::from_nanos(now), frag.client as u64, &self.scratch);
         } else {
-            self.engine
-                .handle_bytes(now, frag.client as u64, &self.scratch[HEADER_LEN..]);
+            self.engine.handle_bytes(
+                Instant::from_nanos(now),
+                frag.client as u64,
+                &self.scratch[HEADER_LEN..],
+            );
         }
         self.actions(now, out);
     }
@@ -97,12 +101,12 @@ impl Backend for Reassembled {
     fn wake(&mut self, now: Nanos, token: u64, out: &mut Outbox) {
         if token == TIMER {
             self.timer_at = None;
-            self.engine.handle_timeout(now);
+            self.engine.handle_timeout(Instant::from_nanos(now));
         } else {
             let slot = token as usize;
             if let Some((attempt, queue_ns)) = self.running[slot].take() {
                 out.answers.push((attempt, Outcome::Done { queue_ns }));
-                self.engine.handle_slot_done(now, slot);
+                self.engine.handle_slot_done(Instant::from_nanos(now), slot);
             }
         }
         self.actions(now, out);
@@ -145,8 +149,8 @@ pub(crate) fn engine_config(cfg: &SimConfig, pool: &PoolModel) -> EngineConfig {
         small_queue_bytes: (pool.small_queue_frags * fb).max(HEADER_LEN as u64 + fb),
         slot_policy: pool.selector,
         slot_queue_bytes: (pool.slot_queue_frags * fb).max(buffer_bytes),
-        stall_timeout_ns: 1_000_000_000,
-        reassembly_timeout_ns: 1_000_000_000,
+        stall_timeout: Duration::from_secs(1),
+        reassembly_timeout: Duration::from_secs(1),
         slots,
         device_id: 0,
     }

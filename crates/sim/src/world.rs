@@ -8,7 +8,7 @@
 
 use crate::rng::Rng;
 use crate::Nanos;
-use offrac_core::{ConnId, EngineConfig, Job, SlotId};
+use offrac_core::{ConnId, EngineConfig, Instant, Job, SlotId};
 use offrac_node::{Driver, DriverConfig, DriverError, Io};
 use offrac_proto::{FunctionId, ResponseHeader, Status, HEADER_LEN};
 use std::cmp::Reverse;
@@ -199,6 +199,11 @@ impl World {
         self.now
     }
 
+    /// Now, on the core's clock.
+    fn instant(&self) -> Instant {
+        Instant::from_nanos(self.now)
+    }
+
     pub fn driver(&self) -> &Driver {
         &self.driver
     }
@@ -247,7 +252,7 @@ impl World {
         if reading {
             c.unread = 0;
             if let Some(conn) = c.conn {
-                self.driver.handle_backlog(self.now, conn, 0);
+                self.driver.handle_backlog(self.instant(), conn, 0);
                 self.apply();
             }
         }
@@ -255,7 +260,7 @@ impl World {
 
     /// SIGTERM.
     pub fn shutdown(&mut self) {
-        self.driver.handle_shutdown(self.now);
+        self.driver.handle_shutdown(self.instant());
         self.apply();
     }
 
@@ -271,7 +276,7 @@ impl World {
                 self.handle(ev);
             }
             self.arm_timer();
-            if self.finished_at.is_none() && self.driver.is_finished(self.now) {
+            if self.finished_at.is_none() && self.driver.is_finished(self.instant()) {
                 self.finished_at = Some(self.now);
             }
         }
@@ -290,7 +295,7 @@ impl World {
     }
 
     fn arm_timer(&mut self) {
-        if let Some(t) = self.driver.poll_timeout() {
+        if let Some(t) = self.driver.poll_timeout().map(Instant::as_nanos) {
             if self.timer_at.is_none_or(|armed| t < armed) {
                 self.timer_at = Some(t);
                 self.at(t.max(self.now), Ev::Timer);
@@ -301,13 +306,13 @@ impl World {
     fn handle(&mut self, ev: Ev) {
         match ev {
             Ev::Accept(c) => {
-                let conn = self.driver.handle_accept(self.now);
+                let conn = self.driver.handle_accept(self.instant());
                 self.clients[c].conn = Some(conn);
                 self.by_conn.insert(conn, c);
                 // Bytes that raced ahead of the accept wait for it.
                 if !self.clients[c].to_node.is_empty() || self.clients[c].eof_sent {
                     let eof = self.clients[c].eof_sent;
-                    self.driver.handle_readable(self.now, conn, eof);
+                    self.driver.handle_readable(self.instant(), conn, eof);
                     self.read_turns();
                 }
             }
@@ -319,7 +324,7 @@ impl World {
                 }
                 let eof = client.eof_sent;
                 if let Some(conn) = client.conn {
-                    self.driver.handle_readable(self.now, conn, eof);
+                    self.driver.handle_readable(self.instant(), conn, eof);
                     self.read_turns();
                 }
             }
@@ -327,7 +332,7 @@ impl World {
             Ev::Finish { slot, job, started } => self.finish(slot, job, started),
             Ev::Timer => {
                 self.timer_at = None;
-                self.driver.handle_timeout(self.now);
+                self.driver.handle_timeout(self.instant());
                 self.apply();
             }
         }
@@ -351,20 +356,20 @@ impl World {
                 if client.to_node.is_empty() {
                     more = false;
                     if client.eof_sent {
-                        self.driver.handle_hangup(self.now, conn);
+                        self.driver.handle_hangup(self.instant(), conn);
                     }
                     break;
                 }
                 let n = client.to_node.len().min(self.cfg.read_chunk);
                 let chunk: Vec<u8> = client.to_node.drain(..n).collect();
-                self.driver.handle_bytes(self.now, conn, &chunk);
+                self.driver.handle_bytes(self.instant(), conn, &chunk);
                 self.apply();
                 if !self.driver.wants_read(conn) {
                     more = false;
                     break;
                 }
             }
-            self.driver.handle_read_turn_end(self.now, conn, more);
+            self.driver.handle_read_turn_end(self.instant(), conn, more);
             self.apply();
         }
     }
@@ -407,7 +412,7 @@ impl World {
 
     /// A slot's function returned: free the slot, then write the answer.
     fn finish(&mut self, slot: SlotId, job: Job, started: Nanos) {
-        self.driver.handle_slot_free(self.now, slot);
+        self.driver.handle_slot_free(self.instant(), slot);
         self.apply();
         let conn = job.conn;
         let (status, payload) = self.result(&job);
@@ -418,10 +423,12 @@ impl World {
             payload.len() as u32,
         );
         h.reassembly_ns = job.reassembly_ns();
-        h.queue_ns = started.saturating_sub(job.complete_at);
+        h.queue_ns = Instant::from_nanos(started)
+            .saturating_since(job.complete_at)
+            .as_nanos() as u64;
         h.exec_ns = self.now - started;
         self.write(conn, &h, &payload);
-        self.driver.handle_answered(self.now, conn);
+        self.driver.handle_answered(self.instant(), conn);
         self.apply();
     }
 
@@ -450,7 +457,7 @@ impl World {
         if !client.reading {
             client.unread += bytes.len();
             let unread = client.unread;
-            self.driver.handle_backlog(self.now, conn, unread);
+            self.driver.handle_backlog(self.instant(), conn, unread);
         }
         self.at(self.now + self.cfg.link_ns, Ev::ToClient(c, Some(bytes)));
     }

@@ -6,6 +6,7 @@
 use offrac_core::EngineConfig;
 use offrac_proto::{FunctionId, Hop, RequestHeader, Status, DEVICE_SELF, REQUEST_ID_NONE};
 use offrac_sim::world::{World, WorldConfig};
+use std::time::Duration;
 
 const MS: u64 = 1_000_000;
 const ECHO: u8 = 0;
@@ -104,7 +105,7 @@ fn a_refused_request_whose_client_stalls_gets_one_answer() {
             c.engine.buffers = 1;
             c.engine.max_payload = 64 * 1024;
             c.engine.buffer_bytes = 64 * 1024;
-            c.engine.stall_timeout_ns = 10 * MS;
+            c.engine.stall_timeout = Duration::from_millis(10);
         };
         // TOO_LARGE, then the client stops half-way through the payload.
         let mut w = world(seed, tweak);
@@ -140,7 +141,7 @@ fn a_shutdown_longer_than_the_grace_answers_every_request() {
     for_seeds(|seed| {
         let mut w = world(seed, |c| {
             c.exec.fixed = vec![(SPIN, 2 * MS)];
-            c.driver.shutdown_grace_ns = 5 * MS;
+            c.driver.shutdown_grace = Duration::from_millis(5);
         });
         let clients: Vec<usize> = (0..3).map(|_| w.connect()).collect();
         for &c in &clients {
@@ -176,8 +177,8 @@ fn trickling_clients_cannot_hold_the_pool() {
     for_seeds(|seed| {
         let mut w = world(seed, |c| {
             c.engine.buffers = 4;
-            c.engine.stall_timeout_ns = 20 * MS;
-            c.engine.reassembly_timeout_ns = 50 * MS;
+            c.engine.stall_timeout = Duration::from_millis(20);
+            c.engine.reassembly_timeout = Duration::from_millis(50);
         });
         let tricklers: Vec<usize> = (0..4).map(|_| w.connect()).collect();
         for (k, &t) in tricklers.iter().enumerate() {
@@ -221,7 +222,7 @@ fn trickling_clients_cannot_hold_the_pool() {
 #[test]
 fn unsupported_has_no_detail_and_an_early_stall_names_no_request() {
     for_seeds(|seed| {
-        let mut w = world(seed, |c| c.engine.stall_timeout_ns = 10 * MS);
+        let mut w = world(seed, |c| c.engine.stall_timeout = Duration::from_millis(10));
         let c = w.connect();
         let mut h = RequestHeader::single(1, ECHO, 0, 0);
         h.hop_count = 2;
