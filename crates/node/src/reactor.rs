@@ -28,6 +28,8 @@ pub const WAKER: Token = Token(usize::MAX - 2);
 const READ_CHUNK: usize = 64 * 1024;
 /// Longest sleep: bounds how late a worker's `Answered` (sent without a wake-up) is seen.
 const SLEEP_CAP: Duration = Duration::from_millis(50);
+/// Poll mode: plain reads of the hot connection per idle round before epoll is asked again.
+const HOT_SPINS: u32 = 32;
 
 struct Conn {
     id: ConnId,
@@ -54,6 +56,9 @@ pub struct Reactor {
     conns: Slab<Conn>,
     keys: FxHashMap<ConnId, usize>,
     buf: Vec<u8>,
+    /// The connection that sent the last bytes: in poll mode, an idle I/O
+    /// thread spins on it with plain reads instead of an epoll round trip.
+    hot: Option<ConnId>,
 }
 
 impl Reactor {
@@ -88,6 +93,7 @@ impl Reactor {
             conns: Slab::new(),
             keys: FxHashMap::default(),
             buf: vec![0; READ_CHUNK],
+            hot: None,
         }
     }
 
@@ -107,6 +113,9 @@ impl Reactor {
             let mut work = self.drain_completions();
             work |= self.read_turns();
             let spinning = self.io_mode == IoMode::Poll && last_work.elapsed() < self.spin;
+            if spinning && !work {
+                work |= self.spin_hot();
+            }
             let timeout = if work || spinning {
                 Some(Duration::ZERO)
             } else {
@@ -265,6 +274,61 @@ impl Reactor {
         }
     }
 
+    /// Poll mode with nothing to do: read the hot connection directly, a few
+    /// times, the way a thread per connection would spin on `recv`. The
+    /// next request of a client in a request-response loop is then read one
+    /// system call after it lands, not after an `epoll_wait` and a `read`.
+    /// Gives up at once when a worker has finished something; other
+    /// connections are seen by the epoll round right after.
+    fn spin_hot(&mut self) -> bool {
+        let Some(id) = self.hot else {
+            return false;
+        };
+        let Some(&key) = self.keys.get(&id) else {
+            self.hot = None;
+            return false;
+        };
+        if !self.driver.wants_read(id) || self.conns[key].hung_up {
+            return false;
+        }
+        let out = self.conns[key].out.clone();
+        let mut buf = std::mem::take(&mut self.buf);
+        let mut got = false;
+        for _ in 0..HOT_SPINS {
+            match (&out.stream).read(&mut buf) {
+                Ok(0) => {
+                    self.driver.handle_hangup(self.clock.now(), id);
+                    got = true;
+                }
+                Ok(n) => {
+                    self.driver.handle_bytes(self.clock.now(), id, &buf[..n]);
+                    if n == buf.len() {
+                        // More may be waiting: a regular read turn follows.
+                        self.driver.handle_readable(self.clock.now(), id, false);
+                    }
+                    got = true;
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    if self.done_rx.is_empty() {
+                        continue;
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(_) => {
+                    self.driver.handle_hangup(self.clock.now(), id);
+                    got = true;
+                }
+            }
+            break;
+        }
+        self.buf = buf;
+        if got {
+            self.apply();
+            self.report_backlog(id);
+        }
+        got
+    }
+
     /// Give each connection the driver queued for reading one turn.
     fn read_turns(&mut self) -> bool {
         let turns = self.driver.pending_reads();
@@ -288,6 +352,7 @@ impl Reactor {
                     }
                     Ok(n) => {
                         reads += 1;
+                        self.hot = Some(id);
                         self.driver.handle_bytes(self.clock.now(), id, &buf[..n]);
                         self.apply();
                         self.report_backlog(id);
