@@ -73,6 +73,7 @@ struct EngineSnapshot {
     admitted_small: u64,
     dispatched: u64,
     collected: u64,
+    aborted: u64,
     refusals: Vec<(Status, u64)>,
     buffer_used: Vec<u64>,
     small_queue: (usize, u64),
@@ -135,6 +136,7 @@ impl Metrics {
             admitted_small: st.admitted_small,
             dispatched: st.dispatched,
             collected: st.collected,
+            aborted: st.aborted,
             refusals: Status::ALL.iter().map(|&s| (s, st.refused(s))).collect(),
             buffer_used: (0..pool.len()).map(|b| pool.used(b)).collect(),
             small_queue: engine.small_queue(),
@@ -220,8 +222,13 @@ impl Metrics {
             ),
             (
                 "offrac_collected_total",
-                "Partial requests collected (client closed or stalled).",
+                "Admitted requests collected before completion (client closed, stalled or past the reassembly timeout).",
                 e.collected,
+            ),
+            (
+                "offrac_aborted_total",
+                "Complete requests answered SHUTTING_DOWN because the shutdown grace period ended first.",
+                e.aborted,
             ),
         ] {
             gauge(&mut o, name, help, "counter");
