@@ -27,6 +27,8 @@ pub struct Outbox {
 pub struct Fragment {
     pub attempt: u64,
     pub client: usize,
+    /// The client's connection (a client that aborts a request opens a new one).
+    pub conn: u64,
     pub function: u8,
     /// Index of this fragment and the request's fragment count.
     pub index: u32,
@@ -36,6 +38,8 @@ pub struct Fragment {
 pub trait Backend {
     fn fragment(&mut self, now: Nanos, frag: Fragment, out: &mut Outbox);
     fn wake(&mut self, now: Nanos, token: u64, out: &mut Outbox);
+    /// The client reset `conn` mid-request (`--on-refusal abort`).
+    fn reset(&mut self, now: Nanos, conn: u64, out: &mut Outbox);
     /// Per accelerator type: (µs spent executing, µs an instance was held, instances).
     fn utilization(&self) -> Vec<(f64, f64, usize)>;
 }

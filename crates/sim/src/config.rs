@@ -49,6 +49,31 @@ impl Default for PoolModel {
     }
 }
 
+/// What a closed-loop client does with a request refused (`BUSY`) while it
+/// is still sending that request's fragments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnRefusal {
+    /// Send the remaining fragments anyway (the node discards them), then
+    /// retry after the back-off: what a client that cannot unsend does.
+    #[default]
+    Finish,
+    /// Stop at once and reset the connection; the retry goes on a new
+    /// connection after the back-off, counted from the refusal. The paper's
+    /// simulator (OffRAC Appendix B) behaves this way.
+    Abort,
+}
+
+impl std::str::FromStr for OnRefusal {
+    type Err = String;
+    fn from_str(s: &str) -> Result<OnRefusal, String> {
+        match s {
+            "finish" => Ok(OnRefusal::Finish),
+            "abort" => Ok(OnRefusal::Abort),
+            _ => Err(format!("--on-refusal is abort or finish, not {s:?}")),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct SimConfig {
     pub clients: usize,
@@ -74,7 +99,15 @@ pub struct SimConfig {
     /// Payload bytes per fragment; the 64-byte header rides in the first one.
     pub frag_bytes: u32,
     pub node: NodeModel,
+    /// Timing seed: gaps, think times, back-offs, the node's choices.
     pub seed: u64,
+    /// Workload seed: each client's sequence of (function, size). `None`:
+    /// the timing seed. Fixing it replays one request sequence across timing
+    /// seeds, as the paper did.
+    pub workload_seed: Option<u64>,
+    pub on_refusal: OnRefusal,
+    /// Every client starts at t = 0 (else spread over one inter-fragment gap).
+    pub start_together: bool,
 }
 
 impl Default for SimConfig {
@@ -95,6 +128,9 @@ impl Default for SimConfig {
             frag_bytes: 1024,
             node: NodeModel::Reassembled(PoolModel::default()),
             seed: 1,
+            workload_seed: None,
+            on_refusal: OnRefusal::Finish,
+            start_together: false,
         }
     }
 }

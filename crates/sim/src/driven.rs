@@ -11,6 +11,7 @@ use crate::world::{FragmentExec, World, WorldConfig};
 use crate::Nanos;
 use offrac_node::SlotConfig;
 use offrac_proto::{RequestHeader, Status, HEADER_LEN};
+use std::collections::HashMap;
 
 pub struct Driven {
     world: World,
@@ -19,6 +20,8 @@ pub struct Driven {
     /// A wake-up is queued with the simulator for this time.
     armed: Option<Nanos>,
     functions: usize,
+    /// The world's client for each simulator connection.
+    clients: HashMap<u64, usize>,
 }
 
 impl Driven {
@@ -50,12 +53,9 @@ impl Driven {
                 "per-function buffers with the driver model",
             ));
         }
-        let mut world = World::new(wc).map_err(|e| SimError::Driver(e.to_string()))?;
-        for _ in 0..cfg.clients {
-            world.connect();
-        }
-        world.run_until(0);
+        let world = World::new(wc).map_err(|e| SimError::Driver(e.to_string()))?;
         Ok(Driven {
+            clients: HashMap::new(),
             world,
             frag_bytes: cfg.frag_bytes as usize,
             scratch: vec![0; HEADER_LEN + cfg.frag_bytes as usize],
@@ -91,15 +91,20 @@ impl Driven {
 impl Backend for Driven {
     fn fragment(&mut self, now: Nanos, frag: Fragment, out: &mut Outbox) {
         self.world.run_until(now);
+        let world = &mut self.world;
+        let client = *self
+            .clients
+            .entry(frag.conn)
+            .or_insert_with(|| world.connect());
         let fb = self.frag_bytes;
         if frag.index == 0 {
             let len = (frag.frags as usize * fb) as u32;
             let h = RequestHeader::single(frag.attempt, frag.function, 0, len);
             self.scratch[..HEADER_LEN].copy_from_slice(&h.encode());
-            self.world.send(frag.client, &self.scratch);
+            self.world.send(client, &self.scratch);
         } else {
             let payload = self.scratch[HEADER_LEN..].to_vec();
-            self.world.send(frag.client, &payload);
+            self.world.send(client, &payload);
         }
         self.settle(now, out);
     }
@@ -107,6 +112,14 @@ impl Backend for Driven {
     fn wake(&mut self, now: Nanos, _token: u64, out: &mut Outbox) {
         if self.armed.is_some_and(|a| a <= now) {
             self.armed = None;
+        }
+        self.settle(now, out);
+    }
+
+    fn reset(&mut self, now: Nanos, conn: u64, out: &mut Outbox) {
+        if let Some(client) = self.clients.remove(&conn) {
+            self.world.run_until(now);
+            self.world.close(client);
         }
         self.settle(now, out);
     }

@@ -3,7 +3,7 @@
 //! a run is a pure function of its configuration and seed.
 
 use crate::backend::{Backend, Fragment, Outbox, Outcome};
-use crate::config::{NodeModel, SimConfig, SimError};
+use crate::config::{NodeModel, OnRefusal, SimConfig, SimError};
 use crate::driven::Driven;
 use crate::immediate::Immediate;
 use crate::reassembled::Reassembled;
@@ -17,8 +17,9 @@ use std::collections::BinaryHeap;
 enum Ev {
     /// The client begins its next (or retried) request.
     Start(usize),
-    /// The client sends fragment `index` of its current attempt.
-    Frag(usize, u32),
+    /// The client sends fragment `index` of attempt `id` (skipped if that
+    /// attempt was aborted meanwhile).
+    Frag(usize, u64, u32),
     /// The node model's own wake-up.
     Wake(u64),
 }
@@ -44,6 +45,10 @@ struct Client {
     current: Option<(u8, u32, usize, Nanos)>,
     /// Closed loop: requests completed. Open loop: requests sent.
     count: u64,
+    /// Connections this client has reset (`--on-refusal abort`).
+    resets: u64,
+    /// Draws this client's (function, size) sequence.
+    workload: Option<Rng>,
 }
 
 struct Sim<'a, B> {
@@ -87,7 +92,9 @@ impl<'a, B: Backend> Sim<'a, B> {
                 acc
             })
             .collect();
-        let ngroups = 1 + cfg.mix.len() + cfg.sizes.frags.len();
+        let (nf, ns) = (cfg.mix.len(), cfg.sizes.frags.len());
+        let ngroups = 1 + nf + ns + nf * ns;
+        let wseed = cfg.workload_seed.unwrap_or(cfg.seed);
         Sim {
             cfg,
             node,
@@ -95,7 +102,16 @@ impl<'a, B: Backend> Sim<'a, B> {
             now: 0,
             seq: 0,
             heap: BinaryHeap::new(),
-            clients: (0..cfg.clients).map(|_| Client::default()).collect(),
+            // One workload stream per client, so that its requests do not
+            // depend on how the clients' timings interleave.
+            clients: (0..cfg.clients)
+                .map(|c| Client {
+                    workload: Some(Rng::new(
+                        wseed ^ (c as u64 + 1).wrapping_mul(0xA076_1D64_78BD_642F),
+                    )),
+                    ..Client::default()
+                })
+                .collect(),
             attempts: Vec::new(),
             mix,
             out: Outbox::default(),
@@ -112,8 +128,13 @@ impl<'a, B: Backend> Sim<'a, B> {
 
     fn run(mut self) -> Summary {
         for c in 0..self.cfg.clients {
-            // Clients start spread over one inter-fragment gap, not in lock-step.
-            let t = self.cfg.gap.sample(&mut self.rng);
+            // Clients start spread over one inter-fragment gap, not in lock-step
+            // (unless asked to start together).
+            let t = if self.cfg.start_together {
+                0
+            } else {
+                self.cfg.gap.sample(&mut self.rng)
+            };
             self.at(t, Ev::Start(c));
         }
         while let Some(Reverse((t, _, ev))) = self.heap.pop() {
@@ -121,7 +142,11 @@ impl<'a, B: Backend> Sim<'a, B> {
             self.events += 1;
             match ev {
                 Ev::Start(c) => self.start(c),
-                Ev::Frag(c, i) => self.send(c, i),
+                Ev::Frag(c, id, i) => {
+                    if self.clients[c].sending == Some(id) {
+                        self.send(c, i);
+                    }
+                }
                 Ev::Wake(token) => self.node.wake(t, token, &mut self.out),
             }
             self.settle();
@@ -139,8 +164,13 @@ impl<'a, B: Backend> Sim<'a, B> {
         let (function, frags, size_class, origin) = match client.current {
             Some(cur) if !cfg.open_loop => cur,
             _ => {
-                let f = self.rng.pick(&self.mix) as u8;
-                let k = self.rng.pick_size(&cfg.sizes);
+                let mut w = self.clients[c]
+                    .workload
+                    .take()
+                    .expect("client has a workload");
+                let f = w.pick(&self.mix) as u8;
+                let k = w.pick_size(&cfg.sizes);
+                self.clients[c].workload = Some(w);
                 let cur = (f, cfg.sizes.frags[k], k, self.now);
                 self.clients[c].current = Some(cur);
                 cur
@@ -174,6 +204,7 @@ impl<'a, B: Backend> Sim<'a, B> {
         let frag = Fragment {
             attempt: id,
             client: c,
+            conn: conn_id(c, self.clients[c].resets),
             function: a.function,
             index,
             frags: a.frags,
@@ -181,7 +212,7 @@ impl<'a, B: Backend> Sim<'a, B> {
         self.node.fragment(self.now, frag, &mut self.out);
         if index + 1 < frag.frags {
             let t = self.now + self.cfg.gap.sample(&mut self.rng);
-            self.at(t, Ev::Frag(c, index + 1));
+            self.at(t, Ev::Frag(c, id, index + 1));
             return;
         }
         let client = &mut self.clients[c];
@@ -198,15 +229,26 @@ impl<'a, B: Backend> Sim<'a, B> {
 
     /// Act on what the node answered and asked for.
     fn settle(&mut self) {
-        for (t, token) in std::mem::take(&mut self.out.wakes) {
-            self.at(t, Ev::Wake(token));
+        loop {
+            let mut wakes = std::mem::take(&mut self.out.wakes);
+            for &(t, token) in &wakes {
+                self.at(t, Ev::Wake(token));
+            }
+            wakes.clear();
+            self.out.wakes = wakes;
+            if self.out.answers.is_empty() {
+                return;
+            }
+            // Buffers are reused: this runs after every event.
+            let mut batch = std::mem::take(&mut self.out.answers);
+            for &(id, outcome) in &batch {
+                self.answer(id, outcome);
+            }
+            batch.clear();
+            // Handling an answer may reset a connection, which may answer more.
+            let fresh = std::mem::replace(&mut self.out.answers, batch);
+            self.out.answers.extend(fresh);
         }
-        let answers = std::mem::take(&mut self.out.answers);
-        for &(id, outcome) in &answers {
-            self.answer(id, outcome);
-        }
-        self.out.answers = answers;
-        self.out.answers.clear();
     }
 
     fn answer(&mut self, id: u64, outcome: Outcome) {
@@ -230,6 +272,9 @@ impl<'a, B: Backend> Sim<'a, B> {
             }
         }
         if self.cfg.open_loop {
+            if outcome == Outcome::Busy {
+                self.abort_if_sending(c, id);
+            }
             return;
         }
         let client = &mut self.clients[c];
@@ -243,6 +288,7 @@ impl<'a, B: Backend> Sim<'a, B> {
                 }
             }
             Outcome::Busy => {
+                self.abort_if_sending(c, id);
                 let t = now + self.cfg.retry.sample(&mut self.rng);
                 self.at(t, Ev::Start(c));
             }
@@ -257,10 +303,33 @@ impl<'a, B: Backend> Sim<'a, B> {
         }
     }
 
-    fn group_ids(&self, id: usize) -> [usize; 3] {
+    /// `--on-refusal abort`: a client still sending the refused attempt stops
+    /// and resets its connection (the next attempt goes on a new one).
+    fn abort_if_sending(&mut self, c: usize, id: u64) {
+        if self.cfg.on_refusal != OnRefusal::Abort || self.clients[c].sending != Some(id) {
+            return;
+        }
+        let client = &mut self.clients[c];
+        client.sending = None;
+        let conn = conn_id(c, client.resets);
+        client.resets += 1;
+        let pending = std::mem::take(&mut client.start_pending);
+        self.node.reset(self.now, conn, &mut self.out);
+        if pending {
+            self.at(self.now, Ev::Start(c));
+        }
+    }
+
+    fn group_ids(&self, id: usize) -> [usize; 4] {
         let a = &self.attempts[id];
-        let nf = self.cfg.mix.len();
-        [0, 1 + a.function as usize, 1 + nf + a.size_class]
+        let (nf, ns) = (self.cfg.mix.len(), self.cfg.sizes.frags.len());
+        let f = a.function as usize;
+        [
+            0,
+            1 + f,
+            1 + nf + a.size_class,
+            1 + nf + ns + f * ns + a.size_class,
+        ]
     }
 
     fn summary(mut self) -> Summary {
@@ -270,6 +339,11 @@ impl<'a, B: Backend> Sim<'a, B> {
         let mut names = vec!["all".to_string()];
         names.extend((0..nf).map(function_name));
         names.extend(self.cfg.sizes.frags.iter().map(|k| format!("size{k}")));
+        for f in 0..nf {
+            for k in &self.cfg.sizes.frags {
+                names.push(format!("{}/size{k}", function_name(f)));
+            }
+        }
         let total = util
             .iter()
             .fold((0.0, 0.0, 0), |a, u| (a.0 + u.0, a.1 + u.1, a.2 + u.2));
@@ -322,4 +396,9 @@ impl Rng {
         let k = sizes.sample(self);
         sizes.frags.iter().position(|&f| f == k).unwrap_or(0)
     }
+}
+
+/// The connection id of client `c` after `resets` resets.
+fn conn_id(c: usize, resets: u64) -> u64 {
+    (resets << 32) | c as u64
 }

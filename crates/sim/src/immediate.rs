@@ -95,6 +95,9 @@ impl Backend for Immediate {
         }
     }
 
+    /// A refused request held nothing here: its later fragments simply never come.
+    fn reset(&mut self, _now: Nanos, _conn: u64, _out: &mut Outbox) {}
+
     fn utilization(&self) -> Vec<(f64, f64, usize)> {
         let mut u = vec![(0.0, 0.0, 0usize); self.exec_ns_per_frag.len()];
         for inst in &self.instances {

@@ -14,7 +14,7 @@ mod spec;
 mod stats;
 pub mod world;
 
-pub use config::{NodeModel, PoolModel, SimConfig, SimError};
+pub use config::{NodeModel, OnRefusal, PoolModel, SimConfig, SimError};
 pub use driver::run;
 pub use spec::{parse_list, Delay, SizeDist, SpecError};
 pub use stats::{Quantiles, Row, Summary};

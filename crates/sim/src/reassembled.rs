@@ -87,11 +87,11 @@ impl Backend for Reassembled {
             let h = RequestHeader::single(frag.attempt, frag.function, 0, len);
             self.scratch[..HEADER_LEN].copy_from_slice(&h.encode());
             self.engine
-                .handle_bytes(Instant::from_nanos(now), frag.client as u64, &self.scratch);
+                .handle_bytes(Instant::from_nanos(now), frag.conn, &self.scratch);
         } else {
             self.engine.handle_bytes(
                 Instant::from_nanos(now),
-                frag.client as u64,
+                frag.conn,
                 &self.scratch[HEADER_LEN..],
             );
         }
@@ -109,6 +109,11 @@ impl Backend for Reassembled {
                 self.engine.handle_slot_done(Instant::from_nanos(now), slot);
             }
         }
+        self.actions(now, out);
+    }
+
+    fn reset(&mut self, now: Nanos, conn: u64, out: &mut Outbox) {
+        self.engine.handle_close(Instant::from_nanos(now), conn);
         self.actions(now, out);
     }
 

@@ -137,3 +137,114 @@ fn reassembly_wait_matches_kingman_for_erlang2_arrivals() {
         a.queue.mean
     );
 }
+
+mod fidelity {
+    use super::*;
+    use offrac_sim::OnRefusal;
+
+    fn large(on_refusal: OnRefusal, seed: u64) -> SimConfig {
+        SimConfig {
+            clients: 8,
+            requests: 200,
+            sizes: "1:10,4:30,64:30,128:30".parse().unwrap(),
+            node: NodeModel::Reassembled(PoolModel {
+                buffer_frags: 128,
+                ..PoolModel::default()
+            }),
+            on_refusal,
+            seed,
+            ..SimConfig::default()
+        }
+    }
+
+    fn drop_rate(s: &Summary, group: &str) -> f64 {
+        let r = s.row(group).unwrap();
+        r.drops as f64 / r.attempts as f64
+    }
+
+    #[test]
+    fn aborting_refused_large_requests_drops_more_as_in_the_paper() {
+        // The paper's clients stop sending a refused request and retry sooner,
+        // so they hit the full pool more often than clients that finish sending.
+        for seed in 1..4 {
+            let finish = sim(&large(OnRefusal::Finish, seed));
+            let abort = sim(&large(OnRefusal::Abort, seed));
+            let (f, a) = (drop_rate(&finish, "all"), drop_rate(&abort, "all"));
+            assert!(a > 1.3 * f, "seed {seed}: abort {a} vs finish {f}");
+            assert_eq!(abort.row("all").unwrap().completed, 8 * 200);
+            assert_eq!(
+                abort.row("all").unwrap().other,
+                0,
+                "an aborted request left a stall behind"
+            );
+        }
+    }
+
+    #[test]
+    fn single_fragment_requests_have_nothing_to_abort() {
+        let mut cfg = large(OnRefusal::Finish, 5);
+        cfg.sizes = "1:1".parse().unwrap();
+        let finish = sim(&cfg);
+        cfg.on_refusal = OnRefusal::Abort;
+        assert_eq!(finish, sim(&cfg));
+    }
+
+    #[test]
+    fn a_workload_seed_fixes_the_request_sequence_across_timing_seeds() {
+        let run = |timing: u64, workload: u64| {
+            let mut c = large(OnRefusal::Abort, timing);
+            c.workload_seed = Some(workload);
+            sim(&c)
+        };
+        let completed = |s: &Summary| -> Vec<(String, u64)> {
+            s.rows
+                .iter()
+                .map(|r| (r.group.clone(), r.completed))
+                .collect()
+        };
+        let (a, b) = (run(1, 42), run(2, 42));
+        assert_ne!(a, b, "the timing seed changes the run");
+        // Every client completes the same requests in the same order, so each
+        // function x size group completes the same number.
+        assert_eq!(completed(&a), completed(&b));
+        assert_ne!(completed(&a), completed(&run(1, 43)));
+    }
+
+    #[test]
+    fn clients_can_start_together() {
+        let cfg = |together| SimConfig {
+            clients: 1,
+            requests: 1,
+            sizes: "1:1".parse().unwrap(),
+            gap: Delay::Fixed(5.0),
+            exec_us: vec![10.0, 10.0, 10.0],
+            start_together: together,
+            ..SimConfig::default()
+        };
+        assert_eq!(sim(&cfg(true)).sim_ns, 10_000);
+        assert_eq!(sim(&cfg(false)).sim_ns, 15_000);
+    }
+
+    #[test]
+    fn function_by_size_rows_add_up() {
+        let s = sim(&large(OnRefusal::Abort, 7));
+        for f in ["A", "B", "C"] {
+            let whole = s.row(f).unwrap();
+            let parts: Vec<_> = s
+                .rows
+                .iter()
+                .filter(|r| r.group.starts_with(&format!("{f}/")))
+                .collect();
+            assert_eq!(parts.len(), 4);
+            assert_eq!(
+                parts.iter().map(|r| r.attempts).sum::<u64>(),
+                whole.attempts
+            );
+            assert_eq!(parts.iter().map(|r| r.drops).sum::<u64>(), whole.drops);
+            assert_eq!(
+                parts.iter().map(|r| r.completed).sum::<u64>(),
+                whole.completed
+            );
+        }
+    }
+}

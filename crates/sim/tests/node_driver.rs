@@ -363,6 +363,36 @@ mod closed_loop {
     }
 
     #[test]
+    fn aborting_clients_reset_their_connection_in_the_driver_model_too() {
+        let with = |node| SimConfig {
+            sizes: "1:10,4:30,64:30,128:30".parse().unwrap(),
+            on_refusal: offrac_sim::OnRefusal::Abort,
+            ..cfg(node, 2)
+        };
+        let big = || PoolModel {
+            buffer_frags: 128,
+            ..pool()
+        };
+        let core = run(&with(NodeModel::Reassembled(big()))).unwrap();
+        let driven = run(&with(NodeModel::Driven {
+            pool: big(),
+            handoff_ns: 0,
+        }))
+        .unwrap();
+        let (a, b) = (&core.rows[0], &driven.rows[0]);
+        assert_eq!((a.completed, a.other), (b.completed, b.other));
+        assert_eq!(
+            b.other, 0,
+            "a reset connection left a stalled request behind"
+        );
+        let (da, db) = (
+            a.drops as f64 / a.attempts as f64,
+            b.drops as f64 / b.attempts as f64,
+        );
+        assert!((da - db).abs() < 0.03, "drop rate {da} vs {db}");
+    }
+
+    #[test]
     fn a_slow_handoff_shows_in_queueing_and_latency() {
         let fast = run(&cfg(
             NodeModel::Driven {
