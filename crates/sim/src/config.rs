@@ -96,7 +96,10 @@ pub struct SimConfig {
     pub overhead_us: f64,
     /// Instances (slots) of each accelerator type.
     pub instances: Vec<usize>,
-    /// Payload bytes per fragment; the 64-byte header rides in the first one.
+    /// Payload bytes per fragment fed to the engine; the 64-byte header rides
+    /// in the first one. Every size the model compares (buffers, queues, the
+    /// small-request limit) is a multiple of it, so results do not depend on
+    /// it (a test checks); a small value only saves copying.
     pub frag_bytes: u32,
     pub node: NodeModel,
     /// Timing seed: gaps, think times, back-offs, the node's choices.
@@ -125,7 +128,7 @@ impl Default for SimConfig {
             exec_us: vec![10.0, 10.0, 10.0],
             overhead_us: 0.0,
             instances: vec![1, 1, 1],
-            frag_bytes: 1024,
+            frag_bytes: 8,
             node: NodeModel::Reassembled(PoolModel::default()),
             seed: 1,
             workload_seed: None,

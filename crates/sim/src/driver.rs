@@ -13,7 +13,7 @@ use crate::Nanos;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy)]
 enum Ev {
     /// The client begins its next (or retried) request.
     Start(usize),
@@ -22,6 +22,30 @@ enum Ev {
     Frag(usize, u64, u32),
     /// The node model's own wake-up.
     Wake(u64),
+}
+
+/// An event in the heap, ordered by (time, sequence number) packed into one
+/// integer: one comparison per heap step.
+struct Timed {
+    key: u128,
+    ev: Ev,
+}
+
+impl PartialEq for Timed {
+    fn eq(&self, other: &Timed) -> bool {
+        self.key == other.key
+    }
+}
+impl Eq for Timed {}
+impl PartialOrd for Timed {
+    fn partial_cmp(&self, other: &Timed) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Timed {
+    fn cmp(&self, other: &Timed) -> std::cmp::Ordering {
+        self.key.cmp(&other.key)
+    }
 }
 
 /// One request attempt.
@@ -57,7 +81,7 @@ struct Sim<'a, B> {
     rng: Rng,
     now: Nanos,
     seq: u64,
-    heap: BinaryHeap<Reverse<(Nanos, u64, Ev)>>,
+    heap: BinaryHeap<Reverse<Timed>>,
     clients: Vec<Client>,
     attempts: Vec<Attempt>,
     mix: Vec<f64>,
@@ -123,7 +147,10 @@ impl<'a, B: Backend> Sim<'a, B> {
 
     fn at(&mut self, t: Nanos, ev: Ev) {
         self.seq += 1;
-        self.heap.push(Reverse((t, self.seq, ev)));
+        self.heap.push(Reverse(Timed {
+            key: (u128::from(t) << 64) | u128::from(self.seq),
+            ev,
+        }));
     }
 
     fn run(mut self) -> Summary {
@@ -137,7 +164,8 @@ impl<'a, B: Backend> Sim<'a, B> {
             };
             self.at(t, Ev::Start(c));
         }
-        while let Some(Reverse((t, _, ev))) = self.heap.pop() {
+        while let Some(Reverse(Timed { key, ev })) = self.heap.pop() {
+            let t = (key >> 64) as Nanos;
             self.now = t;
             self.events += 1;
             match ev {

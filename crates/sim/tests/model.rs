@@ -248,3 +248,20 @@ mod fidelity {
         }
     }
 }
+
+#[test]
+fn results_do_not_depend_on_the_bytes_per_fragment() {
+    // Buffers, queues and the small-request limit all scale with frag_bytes.
+    let with = |fb: u32, node: NodeModel| SimConfig {
+        frag_bytes: fb,
+        node,
+        ..fig7(BufferPolicy::NaiveRr, 9)
+    };
+    let core = || NodeModel::Reassembled(PoolModel::default());
+    let driven = || NodeModel::Driven {
+        pool: PoolModel::default(),
+        handoff_ns: 0,
+    };
+    assert_eq!(sim(&with(1024, core())), sim(&with(8, core())));
+    assert_eq!(sim(&with(1024, driven())), sim(&with(8, driven())));
+}
