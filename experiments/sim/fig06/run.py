@@ -42,6 +42,8 @@ def main() -> None:
                 "--policy",
                 "eligible-rr",
                 "--no-small-queue",
+                "--on-refusal",
+                "abort",
                 *extra,
             ]
             df, _ = sim(args, seeds=SEEDS)

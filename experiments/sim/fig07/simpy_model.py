@@ -155,7 +155,16 @@ class Node:
         self.drain()
 
 
-def client(env: simpy.Environment, node: Node, c: int, rng: random.Random, n: int, sizes: str, stats: dict):  # type: ignore[no-untyped-def]
+def client(  # type: ignore[no-untyped-def]
+    env: simpy.Environment,
+    node: Node,
+    c: int,
+    rng: random.Random,
+    n: int,
+    sizes: str,
+    stats: dict,
+    abort: bool,
+):
     frags_of, weights = FRAG_SIZES[sizes]
     yield env.timeout(rng.uniform(5, 15))
     for _ in range(n):
@@ -166,6 +175,11 @@ def client(env: simpy.Environment, node: Node, c: int, rng: random.Random, n: in
             r = Req(c, f, k, env.event())
             sent_at = env.now
             b = node.admit(r)
+            if b is None and abort:
+                # The paper's client: stop sending the refused request, retry after the back-off.
+                stats["drops"] += 1
+                yield env.timeout(rng.uniform(80, 120))
+                continue
             for _ in range(k - 1):
                 yield env.timeout(rng.uniform(5, 15))
             if b is None:
@@ -180,14 +194,20 @@ def client(env: simpy.Environment, node: Node, c: int, rng: random.Random, n: in
 
 
 def run(
-    policy: str, clients: int, seed: int, exec_us: list[float], requests: int = 100, sizes: str = "multi"
+    policy: str,
+    clients: int,
+    seed: int,
+    exec_us: list[float],
+    requests: int = 100,
+    sizes: str = "multi",
+    abort: bool = True,
 ) -> dict[str, float]:
     env = simpy.Environment()
     node = Node(env, policy, exec_us, [4, 4, 4])
     rng = random.Random(seed)
     stats = {"attempts": 0, "drops": 0}
     for c in range(clients):
-        env.process(client(env, node, c, rng, requests, sizes, stats))
+        env.process(client(env, node, c, rng, requests, sizes, stats, abort))
     t0 = time.perf_counter()
     env.run()
     wall = time.perf_counter() - t0
