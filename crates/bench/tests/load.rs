@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use offrac_bench::servers::{cpu::serve_cpu, raw::serve_raw, IoMode};
+use offrac_bench::servers::{cpu::serve_cpu, floor::serve_floor, raw::serve_raw, IoMode};
 use offrac_bench::trace::{load_trace, replay, ReplaySpec};
 use offrac_bench::{run_closed_loop, run_open_loop, BenchSpec, MixItem, WireConn};
 use offrac_client::generate_payload;
@@ -99,7 +99,15 @@ fn fragmented_requests_get_correct_answers_from_the_node() {
 
 #[test]
 fn raw_echo_answers_pipelined_and_fragmented_requests() {
-    let s = serve_raw("127.0.0.1:0", IoMode::Blocking).expect("serve");
+    echoes_pipelined_and_fragmented(serve_raw("127.0.0.1:0", IoMode::Blocking).expect("serve"));
+}
+
+#[test]
+fn the_spinning_floor_answers_pipelined_and_fragmented_requests() {
+    echoes_pipelined_and_fragmented(serve_floor("127.0.0.1:0").expect("serve"));
+}
+
+fn echoes_pipelined_and_fragmented(s: offrac_bench::servers::ServerHandle) {
     let mut c = WireConn::connect(&s.addr.to_string(), false).expect("connect");
     let payloads: Vec<Vec<u8>> = (0..20)
         .map(|i| generate_payload(FunctionId::Echo, 0, i * 333, i as u64).expect("payload"))

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use offrac_bench::grpc::{serve_grpc, GrpcCaller};
-use offrac_bench::servers::{cpu, raw, IoMode, ServerHandle};
+use offrac_bench::servers::{cpu, floor, raw, IoMode, ServerHandle};
 use offrac_bench::trace::{load_trace, replay, ReplaySpec};
 use offrac_bench::{
     parse_mix, run_closed_loop, run_closed_loop_with, run_open_loop, BenchReport, BenchSpec,
@@ -26,8 +26,10 @@ enum Sub {
     Load(LoadArgs),
     /// Replay the Azure Functions 2021 trace against a node (CNN rows are skipped and counted).
     Replay(ReplayArgs),
-    /// Serve the raw TCP echo floor (same framing, nothing else).
+    /// Serve the raw TCP echo (same framing, nothing else) on one epoll thread, like the node.
     ServeRaw(ServeArgs),
+    /// Serve the same echo with one thread per connection spinning on recv: the real floor.
+    ServeFloor(FloorArgs),
     /// Serve the CPU baseline: K workers, each connection reassembled and run on its worker.
     ServeCpu(CpuArgs),
     /// Serve the built-ins over gRPC (tonic, unary calls) for `load --protocol grpc`.
@@ -139,6 +141,13 @@ struct ServeArgs {
 }
 
 #[derive(clap::Args)]
+struct FloorArgs {
+    /// Address to listen on (port 0 picks one; printed on stdout).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    listen: String,
+}
+
+#[derive(clap::Args)]
 struct CpuArgs {
     #[command(flatten)]
     serve: ServeArgs,
@@ -155,6 +164,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
             let mode = io_mode(&s)?;
             serve_forever(raw::serve_raw(&s.listen, mode)?)
         }
+        Sub::ServeFloor(f) => serve_forever(floor::serve_floor(&f.listen)?),
         Sub::ServeCpu(c) => {
             let mode = io_mode(&c.serve)?;
             serve_forever(cpu::serve_cpu(&c.serve.listen, c.workers, mode)?)

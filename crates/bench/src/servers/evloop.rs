@@ -63,6 +63,21 @@ pub struct ServerHandle {
 }
 
 impl ServerHandle {
+    /// A server that is only an accepting thread (its connection threads
+    /// watch `stop` themselves).
+    pub(crate) fn from_acceptor(
+        addr: SocketAddr,
+        stop: Arc<AtomicBool>,
+        acceptor: JoinHandle<()>,
+    ) -> ServerHandle {
+        ServerHandle {
+            addr,
+            stop,
+            acceptor,
+            workers: Vec::new(),
+        }
+    }
+
     /// Stop accepting, close every connection and join the threads.
     pub fn shutdown(self) {
         self.stop.store(true, Ordering::SeqCst);
