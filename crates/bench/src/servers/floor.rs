@@ -84,7 +84,7 @@ fn serve_conn(stream: TcpStream, stop: &AtomicBool) {
             Err(e) if e.kind() == ErrorKind::WouldBlock => {
                 idle = idle.wrapping_add(1);
                 // Look at the stop flag now and then, not on every spin.
-                if idle % 4096 == 0 && stop.load(Ordering::Relaxed) {
+                if idle.is_multiple_of(4096) && stop.load(Ordering::Relaxed) {
                     return;
                 }
                 std::hint::spin_loop();
