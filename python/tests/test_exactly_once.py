@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import signal
 import struct
+import threading
 import time
 import urllib.request
 from collections.abc import Callable
@@ -167,3 +168,24 @@ def test_the_largest_documented_matmul_is_served(node: Node) -> None:
     with node.client() as c:
         out = c.call("matmul", np.concatenate([a.ravel(), b.ravel()]), n=512, timeout=30)
     assert np.allclose(np.asarray(out).reshape(512, 512), a, atol=1e-5)
+
+
+def test_a_client_the_node_stopped_reading_is_not_a_staller(start_node: StartNode) -> None:
+    """A client that does not read its answers is paused by the node (backpressure); the request
+    the node was partway through then makes no progress, which is not the client's stall."""
+    n = start_node("stall_timeout_ms = 300\n")
+    # ~29 MB of answers, past the kernel's socket buffers and the node's 4 MiB pause; small
+    # requests run inline, so none is refused and every answer is as big as its request.
+    count, payload = 20_000, bytes(1400)
+    with RawConn(n.addr, timeout=60) as c:
+        stream = b"".join(encode_request(i, ECHO, payload) for i in range(count))
+        sender = threading.Thread(target=lambda: c.send(stream), daemon=True)
+        sender.start()
+        time.sleep(1.5)  # well past the stall timeout, reading nothing
+        got = [c.read_response(timeout=30) for _ in range(count)]
+        sender.join(30)
+        assert sorted(h.request_id for h, _ in got) == list(range(count))
+        # BUSY is the pool's own backpressure (the client sends faster than one echo slot runs);
+        # what must not happen is a TIMEOUT and a close for the request the node stopped reading.
+        odd = [(h.request_id, h.status.name) for h, _ in got if h.status not in (Status.OK, Status.BUSY)]
+        assert not odd, odd

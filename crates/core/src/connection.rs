@@ -34,6 +34,8 @@ pub(crate) struct Connection {
     /// Complete requests admitted from this connection and not yet finished
     /// by their slot (or answered otherwise): answers the node still owes.
     pub held: u32,
+    /// The driver is not reading it (backpressure): no stall is counted.
+    pub paused: bool,
 }
 
 impl Connection {
@@ -43,6 +45,7 @@ impl Connection {
             last_progress: now,
             timer_armed: false,
             held: 0,
+            paused: false,
         }
     }
 

@@ -153,11 +153,31 @@ impl Engine {
         let c = self.conns.get_mut(&conn).expect("connection present");
         c.rx = rx;
         if c.is_partial() && !c.timer_armed {
-            c.timer_armed = true;
-            let due = due(&self.cfg, c);
-            self.timers.push(Reverse((due, conn)));
+            if let Some(due) = due(&self.cfg, c) {
+                c.timer_armed = true;
+                self.timers.push(Reverse((due, conn)));
+            }
         }
         self.drain(now);
+    }
+
+    /// The driver stops (`false`) or resumes reading `conn` (its client does
+    /// not read its answers). While paused, a partial request is not a stall
+    /// — the node chose not to read — but its reassembly deadline still runs.
+    pub fn set_reading(&mut self, now: Instant, conn: ConnId, reading: bool) {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        c.paused = !reading;
+        if reading {
+            c.last_progress = now;
+        }
+        if c.is_partial() && !c.timer_armed {
+            if let Some(due) = due(&self.cfg, c) {
+                c.timer_armed = true;
+                self.timers.push(Reverse((due, conn)));
+            }
+        }
     }
 
     /// The connection is gone: collect its partial request, if any.
@@ -205,8 +225,10 @@ impl Engine {
                 if *first_byte_at + self.cfg.reassembly_timeout <= now {
                     let remaining = header.payload_len as u64 - payload.len() as u64;
                     let rx = std::mem::replace(&mut c.rx, Rx::Discard { remaining });
-                    let due = due(&self.cfg, c);
-                    self.timers.push(Reverse((due, conn)));
+                    match due(&self.cfg, c) {
+                        Some(due) => self.timers.push(Reverse((due, conn))),
+                        None => c.timer_armed = false,
+                    }
                     if let Rx::Payload { header, .. } = &rx {
                         let h = *header;
                         let msg = "request not complete within the reassembly timeout";
@@ -216,10 +238,17 @@ impl Engine {
                     continue;
                 }
             }
-            let due = due(&self.cfg, c);
-            if due > now {
-                self.timers.push(Reverse((due, conn)));
-                continue;
+            match due(&self.cfg, c) {
+                Some(due) if due > now => {
+                    self.timers.push(Reverse((due, conn)));
+                    continue;
+                }
+                // Not reading it is the driver's choice, not a stall.
+                None => {
+                    c.timer_armed = false;
+                    continue;
+                }
+                Some(_) => {}
             }
             c.timer_armed = false;
             let msg = "request stalled past the stall timeout";
@@ -228,6 +257,10 @@ impl Engine {
     }
 
     /// Stop admitting: refuse new requests and partial ones; complete ones still run.
+    /// A request partway through its payload is answered `SHUTTING_DOWN` at
+    /// once and the rest of it discarded, so the requests behind it on the
+    /// connection are read and answered too; one partway through its header
+    /// cannot be skipped, so its connection is retired.
     pub fn begin_shutdown(&mut self, _now: Instant) {
         self.shutting_down = true;
         let mut partial: Vec<ConnId> = self
@@ -237,8 +270,26 @@ impl Engine {
             .map(|(&k, _)| k)
             .collect();
         partial.sort_unstable();
+        let msg = "node is shutting down";
         for conn in partial {
-            self.retire(conn, Status::ShuttingDown, "node is shutting down");
+            let Some(c) = self.conns.get_mut(&conn) else {
+                continue;
+            };
+            match &c.rx {
+                Rx::Payload {
+                    header, payload, ..
+                } => {
+                    let remaining = header.payload_len as u64 - payload.len() as u64;
+                    let rx = std::mem::replace(&mut c.rx, Rx::Discard { remaining });
+                    if let Rx::Payload { header, .. } = &rx {
+                        let h = *header;
+                        self.reply_to(conn, &h, Status::ShuttingDown, 0, msg);
+                    }
+                    self.collect(rx);
+                }
+                Rx::Discard { .. } => {}
+                _ => self.retire(conn, Status::ShuttingDown, msg),
+            }
         }
     }
 
@@ -654,12 +705,17 @@ fn discard(len: u64, now: Instant) -> Rx {
     }
 }
 
-/// When a partial request on `c` next needs looking at: its stall deadline,
-/// or its reassembly deadline if that comes first.
-fn due(cfg: &EngineConfig, c: &Connection) -> Instant {
-    let stall = c.last_progress + cfg.stall_timeout;
-    match &c.rx {
-        Rx::Payload { first_byte_at, .. } => stall.min(*first_byte_at + cfg.reassembly_timeout),
-        _ => stall,
+/// When a partial request on `c` next needs looking at: its stall deadline
+/// (none while the driver is not reading it), or its reassembly deadline if
+/// that comes first.
+fn due(cfg: &EngineConfig, c: &Connection) -> Option<Instant> {
+    let stall = (!c.paused).then(|| c.last_progress + cfg.stall_timeout);
+    let reassembly = match &c.rx {
+        Rx::Payload { first_byte_at, .. } => Some(*first_byte_at + cfg.reassembly_timeout),
+        _ => None,
+    };
+    match (stall, reassembly) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }

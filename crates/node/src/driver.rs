@@ -118,6 +118,8 @@ struct Conn {
 struct Shutdown {
     grace_end: Instant,
     aborted: bool,
+    /// Twice the grace period has passed: whatever is left is given up.
+    expired: bool,
 }
 
 pub struct Driver {
@@ -260,8 +262,10 @@ impl Driver {
         c.backlog = backlog;
         if !c.paused && backlog > above && !c.closing {
             c.paused = true;
+            self.engine.set_reading(now, conn, false);
         } else if c.paused && backlog < above / 2 {
             c.paused = false;
+            self.engine.set_reading(now, conn, true);
             if std::mem::take(&mut c.read_pending) {
                 self.handle_readable(now, conn, false);
             }
@@ -292,6 +296,7 @@ impl Driver {
         self.shutdown = Some(Shutdown {
             grace_end: now + self.cfg.shutdown_grace,
             aborted: false,
+            expired: false,
         });
         self.out.push_back(Io::StopAccepting);
         self.engine.begin_shutdown(now);
@@ -312,6 +317,9 @@ impl Driver {
             self.drop_conn(now, conn);
         }
         if let Some(s) = &mut self.shutdown {
+            if s.aborted && s.grace_end + self.cfg.shutdown_grace <= now {
+                s.expired = true;
+            }
             if !s.aborted && s.grace_end <= now {
                 s.aborted = true;
                 self.engine.abort_queued(now);
@@ -327,11 +335,15 @@ impl Driver {
 
     /// When [`Driver::handle_timeout`] next has work (may be early, never late).
     pub fn poll_timeout(&self) -> Option<Instant> {
+        // The end of the grace period, then the hard end at twice it.
         let grace = self
             .shutdown
             .as_ref()
-            .filter(|s| !s.aborted)
-            .map(|s| s.grace_end);
+            .and_then(|s| match (s.aborted, s.expired) {
+                (false, _) => Some(s.grace_end),
+                (true, false) => Some(s.grace_end + self.cfg.shutdown_grace),
+                (true, true) => None,
+            });
         let linger = self.lingering.peek().map(|Reverse((t, _))| *t);
         [self.engine.poll_timeout(), grace, linger]
             .into_iter()
@@ -350,7 +362,7 @@ impl Driver {
                 .conns
                 .values()
                 .all(|c| c.answering == 0 && c.backlog == 0);
-        quiet || now >= s.grace_end + self.cfg.shutdown_grace
+        quiet || s.expired || now >= s.grace_end + self.cfg.shutdown_grace
     }
 
     pub fn is_shutting_down(&self) -> bool {
@@ -390,7 +402,9 @@ impl Driver {
                         self.closing.push(conn);
                         // Keep reading (and discarding) so the kernel does not
                         // reset the connection before the peer reads its answers.
-                        c.paused = false;
+                        if std::mem::take(&mut c.paused) {
+                            self.engine.set_reading(now, conn, true);
+                        }
                         if std::mem::take(&mut c.read_pending) {
                             self.handle_readable(now, conn, false);
                         }

@@ -253,7 +253,8 @@ impl World {
             c.unread = 0;
             if let Some(conn) = c.conn {
                 self.driver.handle_backlog(self.instant(), conn, 0);
-                self.apply();
+                // A resumed connection is queued for reading, as the reactor would.
+                self.read_turns();
             }
         }
     }
@@ -266,6 +267,8 @@ impl World {
 
     /// Run every event up to and including `t`; the clock ends at `t`.
     pub fn run_until(&mut self, t: Nanos) {
+        // Calls made between runs (a shutdown, say) may have moved the driver's timer.
+        self.arm_timer();
         while let Some(&Reverse((when, seq))) = self.heap.peek() {
             if when > t {
                 break;
