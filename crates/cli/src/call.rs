@@ -8,21 +8,43 @@ pub struct Args {
     addr: String,
     /// Function name: echo, topk, logit, minmax, matmul, spin.
     function: String,
-    /// Comma-separated input values (int32 for topk, float32 for logit/minmax/matmul; text for echo/spin).
-    #[arg(long, conflicts_with = "file")]
+    /// Comma-separated input values (int32 for topk, float32 for logit/minmax/matmul; text for
+    /// echo/spin). Negative numbers work as they are: --data -5,-1.
+    #[arg(long, conflicts_with = "file", allow_hyphen_values = true)]
     data: Option<String>,
-    /// Read the payload bytes from a file instead.
+    /// Read the payload bytes from a file instead ("-": standard input).
     #[arg(long)]
     file: Option<String>,
-    /// The per-hop parameter: K for topk, n for matmul, microseconds for spin.
-    #[arg(long, short = 'p', default_value_t = 0)]
-    param: u64,
+    /// The per-hop parameter: K for topk (required), n for matmul, microseconds for spin.
+    #[arg(long, short = 'p')]
+    param: Option<u64>,
+    /// Give up after this many seconds without an answer (connect included).
+    #[arg(long, default_value_t = 10.0)]
+    timeout: f64,
 }
 
 pub fn run(a: Args) -> Result<(), CliError> {
     let f = FunctionId::from_name(&a.function)
         .ok_or_else(|| CliError::Usage(format!("unknown function {:?}", a.function)))?;
+    let param = match (f, a.param) {
+        (FunctionId::TopK, None) => {
+            return Err(CliError::Usage(
+                "topk needs -p K: how many of the largest values to return".into(),
+            ))
+        }
+        (_, p) => p.unwrap_or(0),
+    };
     let payload = match (&a.data, &a.file) {
+        (_, Some(path)) if path == "-" => {
+            let mut b = Vec::new();
+            std::io::Read::read_to_end(&mut std::io::stdin(), &mut b).map_err(|source| {
+                CliError::Read {
+                    path: "standard input".into(),
+                    source,
+                }
+            })?;
+            b
+        }
         (_, Some(path)) => std::fs::read(path).map_err(|source| CliError::Read {
             path: path.clone(),
             source,
@@ -30,9 +52,23 @@ pub fn run(a: Args) -> Result<(), CliError> {
         (Some(d), None) => encode(f, d)?,
         (None, None) => Vec::new(),
     };
-    let mut c = Client::connect(&a.addr)?;
+    let timeout = std::time::Duration::try_from_secs_f64(a.timeout)
+        .ok()
+        .filter(|t| !t.is_zero())
+        .ok_or_else(|| {
+            CliError::Usage(format!("--timeout {}: want positive seconds", a.timeout))
+        })?;
+    let silent = |e: offrac_client::ClientError| match e {
+        offrac_client::ClientError::Io(io) if is_timeout(&io) => CliError::Usage(format!(
+            "no answer from {} within {} s (--timeout)",
+            a.addr, a.timeout
+        )),
+        e => e.into(),
+    };
+    let mut c = Client::connect_timeout(&a.addr, timeout).map_err(silent)?;
+    c.set_read_timeout(Some(timeout))?;
     let t = std::time::Instant::now();
-    let reply = c.call(f, a.param, &payload)?;
+    let reply = c.call(f, param, &payload).map_err(silent)?;
     let rtt = t.elapsed();
     println!("{}", decode(f, &reply.payload));
     let h = reply.header;
@@ -44,6 +80,14 @@ pub fn run(a: Args) -> Result<(), CliError> {
         h.exec_ns as f64 / 1e3
     );
     Ok(())
+}
+
+/// A read or connect that ran out of time (sockets say WouldBlock or TimedOut).
+pub fn is_timeout(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+    )
 }
 
 fn encode(f: FunctionId, data: &str) -> Result<Vec<u8>, CliError> {

@@ -38,6 +38,12 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // Like any Unix filter: a closed pipe (`offrac demo --json | head`) ends
+    // the process quietly instead of a panic in println!.
+    // SAFETY: called first thing, before any thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(a) => serve::run(a),

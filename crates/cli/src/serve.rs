@@ -1,22 +1,36 @@
 use crate::{init_logs, load_config, CliError};
-use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
+/// Every flag can also be set by its `OFFRAC_*` environment variable; a flag
+/// given on the command line wins, and both win over the TOML file.
 #[derive(clap::Args)]
 pub struct Args {
     /// Address to listen on (port 0 picks a free one).
-    #[arg(long, default_value = "127.0.0.1:7000")]
+    #[arg(long, env = "OFFRAC_LISTEN", default_value = "127.0.0.1:7000")]
     listen: String,
     /// TOML configuration (default: the embedded one, see docs/operations.md).
-    #[arg(long)]
+    #[arg(long, env = "OFFRAC_CONFIG")]
     config: Option<String>,
+    /// Where to serve /metrics, /healthz and /readyz ("" disables; overrides [metrics] listen).
+    #[arg(long, env = "OFFRAC_METRICS_LISTEN")]
+    metrics_listen: Option<String>,
+    /// On SIGTERM/SIGINT, how long held work may still run (overrides shutdown_grace_ms).
+    #[arg(long, env = "OFFRAC_SHUTDOWN_GRACE_MS")]
+    shutdown_grace_ms: Option<u64>,
     /// Write logs to stderr as JSON lines.
-    #[arg(long)]
+    #[arg(long, env = "OFFRAC_LOG_JSON")]
     log_json: bool,
 }
 
 pub fn run(a: Args) -> Result<(), CliError> {
     init_logs(a.log_json, "info");
-    let cfg = load_config(a.config.as_deref())?;
+    let mut cfg = load_config(a.config.as_deref())?;
+    if let Some(m) = a.metrics_listen {
+        cfg.metrics_listen = Some(m).filter(|s| !s.is_empty());
+    }
+    if let Some(g) = a.shutdown_grace_ms {
+        cfg.shutdown_grace_ms = g;
+    }
     let node = offrac_node::start(cfg, &a.listen)?;
     // The first stdout line tells scripts where the node listens.
     let line = serde_json::json!({
@@ -26,10 +40,24 @@ pub fn run(a: Args) -> Result<(), CliError> {
     });
     println!("{line}");
     let handle = node.shutdown_handle();
-    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])?;
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])?;
     std::thread::spawn(move || {
-        if signals.forever().next().is_some() {
-            handle.shutdown();
+        let mut stopping = false;
+        for sig in signals.forever() {
+            match sig {
+                // Nothing can be reloaded in place yet: say so instead of dying.
+                SIGHUP => tracing::warn!(
+                    "SIGHUP ignored: the configuration is read at start only; restart the node to change it"
+                ),
+                _ if stopping => {
+                    tracing::warn!("second stop signal: exiting now, without waiting for held work");
+                    std::process::exit(130);
+                }
+                _ => {
+                    stopping = true;
+                    handle.shutdown();
+                }
+            }
         }
     });
     node.join()?;

@@ -6,17 +6,44 @@ pub struct Args {
     /// The node's metrics address (printed by `offrac serve` at start).
     #[arg(long)]
     metrics: String,
+    /// Give up after this many seconds (connect and read).
+    #[arg(long, default_value_t = 5.0)]
+    timeout: f64,
 }
 
 pub fn run(a: Args) -> Result<(), CliError> {
-    let text = fetch_metrics(&a.metrics)?;
+    let timeout = std::time::Duration::try_from_secs_f64(a.timeout)
+        .ok()
+        .filter(|t| !t.is_zero())
+        .ok_or_else(|| {
+            CliError::Usage(format!("--timeout {}: want positive seconds", a.timeout))
+        })?;
+    let text = fetch_metrics_within(&a.metrics, timeout).map_err(|e| match e {
+        CliError::Io(io) if crate::call::is_timeout(&io) => CliError::Usage(format!(
+            "no answer from {} within {} s (--timeout)",
+            a.metrics, a.timeout
+        )),
+        e => e,
+    })?;
     print!("{}", summarize(&text));
     Ok(())
 }
 
 /// GET /metrics over plain HTTP/1.0.
 pub fn fetch_metrics(addr: &str) -> Result<String, CliError> {
-    let mut s = std::net::TcpStream::connect(addr)?;
+    fetch_metrics_within(addr, std::time::Duration::from_secs(5))
+}
+
+/// GET /metrics, failing after `timeout` to connect or to read.
+pub fn fetch_metrics_within(addr: &str, timeout: std::time::Duration) -> Result<String, CliError> {
+    use std::net::ToSocketAddrs;
+    let sa = addr
+        .to_socket_addrs()?
+        .next()
+        .ok_or_else(|| CliError::Usage(format!("cannot resolve {addr:?}")))?;
+    let mut s = std::net::TcpStream::connect_timeout(&sa, timeout)?;
+    s.set_read_timeout(Some(timeout))?;
+    s.set_write_timeout(Some(timeout))?;
     s.write_all(b"GET /metrics HTTP/1.0\r\nHost: offrac\r\n\r\n")?;
     let mut body = String::new();
     s.read_to_string(&mut body)?;

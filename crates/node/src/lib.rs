@@ -71,6 +71,8 @@ pub struct NodeHandle {
     shutdown: ShutdownHandle,
     io: JoinHandle<std::io::Result<()>>,
     http: Option<JoinHandle<()>>,
+    /// Tells the HTTP thread the node has stopped.
+    exited: Arc<AtomicBool>,
 }
 
 impl NodeHandle {
@@ -87,6 +89,7 @@ impl NodeHandle {
     /// Wait until the node stops (after a shutdown request).
     pub fn join(self) -> Result<(), NodeError> {
         let r = self.io.join().map_err(|_| NodeError::Panicked)?;
+        self.exited.store(true, Ordering::SeqCst);
         if let Some(h) = self.http {
             let _ = h.join();
         }
@@ -167,9 +170,10 @@ pub fn start(cfg: NodeConfig, listen: &str) -> Result<NodeHandle, NodeError> {
     driver_cfg.close_linger = Duration::from_millis(cfg.close_linger_ms);
     let driver = Driver::new(cfg.engine.clone(), driver_cfg)?;
 
+    let exited = Arc::new(AtomicBool::new(false));
     let (http, metrics_addr) = match &cfg.metrics_listen {
         Some(m) => {
-            let (h, a) = serve_metrics(m, metrics.clone(), flag.clone())?;
+            let (h, a) = serve_metrics(m, metrics.clone(), flag.clone(), exited.clone())?;
             (Some(h), Some(a))
         }
         None => (None, None),
@@ -200,13 +204,17 @@ pub fn start(cfg: NodeConfig, listen: &str) -> Result<NodeHandle, NodeError> {
         shutdown: ShutdownHandle { flag, waker },
         io,
         http: Some(http).flatten(),
+        exited,
     })
 }
 
+/// `GET /metrics` (Prometheus text), `/healthz` (200 while the process
+/// serves), `/readyz` (200 while it accepts work, 503 once it shuts down).
 fn serve_metrics(
     listen: &str,
     metrics: Arc<Metrics>,
-    stop: Arc<AtomicBool>,
+    shutting_down: Arc<AtomicBool>,
+    exited: Arc<AtomicBool>,
 ) -> Result<(JoinHandle<()>, SocketAddr), NodeError> {
     let addr = resolve(listen)?;
     let server = tiny_http::Server::http(addr).map_err(|e| NodeError::Listen {
@@ -217,20 +225,35 @@ fn serve_metrics(
         .server_addr()
         .to_ip()
         .ok_or_else(|| NodeError::BadAddress(listen.to_string()))?;
+    let text = |body: String, code: u16| {
+        let ct = tiny_http::Header::from_bytes("Content-Type", "text/plain; charset=utf-8")
+            .expect("static header is valid");
+        tiny_http::Response::from_string(body)
+            .with_status_code(code)
+            .with_header(ct)
+    };
     let h = std::thread::Builder::new()
         .name("offrac-metrics".into())
         .spawn(move || {
-            while !stop.load(Ordering::SeqCst) {
+            while !exited.load(Ordering::SeqCst) {
                 let Ok(Some(req)) = server.recv_timeout(Duration::from_millis(100)) else {
                     continue;
                 };
-                let resp = if req.url() == "/metrics" {
-                    let ct =
-                        tiny_http::Header::from_bytes("Content-Type", "text/plain; version=0.0.4")
-                            .expect("static header is valid");
-                    tiny_http::Response::from_string(metrics.render()).with_header(ct)
-                } else {
-                    tiny_http::Response::from_string("see /metrics\n").with_status_code(404)
+                let resp = match req.url() {
+                    "/metrics" => {
+                        let ct = tiny_http::Header::from_bytes(
+                            "Content-Type",
+                            "text/plain; version=0.0.4; charset=utf-8",
+                        )
+                        .expect("static header is valid");
+                        tiny_http::Response::from_string(metrics.render()).with_header(ct)
+                    }
+                    "/healthz" => text("ok\n".into(), 200),
+                    "/readyz" if shutting_down.load(Ordering::SeqCst) => {
+                        text("shutting down\n".into(), 503)
+                    }
+                    "/readyz" => text("ready\n".into(), 200),
+                    _ => text("see /metrics, /healthz, /readyz\n".into(), 404),
                 };
                 let _ = req.respond(resp);
             }

@@ -1,0 +1,121 @@
+"""Running the node as a service: health endpoints, signals, CLI timeouts and inputs (issue #10)."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+from conftest import Node
+
+StartNode = Callable[[str | None], Node]
+
+
+def get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def offrac(
+    node_bin: Path, *args: str, stdin: bytes | None = None, timeout: float = 20
+) -> subprocess.CompletedProcess:
+    return subprocess.run([str(node_bin), *args], input=stdin, capture_output=True, timeout=timeout)
+
+
+def test_health_and_readiness(start_node: StartNode) -> None:
+    n = start_node('[[slots]]\nfunction = "spin"\n')
+    assert get(f"http://{n.metrics}/healthz") == (200, "ok\n")
+    assert get(f"http://{n.metrics}/readyz") == (200, "ready\n")
+    with n.client() as c:
+        fut = c.submit("spin", b"x", us=600_000)
+        time.sleep(0.1)
+        n.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 3
+        code = 0
+        while time.monotonic() < deadline:
+            code, _ = get(f"http://{n.metrics}/readyz")
+            if code == 503:
+                break
+            time.sleep(0.02)
+        assert code == 503, "not unready while shutting down"
+        assert get(f"http://{n.metrics}/healthz")[0] == 200
+        assert fut.result(10) == b"x"
+    assert n.proc.wait(10) == 0
+    n.stopped = True
+
+
+def test_sighup_is_ignored_and_a_second_stop_signal_forces_the_exit(start_node: StartNode) -> None:
+    n = start_node('shutdown_grace_ms = 60000\n[[slots]]\nfunction = "spin"\n')
+    n.proc.send_signal(signal.SIGHUP)
+    time.sleep(0.2)
+    assert n.alive(), "SIGHUP killed the node"
+    with n.client() as c:
+        assert c.call("spin", b"still here", us=10) == b"still here"
+        c.submit("spin", b"long", us=1_000_000)
+        time.sleep(0.1)
+        n.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.2)
+        assert n.alive(), "the first SIGTERM waits for held work"
+        t0 = time.monotonic()
+        n.proc.send_signal(signal.SIGTERM)
+        n.proc.wait(5)
+        assert time.monotonic() - t0 < 0.8, "the second SIGTERM did not force the exit"
+    assert "SIGHUP ignored" in n.stderr_tail()
+    n.stopped = True
+
+
+def test_call_gives_up_on_a_silent_peer(node_bin: Path) -> None:
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        host, port = silent.getsockname()
+        addr = f"{host}:{port}"
+        t0 = time.monotonic()
+        r = offrac(node_bin, "call", "--addr", addr, "echo", "--data", "x", "--timeout", "1")
+        took = time.monotonic() - t0
+        assert r.returncode != 0
+        assert b"no answer" in r.stderr and b"within 1 s" in r.stderr, r.stderr
+        assert 0.9 < took < 3, took
+        r = offrac(node_bin, "status", "--metrics", addr, "--timeout", "1")
+        assert r.returncode != 0 and b"no answer" in r.stderr, r.stderr
+
+
+def test_call_inputs(node: Node, node_bin: Path) -> None:
+    r = offrac(node_bin, "call", "--addr", node.address, "topk", "-p", "2", "--data", "-5,-1,7,-9")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.decode().strip() == "7,-1"
+    r = offrac(node_bin, "call", "--addr", node.address, "topk", "--data", "1,2")
+    assert r.returncode != 0 and b"topk needs -p K" in r.stderr, r.stderr
+    r = offrac(node_bin, "call", "--addr", node.address, "echo", "--file", "-", stdin=b"from stdin")
+    assert r.returncode == 0 and r.stdout.decode().strip() == "from stdin", r
+
+
+def test_serve_flags_come_from_the_environment(node_bin: Path, tmp_path: Path) -> None:
+    env = {"OFFRAC_LISTEN": "127.0.0.1:0", "OFFRAC_METRICS_LISTEN": "", "PATH": "/usr/bin:/bin"}
+    p = subprocess.Popen([str(node_bin), "serve"], env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        assert p.stdout is not None
+        line = p.stdout.readline().decode()
+        assert '"metrics":null' in line.replace(" ", ""), line
+        assert '"addr":"127.0.0.1:' in line.replace(" ", ""), line
+    finally:
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(10) == 0
+
+
+def test_a_closed_pipe_ends_the_cli_quietly(node: Node, node_bin: Path) -> None:
+    # `offrac sim` writes a long CSV; `head -1` closes the pipe after one line.
+    cmd = f"{node_bin} sim --seeds 50 --requests 50 2>/dev/null | head -1; echo status ${{PIPESTATUS[0]}}"
+    r = subprocess.run(["bash", "-c", cmd], capture_output=True, timeout=60)
+    out = r.stdout.decode()
+    assert out.startswith("seed,group"), out
+    assert "panicked" not in r.stderr.decode()
+    assert out.strip().endswith(("status 0", "status 141")), out
