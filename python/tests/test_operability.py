@@ -119,3 +119,23 @@ def test_a_closed_pipe_ends_the_cli_quietly(node: Node, node_bin: Path) -> None:
     assert out.startswith("seed,group"), out
     assert "panicked" not in r.stderr.decode()
     assert out.strip().endswith(("status 0", "status 141")), out
+
+
+def test_config_default_and_check(node_bin: Path, tmp_path: Path) -> None:
+    r = offrac(node_bin, "config", "default")
+    assert r.returncode == 0 and b"[pool]" in r.stdout
+    good = tmp_path / "default.toml"
+    good.write_bytes(r.stdout)
+    r = offrac(node_bin, "config", "check", str(good))
+    assert r.returncode == 0 and b"ok" in r.stdout and b"6 slot(s)" in r.stdout, r
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[pool]\npolicy = "eligible_rr"\n')
+    r = offrac(node_bin, "config", "check", str(bad))
+    assert r.returncode != 0 and b"eligible-rr" in r.stderr, r.stderr
+
+
+def test_completions_and_man_page(node_bin: Path) -> None:
+    r = offrac(node_bin, "completions", "bash")
+    assert r.returncode == 0 and b"_offrac()" in r.stdout
+    r = offrac(node_bin, "man")
+    assert r.returncode == 0 and r.stdout.startswith(b".ie") and b".TH offrac 1" in r.stdout

@@ -319,10 +319,15 @@ impl BenchReport {
             .offered_rate
             .map(|r| format!(", offered {r:.0} req/s"))
             .unwrap_or_default();
+        let label = if self.label.is_empty() {
+            String::new()
+        } else {
+            format!(" [{}]", self.label)
+        };
         let _ = writeln!(
             out,
-            "offrac bench [{}] {} loop, {} client(s){rate}, {} fragment(s), {:.2} s window after {:.2} s warm-up, server {}",
-            self.label, self.mode, self.clients, self.fragments, self.window_s, self.warmup_s, self.addr
+            "offrac bench{label} {} loop, {} client(s){rate}, {} fragment(s), {:.2} s window after {:.2} s warm-up, server {}",
+            self.mode, self.clients, self.fragments, self.window_s, self.warmup_s, self.addr
         );
         let _ = writeln!(
             out,
@@ -336,6 +341,11 @@ impl BenchReport {
         let rule = "-".repeat(head.chars().count());
         let _ = writeln!(out, "{head}\n{rule}");
         let line = |r: &Row| {
+            // A row nothing was sent for (e.g. a trace function absent from the
+            // window) has no latencies: say so instead of printing zeros.
+            if r.ok + r.errors == 0 {
+                return format!("{:<14} {:>9} {:>6}  (no requests sent)", r.label, 0, 0);
+            }
             format!(
                 "{:<14} {:>9} {:>6} {:>10.0} {:>7.3} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>7.2} {:>7.2} {:>7.2} {:>7.1}",
                 r.label, r.ok, r.errors, r.req_per_s, r.gbit_per_s, r.p25_us, r.p50_us, r.p75_us,
@@ -414,5 +424,28 @@ mod tests {
         for line in r.to_csv().lines() {
             assert_eq!(line.split(',').count(), cols, "{line}");
         }
+    }
+
+    #[test]
+    fn the_table_says_when_a_row_had_no_requests_and_hides_an_empty_label() {
+        let items = [MixItem::new(offrac_proto::FunctionId::Echo, 0, 8)];
+        let c = ClientStats::new(1).unwrap();
+        let info = RunInfo {
+            label: "",
+            addr: "a",
+            mode: "closed",
+            offered_rate: None,
+            fragments: 1,
+            duration_s: 1.0,
+            warmup_s: 0.0,
+            window_s: 1.0,
+            cdf: false,
+        };
+        let t = BenchReport::build(info, &items, &[c])
+            .unwrap()
+            .render_table();
+        assert!(t.starts_with("offrac bench closed loop"), "{t}");
+        assert!(!t.contains("[]"), "{t}");
+        assert!(t.contains("(no requests sent)"), "{t}");
     }
 }

@@ -2,6 +2,7 @@
 
 mod bench;
 mod call;
+mod config;
 mod demo;
 mod serve;
 mod sim;
@@ -35,6 +36,15 @@ enum Command {
     Bench(bench::Args),
     /// Simulate the node's datapath under virtual time (OffRAC §3, Appendices B and E); CSV out.
     Sim(sim::Args),
+    /// Print the default configuration, or check a configuration file.
+    Config(config::Args),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff) on stdout: `offrac man | man -l -`.
+    Man,
 }
 
 fn main() -> ExitCode {
@@ -52,6 +62,18 @@ fn main() -> ExitCode {
         Command::Demo(a) => demo::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Sim(a) => sim::run(a),
+        Command::Config(a) => config::run(a),
+        Command::Completions { shell } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut cmd, "offrac", &mut std::io::stdout());
+            Ok(())
+        }
+        Command::Man => {
+            let cmd = <Cli as clap::CommandFactory>::command();
+            clap_mangen::Man::new(cmd)
+                .render(&mut std::io::stdout())
+                .map_err(CliError::from)
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
