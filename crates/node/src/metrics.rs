@@ -20,10 +20,10 @@ struct Histogram {
 
 impl Histogram {
     fn observe(&self, ns: u64) {
-        let us = ns / 1000;
+        // Prometheus buckets are `le`: an observation equal to a bound counts in it.
         let i = BUCKETS_US
             .iter()
-            .position(|&b| us < b)
+            .position(|&b| ns <= b * 1000)
             .unwrap_or(BUCKETS_US.len());
         self.counts[i].fetch_add(1, Relaxed);
         self.sum_ns.fetch_add(ns, Relaxed);
@@ -147,6 +147,7 @@ impl Metrics {
 
     pub fn render(&self) -> String {
         let mut o = String::with_capacity(8192);
+        render_process(&mut o);
         let slot_label = |i: usize| {
             let f = self.slot_functions[i];
             let name = FunctionId::from_id(f).map_or("unknown", FunctionId::name);
@@ -287,5 +288,82 @@ impl Metrics {
             }
         }
         o
+    }
+}
+
+/// `offrac_build_info` and the standard process metrics, read from /proc.
+fn render_process(o: &mut String) {
+    let _ = writeln!(
+        o,
+        "# HELP offrac_build_info The running build.\n# TYPE offrac_build_info gauge\noffrac_build_info{{version=\"{}\"}} 1",
+        env!("CARGO_PKG_VERSION")
+    );
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let rss_kib = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok());
+    if let Some(kib) = rss_kib {
+        let _ = writeln!(
+            o,
+            "# HELP process_resident_memory_bytes Resident memory size in bytes.\n# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes {}",
+            kib * 1024
+        );
+    }
+    if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
+        let _ = writeln!(
+            o,
+            "# HELP process_open_fds Number of open file descriptors.\n# TYPE process_open_fds gauge\nprocess_open_fds {}",
+            fds.count()
+        );
+    }
+    // utime and stime: fields 14 and 15 of /proc/self/stat, after the ")" of the name.
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let ticks: Option<u64> = stat.rsplit_once(')').and_then(|(_, rest)| {
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+    });
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if let (Some(t), true) = (ticks, hz > 0) {
+        let _ = writeln!(
+            o,
+            "# HELP process_cpu_seconds_total Total user and system CPU time in seconds.\n# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total {}",
+            t as f64 / hz as f64
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_observation_equal_to_a_bound_lands_in_that_bucket() {
+        let h = Histogram::default();
+        h.observe(1_000); // exactly 1 µs
+        h.observe(1_001);
+        assert_eq!(h.counts[0].load(Relaxed), 1);
+        assert_eq!(h.counts[1].load(Relaxed), 1);
+    }
+
+    #[test]
+    fn process_metrics_are_rendered() {
+        let mut o = String::new();
+        render_process(&mut o);
+        assert!(o.contains("offrac_build_info{version=\""), "{o}");
+        for m in [
+            "process_resident_memory_bytes ",
+            "process_open_fds ",
+            "process_cpu_seconds_total ",
+        ] {
+            let v: f64 = o
+                .lines()
+                .find_map(|l| l.strip_prefix(m))
+                .unwrap_or_else(|| panic!("{m} missing in {o}"))
+                .parse()
+                .unwrap();
+            assert!(v >= 0.0);
+        }
     }
 }
