@@ -139,3 +139,16 @@ def test_completions_and_man_page(node_bin: Path) -> None:
     assert r.returncode == 0 and b"_offrac()" in r.stdout
     r = offrac(node_bin, "man")
     assert r.returncode == 0 and r.stdout.startswith(b".ie") and b".TH offrac 1" in r.stdout
+
+
+def test_refusals_are_logged_but_a_flood_is_not(start_node: StartNode) -> None:
+    n = start_node(None)
+    for _ in range(30):
+        with socket.create_connection(n.addr, timeout=5) as s:
+            s.sendall(b"\x00" * 64)  # wrong magic: MALFORMED, then the node closes
+            while s.recv(4096):
+                pass
+    time.sleep(0.2)
+    lines = [line for line in n.stderr_tail(100_000).splitlines() if "request refused" in line]
+    assert lines and "MALFORMED" in lines[0], n.stderr_tail()
+    assert len(lines) <= 3, f"{len(lines)} log lines for 30 refusals in well under 3 s"

@@ -10,6 +10,7 @@ mod config;
 mod conn_out;
 pub mod driver;
 mod metrics;
+mod ratelog;
 mod reactor;
 mod wake;
 mod worker;
@@ -196,7 +197,12 @@ pub fn start(cfg: NodeConfig, listen: &str) -> Result<NodeHandle, NodeError> {
     let io = std::thread::Builder::new()
         .name("offrac-io".into())
         .spawn(move || reactor.run())?;
-    tracing::info!(%addr, metrics = ?metrics_addr, mode = ?cfg.io_mode, slots = cfg.engine.slots.len(), "node listening");
+    let metrics_at = metrics_addr.map_or_else(|| "off".to_string(), |a| a.to_string());
+    let mode = match cfg.io_mode {
+        IoMode::Poll => "poll",
+        IoMode::Blocking => "blocking",
+    };
+    tracing::info!(%addr, metrics = %metrics_at, mode, slots = cfg.engine.slots.len(), "node listening");
     Ok(NodeHandle {
         addr,
         metrics_addr,

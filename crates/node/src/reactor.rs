@@ -15,6 +15,7 @@ use mio::net::{TcpListener, TcpStream};
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 use offrac_core::ConnId;
+use offrac_proto::Status;
 use rustc_hash::FxHashMap;
 use slab::Slab;
 use std::io::{ErrorKind, Read};
@@ -56,6 +57,9 @@ pub struct Reactor {
     conns: Slab<Conn>,
     keys: FxHashMap<ConnId, usize>,
     buf: Vec<u8>,
+    /// Refusals that say something is wrong with a client or the node, logged
+    /// at most once a second per status.
+    errors: crate::ratelog::RateLog,
     /// The connection that sent the last bytes: in poll mode, an idle I/O
     /// thread spins on it with plain reads instead of an epoll round trip.
     hot: Option<ConnId>,
@@ -94,6 +98,7 @@ impl Reactor {
             keys: FxHashMap::default(),
             buf: vec![0; READ_CHUNK],
             hot: None,
+            errors: crate::ratelog::RateLog::new(Status::ALL.len(), Duration::from_secs(1)),
         }
     }
 
@@ -386,6 +391,27 @@ impl Reactor {
         turns > 0
     }
 
+    /// Log refusals that point at a broken client or a hostile one (not BUSY
+    /// or UNKNOWN_FUNCTION, which are ordinary answers), rate-limited.
+    fn log_refusal(&mut self, conn: ConnId, h: &offrac_proto::ResponseHeader, message: &[u8]) {
+        let worth = matches!(
+            h.status,
+            Status::Malformed | Status::UnsupportedVersion | Status::Timeout | Status::Internal
+        );
+        if !worth {
+            return;
+        }
+        if let Some(held_back) = self.errors.admit(h.status.code() as usize, Instant::now()) {
+            tracing::warn!(
+                conn,
+                status = h.status.name(),
+                message = %String::from_utf8_lossy(message),
+                similar_held_back = held_back,
+                "request refused"
+            );
+        }
+    }
+
     /// Carry out what the driver decided.
     fn apply(&mut self) {
         while let Some(io) = self.driver.poll_io() {
@@ -413,6 +439,7 @@ impl Reactor {
                     header,
                     payload,
                 } => {
+                    self.log_refusal(conn, &header, &payload);
                     if let Some(out) = self.out_of(conn) {
                         out.send(&header.encode(), &payload);
                         self.report_backlog(conn);

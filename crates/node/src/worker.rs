@@ -89,6 +89,12 @@ impl Executor {
             accel.run(hop.param, &job.payload, scratch)
         }))
         .unwrap_or_else(|_| {
+            tracing::error!(
+                slot = self.slot,
+                function = accel.function().name(),
+                request = job.header.request_id,
+                "accelerator panicked; answered INTERNAL, the slot goes on serving"
+            );
             Err(AccelError::Internal(format!(
                 "{} panicked",
                 accel.function().name()
