@@ -94,6 +94,36 @@ fn cases() -> Vec<Case> {
             fpga_us: 5.4,
         });
     }
+    // Input order must not matter (issue #10): sorted inputs beside random ones.
+    for (bytes, name_asc, name_desc) in [
+        (4096usize, "topk K=16 asc", "topk K=16 desc"),
+        (65536, "topk K=16 asc", "topk K=16 desc"),
+    ] {
+        let n = (bytes / 4) as i32;
+        let asc: Vec<u8> = (0..n).flat_map(|i| (i * 7 - 1000).to_le_bytes()).collect();
+        let desc: Vec<u8> = (0..n)
+            .rev()
+            .flat_map(|i| (i * 7 - 1000).to_le_bytes())
+            .collect();
+        if bytes > 4096 {
+            v.push(Case {
+                name: "topk (K=16)",
+                f: FunctionId::TopK,
+                param: 16,
+                input: ints(&mut rng, bytes / 4),
+                fpga_us: f64::NAN,
+            });
+        }
+        for (name, input) in [(name_asc, asc), (name_desc, desc)] {
+            v.push(Case {
+                name,
+                f: FunctionId::TopK,
+                param: 16,
+                input,
+                fpga_us: if bytes == 4096 { 1.6 } else { f64::NAN },
+            });
+        }
+    }
     v.sort_by_key(|c| c.f);
     v.push(Case {
         name: "matmul 64x64",
