@@ -11,6 +11,10 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
+from offrac import UnknownFunctionError
+
 from conftest import Node
 
 StartNode = Callable[[str | None], Node]
@@ -152,3 +156,21 @@ def test_refusals_are_logged_but_a_flood_is_not(start_node: StartNode) -> None:
     lines = [line for line in n.stderr_tail(100_000).splitlines() if "request refused" in line]
     assert lines and "MALFORMED" in lines[0], n.stderr_tail()
     assert len(lines) <= 3, f"{len(lines)} log lines for 30 refusals in well under 3 s"
+
+
+def test_refusals_are_counted_per_function_and_tenant(start_node: StartNode) -> None:
+    n = start_node('[[slots]]\nfunction = "echo"\n')
+    with n.client() as c:
+        for _ in range(3):
+            with pytest.raises(UnknownFunctionError):  # no slot hosts topk
+                c.call("topk", [1, 2], k=1, tenant=7)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        _, text = get(f"http://{n.metrics}/metrics")
+        if 'offrac_refusals_by_function_total{function="topk",reason="UNKNOWN_FUNCTION"} 3' in text:
+            break
+        time.sleep(0.06)
+    assert 'offrac_refusals_by_function_total{function="topk",reason="UNKNOWN_FUNCTION"} 3' in text, text
+    assert 'offrac_refusals_by_tenant_total{tenant="7",reason="UNKNOWN_FUNCTION"} 3' in text, text
+    with urllib.request.urlopen(f"http://{n.metrics}/metrics", timeout=5) as r:
+        assert "charset=utf-8" in r.headers["Content-Type"]

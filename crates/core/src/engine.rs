@@ -601,6 +601,20 @@ impl Engine {
     ) {
         let mut header = ResponseHeader::answer(h, status, self.cfg.device_id, msg.len() as u32);
         header.detail = detail;
+        let code = status.code();
+        *self
+            .stats
+            .refusals_by_function
+            .entry((h.current_hop().function, code))
+            .or_default() += 1;
+        let by_tenant = &mut self.stats.refusals_by_tenant;
+        if by_tenant.len() < EngineStats::MAX_TENANT_SERIES
+            || by_tenant.contains_key(&(h.tenant, code))
+        {
+            *by_tenant.entry((h.tenant, code)).or_default() += 1;
+        } else {
+            self.stats.refusals_tenant_overflow += 1;
+        }
         self.push_reply(conn, header, msg);
     }
 

@@ -1,4 +1,5 @@
 use offrac_proto::Status;
+use std::collections::BTreeMap;
 
 /// Counters the engine keeps; the node exports them as metrics.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -20,9 +21,18 @@ pub struct EngineStats {
     /// Replies the engine produced itself, indexed by status code. With
     /// `completed`, every answer a parsed request got.
     pub refusals: [u64; Status::ALL.len()],
+    /// The same refusals of requests whose header was read, by (function id,
+    /// status code) and by (tenant, status code).
+    pub refusals_by_function: BTreeMap<(u8, u16), u64>,
+    pub refusals_by_tenant: BTreeMap<(u16, u16), u64>,
+    /// Tenant refusals past [`EngineStats::MAX_TENANT_SERIES`] series (a
+    /// client chooses its tenant id: the map must stay bounded).
+    pub refusals_tenant_overflow: u64,
 }
 
 impl EngineStats {
+    pub const MAX_TENANT_SERIES: usize = 1024;
+
     pub fn refused(&self, s: Status) -> u64 {
         self.refusals[s.code() as usize]
     }

@@ -336,3 +336,28 @@ proptest! {
         prop_assert_eq!(one.outcomes, cut.outcomes);
     }
 }
+
+#[test]
+fn refusals_are_counted_per_function_and_per_tenant_within_a_bound() {
+    let mut e = Engine::new(EngineConfig {
+        slots: vec![0],
+        ..EngineConfig::default()
+    })
+    .unwrap();
+    let mut bytes = Vec::new();
+    for t in 0..1100u16 {
+        let mut h = RequestHeader::single(u64::from(t), 9, 0, 0);
+        h.tenant = t;
+        bytes.extend_from_slice(&h.encode());
+    }
+    e.handle_bytes(Instant::from_nanos(1), 1, &bytes);
+    let st = e.stats();
+    let code = Status::UnknownFunction.code();
+    assert_eq!(st.refusals_by_function.get(&(9, code)), Some(&1100));
+    assert_eq!(
+        st.refusals_by_tenant.len(),
+        offrac_core::EngineStats::MAX_TENANT_SERIES
+    );
+    assert_eq!(st.refusals_by_tenant.get(&(5, code)), Some(&1));
+    assert_eq!(st.refusals_tenant_overflow, 1100 - 1024);
+}

@@ -75,6 +75,9 @@ struct EngineSnapshot {
     collected: u64,
     aborted: u64,
     refusals: Vec<(Status, u64)>,
+    by_function: Vec<((u8, u16), u64)>,
+    by_tenant: Vec<((u16, u16), u64)>,
+    tenant_overflow: u64,
     buffer_used: Vec<u64>,
     small_queue: (usize, u64),
     connections: usize,
@@ -138,6 +141,17 @@ impl Metrics {
             collected: st.collected,
             aborted: st.aborted,
             refusals: Status::ALL.iter().map(|&s| (s, st.refused(s))).collect(),
+            by_function: st
+                .refusals_by_function
+                .iter()
+                .map(|(&k, &v)| (k, v))
+                .collect(),
+            by_tenant: st
+                .refusals_by_tenant
+                .iter()
+                .map(|(&k, &v)| (k, v))
+                .collect(),
+            tenant_overflow: st.refusals_tenant_overflow,
             buffer_used: (0..pool.len()).map(|b| pool.used(b)).collect(),
             small_queue: engine.small_queue(),
             connections: driver.connections(),
@@ -245,6 +259,43 @@ impl Metrics {
             if *s != Status::Ok {
                 let _ = writeln!(o, "offrac_refusals_total{{reason=\"{}\"}} {v}", s.name());
             }
+        }
+        let reason = |code: u16| Status::from_code(code).map_or("unknown", Status::name);
+        gauge(
+            &mut o,
+            "offrac_refusals_by_function_total",
+            "Refusals of requests whose header was read, by function and reason.",
+            "counter",
+        );
+        for &((f, code), v) in &e.by_function {
+            let name =
+                FunctionId::from_id(f).map_or_else(|| f.to_string(), |f| f.name().to_string());
+            let _ = writeln!(
+                o,
+                "offrac_refusals_by_function_total{{function=\"{name}\",reason=\"{}\"}} {v}",
+                reason(code)
+            );
+        }
+        gauge(
+            &mut o,
+            "offrac_refusals_by_tenant_total",
+            "Refusals of requests whose header was read, by tenant and reason.",
+            "counter",
+        );
+        for &((t, code), v) in &e.by_tenant {
+            let _ = writeln!(
+                o,
+                "offrac_refusals_by_tenant_total{{tenant=\"{t}\",reason=\"{}\"}} {v}",
+                reason(code)
+            );
+        }
+        if e.tenant_overflow > 0 {
+            // Past the bounded number of series: counted, not labelled.
+            let _ = writeln!(
+                o,
+                "offrac_refusals_by_tenant_total{{tenant=\"other\",reason=\"any\"}} {}",
+                e.tenant_overflow
+            );
         }
         gauge(
             &mut o,
