@@ -404,12 +404,12 @@ mod tests {
         assert_eq!(nearest_rank(&[], 0.5), 0.0);
     }
 
-    #[test]
-    fn csv_columns_match_the_header() {
+    /// A report of one echo row that saw no requests.
+    fn report(label: &str) -> BenchReport {
         let items = [MixItem::new(offrac_proto::FunctionId::Echo, 0, 8)];
         let c = ClientStats::new(1).unwrap();
         let info = RunInfo {
-            label: "x",
+            label,
             addr: "a",
             mode: "closed",
             offered_rate: None,
@@ -419,7 +419,12 @@ mod tests {
             window_s: 1.0,
             cdf: false,
         };
-        let r = BenchReport::build(info, &items, &[c]).unwrap();
+        BenchReport::build(info, &items, &[c]).unwrap()
+    }
+
+    #[test]
+    fn csv_columns_match_the_header() {
+        let r = report("x");
         let cols = CSV_HEADER.split(',').count();
         for line in r.to_csv().lines() {
             assert_eq!(line.split(',').count(), cols, "{line}");
@@ -428,22 +433,7 @@ mod tests {
 
     #[test]
     fn the_table_says_when_a_row_had_no_requests_and_hides_an_empty_label() {
-        let items = [MixItem::new(offrac_proto::FunctionId::Echo, 0, 8)];
-        let c = ClientStats::new(1).unwrap();
-        let info = RunInfo {
-            label: "",
-            addr: "a",
-            mode: "closed",
-            offered_rate: None,
-            fragments: 1,
-            duration_s: 1.0,
-            warmup_s: 0.0,
-            window_s: 1.0,
-            cdf: false,
-        };
-        let t = BenchReport::build(info, &items, &[c])
-            .unwrap()
-            .render_table();
+        let t = report("").render_table();
         assert!(t.starts_with("offrac bench closed loop"), "{t}");
         assert!(!t.contains("[]"), "{t}");
         assert!(t.contains("(no requests sent)"), "{t}");

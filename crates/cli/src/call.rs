@@ -52,12 +52,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
         (Some(d), None) => encode(f, d)?,
         (None, None) => Vec::new(),
     };
-    let timeout = std::time::Duration::try_from_secs_f64(a.timeout)
-        .ok()
-        .filter(|t| !t.is_zero())
-        .ok_or_else(|| {
-            CliError::Usage(format!("--timeout {}: want positive seconds", a.timeout))
-        })?;
+    let timeout = timeout_arg(a.timeout)?;
     let silent = |e: offrac_client::ClientError| match e {
         offrac_client::ClientError::Io(io) if is_timeout(&io) => CliError::Usage(format!(
             "no answer from {} within {} s (--timeout)",
@@ -80,6 +75,14 @@ pub fn run(a: Args) -> Result<(), CliError> {
         h.exec_ns as f64 / 1e3
     );
     Ok(())
+}
+
+/// `--timeout` seconds as a duration (positive).
+pub fn timeout_arg(secs: f64) -> Result<std::time::Duration, CliError> {
+    std::time::Duration::try_from_secs_f64(secs)
+        .ok()
+        .filter(|t| !t.is_zero())
+        .ok_or_else(|| CliError::Usage(format!("--timeout {secs}: want positive seconds")))
 }
 
 /// A read or connect that ran out of time (sockets say WouldBlock or TimedOut).

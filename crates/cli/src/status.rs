@@ -12,12 +12,7 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<(), CliError> {
-    let timeout = std::time::Duration::try_from_secs_f64(a.timeout)
-        .ok()
-        .filter(|t| !t.is_zero())
-        .ok_or_else(|| {
-            CliError::Usage(format!("--timeout {}: want positive seconds", a.timeout))
-        })?;
+    let timeout = crate::call::timeout_arg(a.timeout)?;
     let text = fetch_metrics_within(&a.metrics, timeout).map_err(|e| match e {
         CliError::Io(io) if crate::call::is_timeout(&io) => CliError::Usage(format!(
             "no answer from {} within {} s (--timeout)",

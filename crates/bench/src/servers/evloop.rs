@@ -96,6 +96,16 @@ impl ServerHandle {
     }
 }
 
+/// A listening socket on `listen` and the address it got.
+pub(crate) fn bind(listen: &str) -> Result<(TcpListener, SocketAddr), BenchError> {
+    let listener = TcpListener::bind(listen).map_err(|source| BenchError::Connect {
+        addr: listen.to_string(),
+        source,
+    })?;
+    let addr = listener.local_addr()?;
+    Ok((listener, addr))
+}
+
 /// Listen on `listen` and serve with `workers` threads, each with its own
 /// handler from `make_handler`.
 pub fn serve<H, F>(
@@ -111,11 +121,7 @@ where
     if workers == 0 {
         return Err(BenchError::Config("need at least one worker".into()));
     }
-    let listener = TcpListener::bind(listen).map_err(|source| BenchError::Connect {
-        addr: listen.to_string(),
-        source,
-    })?;
-    let addr = listener.local_addr()?;
+    let (listener, addr) = bind(listen)?;
     let stop = Arc::new(AtomicBool::new(false));
     let mut ws = Vec::with_capacity(workers);
     for i in 0..workers {

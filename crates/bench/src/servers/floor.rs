@@ -6,14 +6,14 @@
 //! collapses, which the many-client runs show).
 
 use std::io::{ErrorKind, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
 use offrac_proto::HEADER_LEN;
 
-use super::evloop::{Handler, ServerHandle};
+use super::evloop::{bind, Handler, ServerHandle};
 use super::raw::RawEcho;
 use crate::BenchError;
 
@@ -23,11 +23,7 @@ const MAX_PAYLOAD: usize = 64 << 20;
 
 /// Listen on `listen`; every accepted connection gets its own spinning thread.
 pub fn serve_floor(listen: &str) -> Result<ServerHandle, BenchError> {
-    let listener = TcpListener::bind(listen).map_err(|source| BenchError::Connect {
-        addr: listen.to_string(),
-        source,
-    })?;
-    let addr = listener.local_addr()?;
+    let (listener, addr) = bind(listen)?;
     let stop = Arc::new(AtomicBool::new(false));
     let stop_a = Arc::clone(&stop);
     let acceptor = std::thread::Builder::new()
