@@ -115,6 +115,21 @@ def test_serve_flags_come_from_the_environment(node_bin: Path, tmp_path: Path) -
         assert p.wait(10) == 0
 
 
+def test_a_stop_signal_right_after_the_listening_line_stops_cleanly(node_bin: Path) -> None:
+    # A supervisor may signal the moment it reads the "listening" line; the
+    # node must already handle SIGTERM then (a race CI once hit: exit -15).
+    for _ in range(30):
+        p = subprocess.Popen(
+            [str(node_bin), "serve", "--listen", "127.0.0.1:0", "--metrics-listen", ""],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        assert p.stdout is not None
+        assert b"listening" in p.stdout.readline()
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(10) == 0
+
+
 def test_a_closed_pipe_ends_the_cli_quietly(node: Node, node_bin: Path) -> None:
     # `offrac sim` writes a long CSV; `head -1` closes the pipe after one line.
     cmd = f"{node_bin} sim --seeds 50 --requests 50 2>/dev/null | head -1; echo status ${{PIPESTATUS[0]}}"

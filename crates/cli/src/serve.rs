@@ -31,6 +31,9 @@ pub fn run(a: Args) -> Result<(), CliError> {
     if let Some(g) = a.shutdown_grace_ms {
         cfg.shutdown_grace_ms = g;
     }
+    // Catch stop signals before the "listening" line goes out: a supervisor
+    // that signals as soon as it reads the line must get a clean stop, not a kill.
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])?;
     let node = offrac_node::start(cfg, &a.listen)?;
     // The first stdout line tells scripts where the node listens.
     let line = serde_json::json!({
@@ -38,9 +41,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
         "addr": node.addr.to_string(),
         "metrics": node.metrics_addr.map(|m| m.to_string()),
     });
-    println!("{line}");
     let handle = node.shutdown_handle();
-    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])?;
     std::thread::spawn(move || {
         let mut stopping = false;
         for sig in signals.forever() {
@@ -60,6 +61,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
             }
         }
     });
+    println!("{line}");
     node.join()?;
     tracing::info!("node stopped");
     Ok(())
