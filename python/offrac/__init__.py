@@ -8,7 +8,7 @@ array([9, 5], dtype=int32)
 
 from __future__ import annotations
 
-from .client import Client, RequestFuture, parse_address
+from .client import Client, RequestFuture, Step, parse_address
 from .errors import (
     BadInputError,
     BusyError,
@@ -73,6 +73,7 @@ __all__ = [
     "ResponseHeader",
     "ShuttingDownError",
     "Status",
+    "Step",
     "TooLargeError",
     "UnknownFunctionError",
     "UnsupportedError",

@@ -12,7 +12,7 @@ import random
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeGuard, TypeVar, cast
 
@@ -21,16 +21,20 @@ import numpy.typing as npt
 
 from .errors import ConnectionClosedError, OffracError, error_for_response
 from .protocol import (
+    DEVICE_SELF,
     HEADER_LEN,
+    MAX_HOPS,
     FunctionId,
     HeaderError,
+    Hop,
     RequestHeader,
     ResponseHeader,
     Status,
     function_id,
+    function_name,
 )
 
-__all__ = ["Client", "RequestFuture", "parse_address"]
+__all__ = ["Client", "RequestFuture", "Step", "parse_address"]
 
 _U64_MAX = 0xFFFF_FFFF_FFFF_FFFF
 _I32 = np.iinfo(np.int32)
@@ -152,11 +156,11 @@ def _u64_param(name: str, value: object) -> int:
     return v
 
 
-def prepare(fid: int, data: Data, params: Mapping[str, object]) -> tuple[bytes, int, _Decoder]:
-    """Encode ``data`` and the keyword parameters for function ``fid``.
+def param_of(fid: int, params: Mapping[str, object]) -> int:
+    """The u64 wire parameter of function ``fid`` from its keyword parameters.
 
-    Returns ``(payload, param, decoder)``. Parameter *values* are not range-checked beyond u64:
-    the node is the judge (e.g. ``k=0`` gets ``BAD_INPUT``).
+    Values are not range-checked beyond u64: the node is the judge (e.g. ``k=0`` gets
+    ``BAD_INPUT``).
     """
     params = dict(params)
     param = 0
@@ -172,17 +176,25 @@ def prepare(fid: int, data: Data, params: Mapping[str, object]) -> tuple[bytes, 
     if params:
         allowed = ", ".join(f"{k}=" for k in (named, "param") if k)
         raise TypeError(f"unexpected keyword(s) {sorted(params)} for this function (accepted: {allowed})")
+    return param
 
+
+def prepare(fid: int, data: Data, params: Mapping[str, object]) -> tuple[bytes, int, _Decoder]:
+    """Encode ``data`` and the keyword parameters for function ``fid``.
+
+    Returns ``(payload, param, decoder)``.
+    """
+    param = param_of(fid, params)
     shape: tuple[int, ...] | None = None
     if fid == FunctionId.TOPK:
         payload, _ = (bytes(data), ()) if _is_raw(data) else _int32_bytes(data)
-        return payload, param, _decode_int32
+        return payload, param, output_decoder(fid, shape)
     if fid in (FunctionId.LOGIT, FunctionId.MINMAX):
         if _is_raw(data):
             payload = bytes(data)
         else:
             payload, shape = _float32_bytes(data, FunctionId(fid).name.lower())
-        return payload, param, _decode_float32(shape)
+        return payload, param, output_decoder(fid, shape)
     if fid == FunctionId.MATMUL:
         if _is_raw(data):
             payload = bytes(data)
@@ -197,7 +209,7 @@ def prepare(fid: int, data: Data, params: Mapping[str, object]) -> tuple[bytes, 
             payload = _float32_bytes(a, "matmul")[0] + _float32_bytes(b, "matmul")[0]
         else:
             payload, _ = _float32_bytes(data, "matmul")
-        return payload, param, _decode_matrix
+        return payload, param, output_decoder(fid, shape)
     # echo, spin and functions this client does not know: bytes in, bytes out.
     if _is_raw(data):
         payload = bytes(data)
@@ -205,7 +217,60 @@ def prepare(fid: int, data: Data, params: Mapping[str, object]) -> tuple[bytes, 
         payload = np.ascontiguousarray(data).tobytes()
     else:
         raise TypeError(f"{type(data).__name__} input: pass bytes, bytearray, memoryview or a numpy array")
-    return payload, param, _decode_bytes
+    return payload, param, output_decoder(fid, shape)
+
+
+def output_decoder(fid: int, shape: tuple[int, ...] | None = None) -> _Decoder:
+    """How to decode what function ``fid`` returns (``shape`` reshapes element-wise results)."""
+    if fid == FunctionId.TOPK:
+        return _decode_int32
+    if fid in (FunctionId.LOGIT, FunctionId.MINMAX):
+        return _decode_float32(shape)
+    if fid == FunctionId.MATMUL:
+        return _decode_matrix
+    return _decode_bytes
+
+
+class Step:
+    """One hop of a chain: a function (name or id), its keyword parameters and the device
+    that runs it (this node by default). ``Step("topk", k=8)``."""
+
+    __slots__ = ("device", "function", "param")
+
+    def __init__(self, function: str | int, *, device: int = DEVICE_SELF, **params: object) -> None:
+        self.function = function_id(function)
+        self.param = param_of(self.function, params)
+        if not 0 <= device <= 0xFF:
+            raise ValueError(f"device {device} outside 0..=255")
+        self.device = device
+
+    def hop(self) -> Hop:
+        return Hop(self.function, self.device, self.param)
+
+    def __repr__(self) -> str:
+        name = function_name(self.function) or str(self.function)
+        return f"Step({name!r}, device={self.device}, param={self.param})"
+
+
+#: A chain step: a function name or id (no parameters) or a :class:`Step`.
+StepLike = str | int | Step
+
+#: Functions whose output has the shape of their input.
+_ELEMENTWISE = frozenset({FunctionId.LOGIT, FunctionId.MINMAX, FunctionId.ECHO})
+
+
+def prepare_chain(steps: Sequence[StepLike], data: Data) -> tuple[bytes, tuple[Hop, ...], _Decoder]:
+    """Encode ``data`` for the first step; the decoder is the last step's."""
+    chain = [s if isinstance(s, Step) else Step(s) for s in steps]
+    if not 1 <= len(chain) <= MAX_HOPS:
+        raise ValueError(f"a chain has 1 to {MAX_HOPS} steps, got {len(chain)}")
+    first = chain[0]
+    payload, param, _ = prepare(first.function, data, {"param": first.param})
+    chain[0] = Step(first.function, device=first.device, param=param)
+    shape = None
+    if not _is_raw(data) and all(s.function in _ELEMENTWISE for s in chain):
+        shape = np.shape(data)
+    return payload, tuple(s.hop() for s in chain), output_decoder(chain[-1].function, shape)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -342,7 +407,39 @@ class Client:
         """
         fid = function_id(function)
         payload, param, decode = prepare(fid, data, params)
-        return self._send_new(fid, payload, param, tenant, decode, return_info, self.busy_retries)
+        hops = (Hop.local(fid, param),)
+        return self._send_new(hops, payload, tenant, decode, return_info, self.busy_retries)
+
+    def submit_chain(
+        self,
+        steps: Sequence[StepLike],
+        data: Data = b"",
+        *,
+        tenant: int | None = None,
+        return_info: bool = False,
+    ) -> RequestFuture[Any]:
+        """Like :meth:`call_chain` but returns a future."""
+        payload, hops, decode = prepare_chain(steps, data)
+        return self._send_new(hops, payload, tenant, decode, return_info, self.busy_retries)
+
+    def call_chain(
+        self,
+        steps: Sequence[StepLike],
+        data: Data = b"",
+        *,
+        tenant: int | None = None,
+        timeout: float | None = -1.0,
+        return_info: bool = False,
+    ) -> Any:
+        """Run a chain of functions in one request: each step's output is the next one's input.
+
+        ``steps`` are function names or ids, or :class:`Step` for a function with parameters
+        (``[Step("topk", k=64), "logit"]``); 1 to 4 steps. ``data`` is encoded for the first
+        step, the result decoded for the last. A failing step raises the typed error of its
+        status with ``err.hop`` = the step's index, and no later step runs.
+        """
+        fut = self.submit_chain(steps, data, tenant=tenant, return_info=return_info)
+        return self._wait(fut, timeout)
 
     def call(
         self,
@@ -377,8 +474,8 @@ class Client:
         tenant: int | None = None,
     ) -> RequestFuture[tuple[ResponseHeader, bytes]]:
         """Like :meth:`call_raw` but returns a future."""
-        fid = function_id(function)
-        return self._send_new(fid, bytes(payload), _u64_param("param", param), tenant, None, False, 0)
+        hops = (Hop.local(function_id(function), _u64_param("param", param)),)
+        return self._send_new(hops, bytes(payload), tenant, None, False, 0)
 
     def call_raw(
         self,
@@ -441,9 +538,8 @@ class Client:
 
     def _send_new(
         self,
-        fid: int,
+        hops: tuple[Hop, ...],
         payload: bytes,
-        param: int,
         tenant: int | None,
         decode: _Decoder | None,
         return_info: bool,
@@ -455,8 +551,8 @@ class Client:
                 raise ConnectionClosedError(f"connection is closed ({self._closed.message})")
             rid = next(self._ids)
             fut.request_id = rid
-            header = RequestHeader.single(
-                rid, fid, param, len(payload), self.tenant if tenant is None else tenant
+            header = RequestHeader.chain(
+                rid, hops, len(payload), self.tenant if tenant is None else tenant
             ).encode()
             pending = _Pending(fut, header + payload, decode, return_info, retries)
             self._pending[rid] = pending

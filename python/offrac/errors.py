@@ -49,12 +49,24 @@ class OffracError(Exception):
         self.header = header
         super().__init__(self._describe())
 
+    @property
+    def hop(self) -> int | None:
+        """Index of the chain hop that failed (0 for a single function); None without a response."""
+        return self.header.hop_index if self.header is not None else None
+
+    @property
+    def device(self) -> int | None:
+        """Device id of the node that answered with this error; None without a response."""
+        return self.header.device if self.header is not None else None
+
     def _describe(self) -> str:
         parts = []
         if self.status is not None:
             parts.append(self.status.name)
         if self.request_id is not None:
             parts.append(f"request {self.request_id}")
+        if self.header is not None and self.header.hop_index:
+            parts.append(f"at hop {self.header.hop_index} (device {self.header.device})")
         if self.detail:
             parts.append(f"detail={self.detail}")
         head = " ".join(parts)
@@ -135,7 +147,7 @@ class ShuttingDownError(OffracError):
 
 
 class UnsupportedError(OffracError):
-    """UNSUPPORTED: a valid request the node cannot serve yet (e.g. a multi-hop chain)."""
+    """UNSUPPORTED: a valid request the node cannot serve yet (e.g. a chain hop on another device)."""
 
     STATUS = Status.UNSUPPORTED
 

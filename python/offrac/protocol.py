@@ -241,6 +241,28 @@ class RequestHeader:
             hops=(Hop.local(function, param),),
         )
 
+    @classmethod
+    def chain(
+        cls,
+        request_id: int,
+        hops: tuple[Hop, ...] | list[Hop],
+        payload_len: int = 0,
+        tenant: int = 0,
+        reply_device: int = DEVICE_SELF,
+    ) -> RequestHeader:
+        """A request running ``hops`` in order (1 to 4), the last hop's result going to
+        ``reply_device`` (the caller by default)."""
+        if not 1 <= len(hops) <= MAX_HOPS:
+            raise ValueError(f"a chain has 1 to {MAX_HOPS} hops, got {len(hops)}")
+        return cls(
+            request_id=request_id,
+            payload_len=payload_len,
+            tenant=tenant,
+            hop_count=len(hops),
+            reply_device=reply_device,
+            hops=tuple(hops),
+        )
+
     @property
     def current_hop(self) -> Hop:
         """The hop to run next."""

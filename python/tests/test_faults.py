@@ -84,16 +84,6 @@ def test_malformed_header_keeps_connection(node: Node, fields: dict[str, Any]) -
         assert (h.status, h.request_id, p) == (Status.OK, 14, b"still here")
 
 
-def test_multi_hop_chain_is_unsupported(node: Node) -> None:
-    with RawConn(node.addr) as c:
-        hdr = header_with(15, LOGIT, payload_len=8, hop_count=2, hops=(Hop.local(LOGIT), Hop.local(MINMAX)))
-        c.send(hdr + np.array([0.25, 0.5], "<f4").tobytes())
-        h, _ = c.read_response()
-        assert (h.status, h.request_id) == (Status.UNSUPPORTED, 15)
-        c.request(16, ECHO, b"ok")
-        assert c.read_response()[0].status == Status.OK
-
-
 # ----------------------------------------------------------------------------- request errors
 
 

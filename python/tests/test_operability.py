@@ -97,7 +97,7 @@ def test_call_inputs(node: Node, node_bin: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert r.stdout.decode().strip() == "7,-1"
     r = offrac(node_bin, "call", "--addr", node.address, "topk", "--data", "1,2")
-    assert r.returncode != 0 and b"topk needs -p K" in r.stderr, r.stderr
+    assert r.returncode != 0 and b"topk needs K" in r.stderr and b"-p K" in r.stderr, r.stderr
     r = offrac(node_bin, "call", "--addr", node.address, "echo", "--file", "-", stdin=b"from stdin")
     assert r.returncode == 0 and r.stdout.decode().strip() == "from stdin", r
 
@@ -189,3 +189,15 @@ def test_refusals_are_counted_per_function_and_tenant(start_node: StartNode) -> 
     assert 'offrac_refusals_by_tenant_total{tenant="7",reason="UNKNOWN_FUNCTION"} 3' in text, text
     with urllib.request.urlopen(f"http://{n.metrics}/metrics", timeout=5) as r:
         assert "charset=utf-8" in r.headers["Content-Type"]
+
+
+def test_call_runs_a_chain(node_bin: Path, node: Node) -> None:
+    addr = f"{node.addr[0]}:{node.addr[1]}"
+    r = offrac(node_bin, "call", "--addr", addr, "topk:3,topk:2", "--data", "1,9,3,7")
+    assert r.returncode == 0, r.stderr
+    assert sorted(int(v) for v in r.stdout.decode().split(",")) == [7, 9]
+    r = offrac(node_bin, "call", "--addr", addr, "echo,topk:0", "--data", "1,2,3,4")
+    assert r.returncode == 1
+    assert b"BAD_INPUT at hop 1" in r.stderr
+    r = offrac(node_bin, "call", "--addr", addr, "echo,echo", "-p", "3", "--data", "x")
+    assert r.returncode == 1 and b"NAME:PARAM" in r.stderr

@@ -1,12 +1,14 @@
 use crate::CliError;
-use offrac_client::{Client, FunctionId};
+use offrac_client::{Client, FunctionId, Hop};
 
 #[derive(clap::Args)]
 pub struct Args {
     /// Node address.
     #[arg(long, default_value = "127.0.0.1:7000")]
     addr: String,
-    /// Function name: echo, topk, logit, minmax, matmul, spin.
+    /// Function name: echo, topk, logit, minmax, matmul, spin. A chain is a
+    /// comma-separated list of NAME or NAME:PARAM, run in order on this node,
+    /// each hop's output the next one's input (e.g. minmax,logit or topk:64,topk:8).
     function: String,
     /// Comma-separated input values (int32 for topk, float32 for logit/minmax/matmul; text for
     /// echo/spin). Negative numbers work as they are: --data -5,-1.
@@ -24,16 +26,11 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<(), CliError> {
-    let f = FunctionId::from_name(&a.function)
-        .ok_or_else(|| CliError::Usage(format!("unknown function {:?}", a.function)))?;
-    let param = match (f, a.param) {
-        (FunctionId::TopK, None) => {
-            return Err(CliError::Usage(
-                "topk needs -p K: how many of the largest values to return".into(),
-            ))
-        }
-        (_, p) => p.unwrap_or(0),
-    };
+    let hops = parse_chain(&a.function, a.param)?;
+    let first = hops[0].0;
+    let last = hops[hops.len() - 1].0;
+    let hops: Vec<Hop> = hops.iter().map(|&(f, p)| Hop::local(f.id(), p)).collect();
+    let f = first;
     let payload = match (&a.data, &a.file) {
         (_, Some(path)) if path == "-" => {
             let mut b = Vec::new();
@@ -63,9 +60,9 @@ pub fn run(a: Args) -> Result<(), CliError> {
     let mut c = Client::connect_timeout(&a.addr, timeout).map_err(silent)?;
     c.set_read_timeout(Some(timeout))?;
     let t = std::time::Instant::now();
-    let reply = c.call(f, param, &payload).map_err(silent)?;
+    let reply = c.call_chain(&hops, &payload).map_err(silent)?;
     let rtt = t.elapsed();
-    println!("{}", decode(f, &reply.payload));
+    println!("{}", decode(last, &reply.payload));
     let h = reply.header;
     eprintln!(
         "round trip {:.1} µs (node: reassembly {:.1} µs, queue {:.1} µs, exec {:.1} µs)",
@@ -75,6 +72,47 @@ pub fn run(a: Args) -> Result<(), CliError> {
         h.exec_ns as f64 / 1e3
     );
     Ok(())
+}
+
+/// `NAME[:PARAM],…` into (function, param) hops; `-p` sets the parameter of
+/// a single function.
+fn parse_chain(spec: &str, p: Option<u64>) -> Result<Vec<(FunctionId, u64)>, CliError> {
+    let usage = |m: String| CliError::Usage(m);
+    let parts: Vec<&str> = spec.split(',').map(str::trim).collect();
+    if parts.len() > 1 && p.is_some() {
+        return Err(usage(
+            "-p applies to a single function; give each hop's parameter as NAME:PARAM".into(),
+        ));
+    }
+    if parts.len() > offrac_proto::MAX_HOPS {
+        return Err(usage(format!(
+            "a chain has at most {} hops, not {}",
+            offrac_proto::MAX_HOPS,
+            parts.len()
+        )));
+    }
+    parts
+        .iter()
+        .map(|part| {
+            let (name, param) = match part.split_once(':') {
+                Some((n, v)) => {
+                    let v = v
+                        .parse::<u64>()
+                        .map_err(|_| usage(format!("{part:?}: the parameter after ':' is not a u64")))?;
+                    (n, Some(v))
+                }
+                None => (*part, p),
+            };
+            let f = FunctionId::from_name(name).ok_or_else(|| usage(format!("unknown function {name:?}")))?;
+            match (f, param) {
+                (FunctionId::TopK, None) => Err(usage(
+                    "topk needs K: how many of the largest values to return (-p K, or topk:K in a chain)"
+                        .into(),
+                )),
+                (_, param) => Ok((f, param.unwrap_or(0))),
+            }
+        })
+        .collect()
 }
 
 /// `--timeout` seconds as a duration (positive).

@@ -5,7 +5,9 @@ use std::io::{self, IoSlice, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-use offrac_proto::{FunctionId, RequestHeader, ResponseError, ResponseHeader, Status, HEADER_LEN};
+use offrac_proto::{
+    FunctionId, Hop, RequestHeader, ResponseError, ResponseHeader, Status, HEADER_LEN,
+};
 
 use crate::rng::SplitMix64;
 
@@ -32,20 +34,53 @@ pub enum ClientError {
     #[error("request payload of {0} bytes does not fit in a u32 length")]
     PayloadTooLarge(usize),
     /// The node answered with a status other than `OK`.
-    #[error("node answered {status} for request {request_id} (detail {detail}): {message}")]
+    #[error("{}", describe_status(*status, message, *detail, *request_id, *hop, *device))]
     Status {
         status: Status,
         /// The node's human-readable message (the response payload, lossily decoded).
         message: String,
         detail: u64,
         request_id: u64,
+        /// The hop of the chain that failed (0 for a single call).
+        hop: u8,
+        /// The device that answered.
+        device: u8,
     },
+    /// A chain must have 1 to [`offrac_proto::MAX_HOPS`] hops.
+    #[error("a chain has 1 to {max} hops, not {0}", max = offrac_proto::MAX_HOPS)]
+    ChainLength(usize),
     /// The node closed the connection (possibly mid-response).
     #[error("connection closed by the node")]
     Closed,
     /// A load specification or report could not be built.
     #[error("invalid configuration: {0}")]
     Config(String),
+}
+
+/// "node answered BAD_INPUT at hop 1 (device 0): … (detail 3)": the request id
+/// only when the caller chose it, hop and detail only when they say something.
+fn describe_status(
+    status: Status,
+    message: &str,
+    detail: u64,
+    request_id: u64,
+    hop: u8,
+    device: u8,
+) -> String {
+    let mut s = format!("node answered {status}");
+    if request_id & CALL_ID_BIT == 0 {
+        s += &format!(" for request {request_id}");
+    }
+    if hop > 0 {
+        s += &format!(" at hop {hop} (device {device})");
+    }
+    if !message.is_empty() {
+        s += &format!(": {message}");
+    }
+    if detail != 0 {
+        s += &format!(" (detail {detail})");
+    }
+    s
 }
 
 impl ClientError {
@@ -65,7 +100,9 @@ impl ClientError {
                 status,
                 Status::UnsupportedVersion | Status::Timeout | Status::ShuttingDown
             ),
-            ClientError::PayloadTooLarge(_) | ClientError::Config(_) => false,
+            ClientError::PayloadTooLarge(_)
+            | ClientError::ChainLength(_)
+            | ClientError::Config(_) => false,
             ClientError::Io(_)
             | ClientError::Protocol(_)
             | ClientError::ResponseTooLarge { .. }
@@ -272,12 +309,19 @@ impl Client {
         param: u64,
         payload: &[u8],
     ) -> Result<Reply, ClientError> {
-        let function = function.into();
+        self.call_chain(&[Hop::local(function.into().0, param)], payload)
+    }
+
+    /// Run the functions of `hops` one after another on `payload` (each
+    /// hop's output is the next one's input) and wait for the last one's
+    /// result, like [`Client::call`]. A failure names its hop and device in
+    /// [`ClientError::Status`].
+    pub fn call_chain(&mut self, hops: &[Hop], payload: &[u8]) -> Result<Reply, ClientError> {
         let mut retry = 0u32;
         loop {
             let request_id = CALL_ID_BIT | self.next_call_id;
             self.next_call_id = (self.next_call_id + 1) & !CALL_ID_BIT;
-            self.send(request_id, function, param, payload)?;
+            self.send_chain(request_id, hops, payload)?;
             let (header, payload) = loop {
                 let (h, p) = self.read_response()?;
                 if h.request_id == request_id {
@@ -299,6 +343,8 @@ impl Client {
                         message: String::from_utf8_lossy(&payload).into_owned(),
                         detail: header.detail,
                         request_id,
+                        hop: header.hop_index,
+                        device: header.device,
                     })
                 }
             }
@@ -315,9 +361,21 @@ impl Client {
         param: u64,
         payload: &[u8],
     ) -> Result<(), ClientError> {
+        self.send_chain(request_id, &[Hop::local(function.into().0, param)], payload)
+    }
+
+    /// [`Client::send`] for a chain of hops.
+    pub fn send_chain(
+        &mut self,
+        request_id: u64,
+        hops: &[Hop],
+        payload: &[u8],
+    ) -> Result<(), ClientError> {
         let len = u32::try_from(payload.len())
             .map_err(|_| ClientError::PayloadTooLarge(payload.len()))?;
-        let header = RequestHeader::single(request_id, function.into().0, param, len).encode();
+        let header = RequestHeader::chain(request_id, hops, len)
+            .ok_or(ClientError::ChainLength(hops.len()))?
+            .encode();
         write_all_vectored(&mut self.stream, &header, payload)?;
         Ok(())
     }

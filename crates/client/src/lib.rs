@@ -17,5 +17,5 @@ pub use client::{
     write_all_vectored, Client, ClientError, FunctionCode, Reply, RetryPolicy,
     DEFAULT_MAX_RESPONSE_PAYLOAD,
 };
-pub use offrac_proto::{FunctionId, ResponseHeader, Status};
+pub use offrac_proto::{FunctionId, Hop, ResponseHeader, Status};
 pub use payload::generate_payload;

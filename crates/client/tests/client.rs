@@ -139,6 +139,7 @@ fn unknown_function_reports_status_detail_and_message() {
             message,
             detail,
             request_id,
+            ..
         } => {
             assert_eq!(status, Status::UnknownFunction);
             assert_eq!(detail, 42);

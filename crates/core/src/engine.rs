@@ -38,6 +38,10 @@ pub struct Engine {
     pool: ReassemblyPool,
     small: VecDeque<Job>,
     small_bytes: u64,
+    /// Chain hops waiting for a slot of their next function (bounded by
+    /// `slot_queue_bytes`, so any hop that fits a slot can wait here).
+    chained: VecDeque<Job>,
+    chained_bytes: u64,
     slots: Vec<SlotQueue>,
     selector: Selector,
     /// Connection ids are the driver's, not an attacker's choice, so a fast
@@ -102,6 +106,8 @@ impl Engine {
             slots,
             small: VecDeque::new(),
             small_bytes: 0,
+            chained: VecDeque::new(),
+            chained_bytes: 0,
             conns: FxHashMap::default(),
             next_conn: 0,
             running: vec![None; cfg.slots.len()],
@@ -195,6 +201,20 @@ impl Engine {
             self.settle(conn);
         }
         self.stats.completed += 1;
+        self.start(now, slot);
+        self.drain(now);
+    }
+
+    /// `slot` ran one hop of a chain that goes on: `job` has been advanced
+    /// ([`Job::advance`]) to its next hop, which is queued to a slot hosting
+    /// that function (handed over, not copied). The request stays held: its
+    /// answer is still owed.
+    pub fn handle_hop_done(&mut self, now: Instant, slot: SlotId, job: Job) {
+        let was_busy = self.slots[slot].finish();
+        debug_assert!(was_busy, "slot {slot} was not busy");
+        self.running[slot] = None;
+        self.stats.hops += 1;
+        self.route(job);
         self.start(now, slot);
         self.drain(now);
     }
@@ -297,7 +317,9 @@ impl Engine {
     /// request still waiting (small queue, buffers, slot queues). Running ones
     /// finish and are answered as usual.
     pub fn abort_queued(&mut self, _now: Instant) {
-        let mut waiting: Vec<Job> = self.small.drain(..).collect();
+        let mut waiting: Vec<Job> = self.chained.drain(..).collect();
+        self.chained_bytes = 0;
+        waiting.extend(self.small.drain(..));
         self.small_bytes = 0;
         for b in 0..self.pool.len() {
             while let Some(job) = self.pool.take(b, 0) {
@@ -323,6 +345,7 @@ impl Engine {
     /// Nothing admitted is waiting or running.
     pub fn is_idle(&self) -> bool {
         self.small.is_empty()
+            && self.chained.is_empty()
             && self.pool.ready_count() == 0
             && self.slots.iter().all(|s| !s.is_busy() && s.depth() == 0)
     }
@@ -397,14 +420,7 @@ impl Engine {
                         first_byte_at,
                     };
                 }
-                let job = Job {
-                    conn,
-                    header,
-                    payload,
-                    first_byte_at,
-                    complete_at: now,
-                    dispatched_at: None,
-                };
+                let job = Job::new(conn, header, payload, first_byte_at, now);
                 self.pool.finish(buffer, job);
                 self.hold(conn);
                 Rx::idle(now)
@@ -450,25 +466,15 @@ impl Engine {
         if self.shutting_down {
             return refuse(self, Status::ShuttingDown, 0, "node is shutting down");
         }
-        if h.hop_count > 1 || h.reply_device != DEVICE_SELF {
-            return refuse(
-                self,
-                Status::Unsupported,
-                0,
-                "multi-hop chains are not supported by this node yet",
-            );
+        if h.reply_device != DEVICE_SELF {
+            let msg = "a reply device other than the caller is not supported yet";
+            return refuse(self, Status::Unsupported, 0, msg);
         }
-        if hop.device != DEVICE_SELF && hop.device != self.cfg.device_id {
-            return refuse(
-                self,
-                Status::Unsupported,
-                0,
-                "forwarding to another device is not supported yet",
-            );
-        }
-        if self.selector.hosts(hop.function).is_empty() {
-            let msg = format!("no slot hosts function {}", hop.function);
-            return refuse(self, Status::UnknownFunction, hop.function as u64, &msg);
+        if let Err(e) = self.check_chain(&h) {
+            let mut at = h;
+            at.hop_index = e.hop;
+            self.reply_to(conn, &at, e.status, e.detail, &e.message);
+            return discard(len, now);
         }
         if len > self.cfg.max_payload {
             let msg = format!(
@@ -482,14 +488,7 @@ impl Engine {
         if arrived_whole && small && self.small_bytes + len <= self.cfg.small_queue_bytes {
             let (payload, tail) = rest.split_at(len as usize);
             *rest = tail;
-            let job = Job {
-                conn,
-                header: h,
-                payload: payload.to_vec(),
-                first_byte_at,
-                complete_at: now,
-                dispatched_at: None,
-            };
+            let job = Job::new(conn, h, payload.to_vec(), first_byte_at, now);
             self.small_bytes += len;
             self.small.push_back(job);
             self.hold(conn);
@@ -507,14 +506,7 @@ impl Engine {
         };
         self.stats.admitted += 1;
         if len == 0 {
-            let job = Job {
-                conn,
-                header: h,
-                payload: Vec::new(),
-                first_byte_at,
-                complete_at: now,
-                dispatched_at: None,
-            };
+            let job = Job::new(conn, h, Vec::new(), first_byte_at, now);
             self.pool.finish(buffer, job);
             self.hold(conn);
             return Rx::idle(now);
@@ -524,6 +516,75 @@ impl Engine {
             payload: Vec::with_capacity(len as usize),
             buffer,
             first_byte_at,
+        }
+    }
+
+    /// Every hop this node will run before the chain leaves it must be one
+    /// it can run: checked at admission, so a request is not half run
+    /// before a hop fails for want of a slot.
+    fn check_chain(&self, h: &RequestHeader) -> Result<(), HopError> {
+        for i in h.hop_index..h.hop_count {
+            let hop = h.hops[i as usize];
+            if !self.is_local(hop.device) {
+                return Err(HopError {
+                    hop: i,
+                    status: Status::Unsupported,
+                    detail: 0,
+                    message: format!(
+                        "hop {i} runs on device {}: forwarding to another device is not supported yet",
+                        hop.device
+                    ),
+                });
+            }
+            if self.selector.hosts(hop.function).is_empty() {
+                return Err(HopError {
+                    hop: i,
+                    status: Status::UnknownFunction,
+                    detail: hop.function as u64,
+                    message: format!("no slot hosts function {} (hop {i})", hop.function),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn is_local(&self, device: u8) -> bool {
+        device == DEVICE_SELF || device == self.cfg.device_id
+    }
+
+    /// Queue a chain's next hop (admission checked the chain, so only room
+    /// can be missing; an output larger than any request may be is refused).
+    fn route(&mut self, job: Job) {
+        let cost = job.cost();
+        let hop = job.header.current_hop();
+        let refusal = if cost > self.cfg.max_payload {
+            let max = self.cfg.max_payload;
+            Some((
+                Status::TooLarge,
+                max,
+                format!(
+                    "hop {} input of {cost} bytes exceeds the maximum of {max}",
+                    job.header.hop_index
+                ),
+            ))
+        } else if self.chained_bytes + cost > self.cfg.slot_queue_bytes {
+            let msg = format!(
+                "no room to queue hop {} (function {}); retry",
+                job.header.hop_index, hop.function
+            );
+            Some((Status::Busy, 0, msg))
+        } else {
+            None
+        };
+        match refusal {
+            Some((status, detail, msg)) => {
+                self.reply_to(job.conn, &job.header, status, detail, &msg);
+                self.settle(job.conn);
+            }
+            None => {
+                self.chained_bytes += cost;
+                self.chained.push_back(job);
+            }
         }
     }
 
@@ -657,6 +718,19 @@ impl Engine {
     /// so one backed-up function cannot block the others.
     fn drain(&mut self, now: Instant) {
         let mut blocked = [false; 256];
+        // Chains first: their requests were admitted earliest.
+        let mut i = 0;
+        while i < self.chained.len() {
+            let (f, cost) = (self.chained[i].function(), self.chained[i].cost());
+            match self.pick(&mut blocked, f, cost) {
+                Some(slot) => {
+                    let job = self.chained.remove(i).expect("index in range");
+                    self.chained_bytes -= cost;
+                    self.enqueue(now, slot, job);
+                }
+                None => i += 1,
+            }
+        }
         let mut i = 0;
         while i < self.small.len() {
             let (f, cost) = (self.small[i].function(), self.small[i].cost());
@@ -709,6 +783,14 @@ impl Engine {
             self.actions.push_back(Action::Dispatch { slot, job });
         }
     }
+}
+
+/// Why a hop of a chain cannot run here.
+struct HopError {
+    hop: u8,
+    status: Status,
+    detail: u64,
+    message: String,
 }
 
 fn discard(len: u64, now: Instant) -> Rx {

@@ -14,9 +14,57 @@ pub struct Job {
     pub complete_at: Instant,
     /// When the job left its slot queue for execution (`None` until dispatched).
     pub dispatched_at: Option<Instant>,
+    /// Queueing and execution of the chain's earlier hops on this node, which
+    /// the final answer's timings include.
+    pub earlier_queue_ns: u64,
+    pub earlier_exec_ns: u64,
 }
 
 impl Job {
+    /// A request that has just become complete.
+    pub fn new(
+        conn: ConnId,
+        header: RequestHeader,
+        payload: Vec<u8>,
+        first_byte_at: Instant,
+        complete_at: Instant,
+    ) -> Job {
+        Job {
+            conn,
+            header,
+            payload,
+            first_byte_at,
+            complete_at,
+            dispatched_at: None,
+            earlier_queue_ns: 0,
+            earlier_exec_ns: 0,
+        }
+    }
+
+    /// The hop that just ran is the chain's last: its result is the answer.
+    pub fn is_last_hop(&self) -> bool {
+        self.header.hop_index + 1 >= self.header.hop_count
+    }
+
+    /// The hop that just ran returned `output` at `now` after queueing
+    /// `queue_ns` and running `exec_ns`: make the job the chain's next hop,
+    /// with `output` as its payload (moved, not copied). Returns the old
+    /// payload so the caller can reuse its allocation.
+    pub fn advance(
+        &mut self,
+        output: Vec<u8>,
+        now: Instant,
+        queue_ns: u64,
+        exec_ns: u64,
+    ) -> Vec<u8> {
+        self.header.hop_index += 1;
+        self.earlier_queue_ns = self.earlier_queue_ns.saturating_add(queue_ns);
+        self.earlier_exec_ns = self.earlier_exec_ns.saturating_add(exec_ns);
+        self.complete_at = now;
+        self.dispatched_at = None;
+        std::mem::replace(&mut self.payload, output)
+    }
+
     /// Bytes this job is charged for in the pool and the queues: its payload.
     pub fn cost(&self) -> u64 {
         self.payload.len() as u64

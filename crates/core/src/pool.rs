@@ -209,13 +209,15 @@ mod tests {
     #[test]
     fn jsb_joins_the_emptiest_eligible_buffer() {
         let mut p = ReassemblyPool::new(3, 100, BufferPolicy::Jsb);
-        let job = |n: usize| Job {
-            conn: 0,
-            header: offrac_proto::RequestHeader::single(0, 0, 0, n as u32),
-            payload: vec![0; n],
-            first_byte_at: crate::Instant::default(),
-            complete_at: crate::Instant::default(),
-            dispatched_at: None,
+        let job = |n: usize| {
+            let h = offrac_proto::RequestHeader::single(0, 0, 0, n as u32);
+            Job::new(
+                0,
+                h,
+                vec![0; n],
+                crate::Instant::default(),
+                crate::Instant::default(),
+            )
         };
         assert_eq!(p.admit(50), Some(0));
         p.finish(0, job(50));

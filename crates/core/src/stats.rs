@@ -14,6 +14,8 @@ pub struct EngineStats {
     pub dispatched: u64,
     /// Admitted, then answered `SHUTTING_DOWN` when the grace period ended.
     pub aborted: u64,
+    /// Chain hops run that handed their output on to a next hop.
+    pub hops: u64,
     /// Finished by their slot (the driver writes their answers).
     pub completed: u64,
     /// Admitted but collected before completion (connection closed or stalled).

@@ -77,6 +77,8 @@ pub enum Io {
     /// *before* writing the answer (the answer may prompt the client's next
     /// request, which must find the slot free), then write the answer (built
     /// with [`ResponseHeader::answer`]) and report [`Driver::handle_answered`].
+    /// If it succeeded and was not the chain's last hop, write nothing:
+    /// advance the job ([`Job::advance`]) and report [`Driver::handle_hop_done`].
     Run {
         slot: SlotId,
         job: Job,
@@ -276,6 +278,16 @@ impl Driver {
     /// `slot`'s function returned (its answer is about to be written).
     pub fn handle_slot_free(&mut self, now: Instant, slot: SlotId) {
         self.engine.handle_slot_done(now, slot);
+        self.pump(now);
+    }
+
+    /// `slot` ran a hop of `job`'s chain and the chain goes on: `job` has
+    /// been advanced to its next hop ([`Job::advance`]); nothing was written.
+    pub fn handle_hop_done(&mut self, now: Instant, slot: SlotId, job: Job) {
+        if let Some(c) = self.conns.get_mut(&job.conn) {
+            c.answering -= 1;
+        }
+        self.engine.handle_hop_done(now, slot, job);
         self.pump(now);
     }
 

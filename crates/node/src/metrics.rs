@@ -103,12 +103,13 @@ impl Metrics {
         }
     }
 
-    pub fn record_completion(
+    /// A slot ran its function once (a whole request or one hop of a chain).
+    pub fn record_run(
         &self,
         slot: usize,
         function: u8,
+        exec_ns: u64,
         status: Status,
-        h: &ResponseHeader,
         inline: bool,
     ) {
         let s = &self.slots[slot];
@@ -116,13 +117,17 @@ impl Metrics {
         if inline {
             s.inline.fetch_add(1, Relaxed);
         }
-        s.busy_ns.fetch_add(h.exec_ns, Relaxed);
+        s.busy_ns.fetch_add(exec_ns, Relaxed);
         if status != Status::Ok {
             s.errors.fetch_add(1, Relaxed);
         }
-        let f = &self.functions[function as usize];
-        f.exec.observe(h.exec_ns);
-        f.node.observe(h.reassembly_ns + h.queue_ns + h.exec_ns);
+        self.functions[function as usize].exec.observe(exec_ns);
+    }
+
+    /// A request's answer went out; `function` ran its last hop.
+    pub fn record_answer(&self, function: u8, h: &ResponseHeader) {
+        let node = h.reassembly_ns + h.queue_ns + h.exec_ns;
+        self.functions[function as usize].node.observe(node);
     }
 
     /// Copy the engine's counters and gauges (called by the I/O thread).

@@ -217,6 +217,7 @@ impl Reactor {
             let now = self.clock.now();
             match done {
                 Done::SlotFree(slot) => self.driver.handle_slot_free(now, slot),
+                Done::Hop(slot, job) => self.driver.handle_hop_done(now, slot, job),
                 Done::Answered(conn) => {
                     self.driver.handle_answered(now, conn);
                     self.report_backlog(conn);
@@ -424,11 +425,16 @@ impl Reactor {
                         // Short enough to run here: no thread hand-off, no wake-up.
                         // Nothing is read before the slot is freed below.
                         (Some(exec), true) => {
-                            exec.execute(work, || {});
+                            let next = exec.execute(work, || {});
                             let now = self.clock.now();
-                            self.driver.handle_slot_free(now, slot);
-                            self.driver.handle_answered(now, conn);
-                            self.report_backlog(conn);
+                            match next {
+                                Some(job) => self.driver.handle_hop_done(now, slot, job),
+                                None => {
+                                    self.driver.handle_slot_free(now, slot);
+                                    self.driver.handle_answered(now, conn);
+                                    self.report_backlog(conn);
+                                }
+                            }
                         }
                         // Workers never exit while the reactor runs, so a send cannot fail here.
                         _ => drop(self.workers[slot].tx.send(work)),

@@ -20,13 +20,17 @@ pub struct Work {
     pub out: Option<Arc<ConnOut>>,
 }
 
-/// What a worker tells the I/O thread, in this order for each job.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a worker tells the I/O thread: for each job `SlotFree` then
+/// `Answered`, or `Hop` alone when the job's chain goes on.
+#[derive(Debug, Clone, PartialEq)]
 pub enum Done {
     /// The slot's function returned: the slot is free.
     SlotFree(SlotId),
     /// The job's answer has been written (or dropped: the client was gone).
     Answered(ConnId),
+    /// The slot ran a hop and is free; the job, advanced to its next hop,
+    /// goes back to the driver.
+    Hop(SlotId, Job),
 }
 
 pub struct SlotWorker {
@@ -70,11 +74,13 @@ impl Executor {
     /// slot; it runs before the answer is written, because the answer may
     /// prompt the client's next request, which must find the slot free
     /// (otherwise it can be refused BUSY although there is room).
-    pub fn execute(&mut self, work: Work, release: impl FnOnce()) {
-        let Work { job, out } = work;
+    /// A successful hop that is not its chain's last writes nothing and does
+    /// not call `release`: the job, advanced to its next hop, is returned.
+    pub fn execute(&mut self, work: Work, release: impl FnOnce()) -> Option<Job> {
+        let Work { mut job, out } = work;
         let Some(out) = out.filter(|o| !o.is_closed()) else {
             release();
-            return;
+            return None;
         };
         self.scratch.clear();
         let hop = job.header.current_hop();
@@ -101,18 +107,28 @@ impl Executor {
             )))
         });
         let exec_ns = started.elapsed().as_nanos() as u64;
+        let queue_ns = offrac_core::nanos(started_at.saturating_since(job.complete_at));
+        if result.is_ok() && !job.is_last_hop() {
+            self.metrics
+                .record_run(self.slot, job.function(), exec_ns, Status::Ok, self.inline);
+            let output = std::mem::take(&mut self.scratch);
+            self.scratch = job.advance(output, self.clock.now(), queue_ns, exec_ns);
+            return Some(job);
+        }
         let (status, payload): (Status, &[u8]) = match &result {
             Ok(()) => (Status::Ok, &self.scratch),
             Err(e) => (e.status(), e.message().as_bytes()),
         };
         let mut h = ResponseHeader::answer(&job.header, status, self.device, payload.len() as u32);
         h.reassembly_ns = job.reassembly_ns();
-        h.queue_ns = offrac_core::nanos(started_at.saturating_since(job.complete_at));
-        h.exec_ns = exec_ns;
+        h.queue_ns = job.earlier_queue_ns + queue_ns;
+        h.exec_ns = job.earlier_exec_ns + exec_ns;
         release();
         out.send(&h.encode(), payload);
         self.metrics
-            .record_completion(self.slot, job.function(), status, &h, self.inline);
+            .record_run(self.slot, job.function(), exec_ns, status, self.inline);
+        self.metrics.record_answer(job.function(), &h);
+        None
     }
 }
 
@@ -158,10 +174,18 @@ fn run(mut ctx: WorkerContext, rx: Receiver<Work>) {
         let slot = ctx.executor.slot;
         let conn = work.job.conn;
         let mut io_gone = false;
-        ctx.executor.execute(work, || {
+        if let Some(next) = ctx.executor.execute(work, || {
             io_gone = ctx.done.send(Done::SlotFree(slot)).is_err();
             ctx.waker.wake_if_sleeping();
-        });
+        }) {
+            // The next hop waits on the I/O thread: wake it.
+            let gone = ctx.done.send(Done::Hop(slot, next)).is_err();
+            ctx.waker.wake_if_sleeping();
+            if gone {
+                return;
+            }
+            continue;
+        }
         // Not worth a wake-up: the I/O thread needs it only to close a
         // retired connection or to finish a shutdown, and sees it within its
         // sleep cap.

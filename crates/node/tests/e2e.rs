@@ -1,6 +1,6 @@
 //! The node over real loopback sockets, driven by the Rust client.
 
-use offrac_client::{Client, ClientError, FunctionId, RetryPolicy, Status};
+use offrac_client::{Client, ClientError, FunctionId, Hop, RetryPolicy, Status};
 use offrac_node::{start, NodeConfig, NodeHandle};
 use offrac_proto::{RequestHeader, ResponseHeader, HEADER_LEN};
 use std::io::{Read, Write};
@@ -261,5 +261,58 @@ fn a_client_whose_answer_frees_room_is_never_refused() {
         .collect();
     let refused: usize = clients.into_iter().map(|t| t.join().unwrap()).sum();
     assert_eq!(refused, 0, "{refused} of 180 calls were refused");
+    n.shutdown().unwrap();
+}
+
+fn floats(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+#[test]
+fn a_chain_equals_its_functions_called_one_by_one() {
+    let n = node("");
+    let mut c = Client::connect(&n.addr.to_string()).unwrap();
+    let x = floats(&[-4.0, 0.5, 3.0, 12.0, 7.25]);
+    let mm = c.call(FunctionId::MinMax, 0, &x).unwrap().payload;
+    let one_by_one = c.call(FunctionId::Logit, 0, &mm).unwrap().payload;
+    let hops = [
+        Hop::local(FunctionId::MinMax.id(), 0),
+        Hop::local(FunctionId::Logit.id(), 0),
+    ];
+    let r = c.call_chain(&hops, &x).unwrap();
+    assert_eq!(r.payload, one_by_one);
+    assert_eq!((r.header.status, r.header.hop_index), (Status::Ok, 1));
+    n.shutdown().unwrap();
+}
+
+#[test]
+fn a_failing_hop_is_named_and_later_hops_do_not_run() {
+    let n = node("");
+    let mut c = Client::connect(&n.addr.to_string())
+        .unwrap()
+        .with_retry_policy(RetryPolicy::NONE);
+    // top-k with K = 0 at hop 1 fails; the spin at hop 2 must never run
+    let hops = [
+        Hop::local(FunctionId::Echo.id(), 0),
+        Hop::local(FunctionId::TopK.id(), 0),
+        Hop::local(FunctionId::Spin.id(), 200_000),
+    ];
+    let t = Instant::now();
+    match c.call_chain(&hops, &ints(&[1, 2, 3])) {
+        Err(ClientError::Status {
+            status: Status::BadInput,
+            hop: 1,
+            ..
+        }) => {}
+        other => panic!("expected BAD_INPUT at hop 1, got {other:?}"),
+    }
+    assert!(t.elapsed() < Duration::from_millis(150), "hop 2 (a 200 ms spin) ran");
+    // the connection serves on: the chain got exactly one answer
+    let r = c.call(FunctionId::Echo, 0, b"next").unwrap();
+    assert_eq!(r.payload, b"next");
+    match c.call_chain(&[], b"x") {
+        Err(ClientError::ChainLength(0)) => {}
+        other => panic!("expected ChainLength, got {other:?}"),
+    }
     n.shutdown().unwrap();
 }

@@ -84,6 +84,18 @@ impl RequestHeader {
         }
     }
 
+    /// A request running `hops` in order, the last one's result answered to
+    /// the caller; `None` if there are none or more than a header carries.
+    pub fn chain(request_id: u64, hops: &[Hop], payload_len: u32) -> Option<RequestHeader> {
+        if hops.is_empty() || hops.len() > MAX_HOPS {
+            return None;
+        }
+        let mut h = RequestHeader::single(request_id, 0, 0, payload_len);
+        h.hop_count = hops.len() as u8;
+        h.hops[..hops.len()].copy_from_slice(hops);
+        Some(h)
+    }
+
     /// The hop to run next.
     pub fn current_hop(&self) -> Hop {
         self.hops[self.hop_index as usize % MAX_HOPS]

@@ -413,12 +413,23 @@ impl World {
         }
     }
 
-    /// A slot's function returned: free the slot, then write the answer.
-    fn finish(&mut self, slot: SlotId, job: Job, started: Nanos) {
+    /// A slot's function returned: hand a chain on to its next hop, or free
+    /// the slot, then write the answer.
+    fn finish(&mut self, slot: SlotId, mut job: Job, started: Nanos) {
+        let (status, payload) = self.result(&job);
+        let queue_ns = Instant::from_nanos(started)
+            .saturating_since(job.complete_at)
+            .as_nanos() as u64;
+        let exec_ns = self.now - started;
+        if status == Status::Ok && !job.is_last_hop() {
+            job.advance(payload, self.instant(), queue_ns, exec_ns);
+            self.driver.handle_hop_done(self.instant(), slot, job);
+            self.apply();
+            return;
+        }
         self.driver.handle_slot_free(self.instant(), slot);
         self.apply();
         let conn = job.conn;
-        let (status, payload) = self.result(&job);
         let mut h = ResponseHeader::answer(
             &job.header,
             status,
@@ -426,10 +437,8 @@ impl World {
             payload.len() as u32,
         );
         h.reassembly_ns = job.reassembly_ns();
-        h.queue_ns = Instant::from_nanos(started)
-            .saturating_since(job.complete_at)
-            .as_nanos() as u64;
-        h.exec_ns = self.now - started;
+        h.queue_ns = job.earlier_queue_ns + queue_ns;
+        h.exec_ns = job.earlier_exec_ns + exec_ns;
         self.write(conn, &h, &payload);
         self.driver.handle_answered(self.instant(), conn);
         self.apply();
@@ -437,7 +446,13 @@ impl World {
 
     fn result(&self, job: &Job) -> (Status, Vec<u8>) {
         if !self.cfg.exec.real_results {
-            return (Status::Ok, Vec::new());
+            // Timing only: a chain's hops pass their input on unchanged.
+            let next = if job.is_last_hop() {
+                Vec::new()
+            } else {
+                job.payload.clone()
+            };
+            return (Status::Ok, next);
         }
         let Some(f) = FunctionId::from_id(job.function()) else {
             return (Status::Internal, b"no such function".to_vec());

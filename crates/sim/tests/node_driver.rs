@@ -4,7 +4,7 @@
 //! and `OFFRAC_SIM_SEED=N cargo test …` replays just that one.
 
 use offrac_core::EngineConfig;
-use offrac_proto::{FunctionId, Hop, RequestHeader, Status, DEVICE_SELF, REQUEST_ID_NONE};
+use offrac_proto::{FunctionId, RequestHeader, Status, REQUEST_ID_NONE};
 use offrac_sim::world::{World, WorldConfig};
 use std::time::Duration;
 
@@ -225,12 +225,7 @@ fn unsupported_has_no_detail_and_an_early_stall_names_no_request() {
         let mut w = world(seed, |c| c.engine.stall_timeout = Duration::from_millis(10));
         let c = w.connect();
         let mut h = RequestHeader::single(1, ECHO, 0, 0);
-        h.hop_count = 2;
-        h.hops[1] = Hop {
-            function: ECHO,
-            device: DEVICE_SELF,
-            param: 0,
-        };
+        h.reply_device = 3;
         w.send(c, &h.encode());
         w.run_for(MS);
         let a = w.answers_to(c, 1);

@@ -1,0 +1,106 @@
+"""Chains of functions run inside one node: results, timings and errors on the real node."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from offrac import (
+    DEVICE_SELF,
+    BadInputError,
+    Client,
+    FunctionId,
+    Hop,
+    RequestHeader,
+    Status,
+    Step,
+    UnknownFunctionError,
+    UnsupportedError,
+)
+
+from _util import RawConn
+from conftest import Node
+
+ECHO, TOPK, LOGIT, MINMAX = FunctionId.ECHO, FunctionId.TOPK, FunctionId.LOGIT, FunctionId.MINMAX
+
+
+@pytest.fixture(scope="module")
+def rng() -> np.random.Generator:
+    return np.random.default_rng(9)
+
+
+def test_chain_equals_the_functions_called_one_by_one(node: Node, rng: np.random.Generator) -> None:
+    x = rng.normal(0, 50, 1000).astype(np.float32)
+    with node.client() as c:
+        one_by_one = c.call("logit", c.call("minmax", x))
+        chained, info = c.call_chain(["minmax", "logit"], x, return_info=True)
+    assert chained.dtype == np.float32
+    np.testing.assert_array_equal(chained, one_by_one)
+    assert info.status == Status.OK and info.hop_index == 1  # the answer comes from the last hop
+
+
+def test_chain_keeps_the_shape_of_elementwise_steps(node: Node, rng: np.random.Generator) -> None:
+    x = rng.normal(0, 1, (8, 16)).astype(np.float32)
+    with node.client() as c:
+        out = c.call_chain(["minmax", "echo", "logit"], x)
+    assert out.shape == (8, 16)
+
+
+def test_topk_of_topk_with_parameters(node: Node, rng: np.random.Generator) -> None:
+    x = rng.integers(-(2**31), 2**31 - 1, 4096, dtype=np.int64).astype(np.int32)
+    with node.client() as c:
+        out = c.call_chain([Step("topk", k=64), Step("topk", k=8)], x)
+    np.testing.assert_array_equal(np.sort(out), np.sort(x)[-8:])
+
+
+def test_a_failing_hop_answers_once_naming_itself(node: Node) -> None:
+    with node.client() as c:
+        with pytest.raises(BadInputError) as e:
+            c.call_chain(["minmax", Step("topk", k=0), "logit"], np.ones(16, np.float32))
+        assert e.value.hop == 1
+        assert "hop 1" in str(e.value)
+        # the connection still serves: exactly one answer came for the chain
+        assert c.call("echo", b"after") == b"after"
+        assert c.outstanding == 0
+
+
+def test_an_unhosted_hop_is_unknown_function_naming_hop_and_function(node: Node) -> None:
+    with node.client() as c, pytest.raises(UnknownFunctionError) as e:
+        c.call_chain(["echo", "echo", 200], b"abc")
+    assert (e.value.hop, e.value.detail) == (2, 200)
+
+
+def test_a_remote_hop_is_unsupported_until_forwarding_exists(node: Node) -> None:
+    with node.client() as c:
+        with pytest.raises(UnsupportedError) as e:
+            c.call_chain(["echo", Step("echo", device=7)], b"abc")
+        assert e.value.hop == 1
+        assert "device 7" in e.value.message
+
+
+def test_chain_of_five_steps_is_refused_by_the_client(node: Node) -> None:
+    with node.client() as c, pytest.raises(ValueError, match="1 to 4"):
+        c.call_chain(["echo"] * 5, b"x")
+
+
+def test_raw_chain_header_timings_cover_every_hop(node: Node) -> None:
+    """The answer's exec_ns is the sum over the hops: three 300 us spins take >= 900 us."""
+    spin = Hop.local(FunctionId.SPIN, 300)
+    with RawConn(node.addr) as c:
+        h = RequestHeader.chain(41, (spin, spin, spin), payload_len=2)
+        assert h.reply_device == DEVICE_SELF
+        c.send(h.encode() + b"hi")
+        r, p = c.read_response()
+    assert (r.status, r.request_id, r.hop_index, p) == (Status.OK, 41, 2, b"hi")
+    assert r.exec_ns >= 900_000
+
+
+def test_chains_from_many_clients_all_answer(node: Node, rng: np.random.Generator) -> None:
+    xs = [rng.normal(0, 1, 256).astype(np.float32) for _ in range(200)]
+    with Client(node.addr, busy_retries=50) as c:
+        futs = [c.submit_chain(["minmax", "echo", "logit"], x) for x in xs]
+        outs = [f.result(30) for f in futs]
+        refs = [c.call("logit", c.call("minmax", x)) for x in xs[:20]]
+    for got, want in zip(outs, refs, strict=False):
+        np.testing.assert_array_equal(got, want)
+    assert len(outs) == 200
