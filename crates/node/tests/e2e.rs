@@ -306,7 +306,10 @@ fn a_failing_hop_is_named_and_later_hops_do_not_run() {
         }) => {}
         other => panic!("expected BAD_INPUT at hop 1, got {other:?}"),
     }
-    assert!(t.elapsed() < Duration::from_millis(150), "hop 2 (a 200 ms spin) ran");
+    assert!(
+        t.elapsed() < Duration::from_millis(150),
+        "hop 2 (a 200 ms spin) ran"
+    );
     // the connection serves on: the chain got exactly one answer
     let r = c.call(FunctionId::Echo, 0, b"next").unwrap();
     assert_eq!(r.payload, b"next");

@@ -4,9 +4,10 @@
 //! explicitly instead of losing it. Seeds cut the byte streams differently;
 //! `OFFRAC_SIM_SEED=N` replays one.
 
-use offrac_core::EngineConfig;
+mod common;
+
+use common::{for_seeds, world};
 use offrac_proto::{FunctionId, Hop, RequestHeader, Status};
-use offrac_sim::world::{World, WorldConfig};
 
 const MS: u64 = 1_000_000;
 const ECHO: u8 = FunctionId::Echo as u8;
@@ -14,28 +15,6 @@ const TOPK: u8 = FunctionId::TopK as u8;
 const LOGIT: u8 = FunctionId::Logit as u8;
 const MINMAX: u8 = FunctionId::MinMax as u8;
 const SPIN: u8 = FunctionId::Spin as u8;
-
-fn seeds() -> Vec<u64> {
-    match std::env::var("OFFRAC_SIM_SEED") {
-        Ok(s) => vec![s.parse().expect("OFFRAC_SIM_SEED is a number")],
-        Err(_) => (0..24).collect(),
-    }
-}
-
-fn for_seeds(f: impl Fn(u64) + std::panic::RefUnwindSafe) {
-    for seed in seeds() {
-        if let Err(e) = std::panic::catch_unwind(|| f(seed)) {
-            eprintln!("failed with seed {seed}: replay with OFFRAC_SIM_SEED={seed}");
-            std::panic::resume_unwind(e);
-        }
-    }
-}
-
-fn world(seed: u64, tweak: impl FnOnce(&mut WorldConfig)) -> World {
-    let mut cfg = WorldConfig::new(EngineConfig::default(), seed);
-    tweak(&mut cfg);
-    World::new(cfg).expect("valid configuration")
-}
 
 fn chain(id: u64, hops: &[(u8, u64)], payload: &[u8]) -> Vec<u8> {
     let hops: Vec<Hop> = hops.iter().map(|&(f, p)| Hop::local(f, p)).collect();

@@ -3,6 +3,9 @@
 //! cuts the byte streams into different segments); a failure names its seed,
 //! and `OFFRAC_SIM_SEED=N cargo test …` replays just that one.
 
+mod common;
+
+use common::{for_seeds, seeds, world};
 use offrac_core::EngineConfig;
 use offrac_proto::{FunctionId, RequestHeader, Status, REQUEST_ID_NONE};
 use offrac_sim::world::{World, WorldConfig};
@@ -13,29 +16,6 @@ const ECHO: u8 = 0;
 const TOPK: u8 = 1;
 const MATMUL: u8 = 4;
 const SPIN: u8 = 5;
-
-fn seeds() -> Vec<u64> {
-    match std::env::var("OFFRAC_SIM_SEED") {
-        Ok(s) => vec![s.parse().expect("OFFRAC_SIM_SEED is a number")],
-        Err(_) => (0..24).collect(),
-    }
-}
-
-/// Run `f` for every seed; a failure says which seed to replay.
-fn for_seeds(f: impl Fn(u64) + std::panic::RefUnwindSafe) {
-    for seed in seeds() {
-        if let Err(e) = std::panic::catch_unwind(|| f(seed)) {
-            eprintln!("failed with seed {seed}: replay with OFFRAC_SIM_SEED={seed}");
-            std::panic::resume_unwind(e);
-        }
-    }
-}
-
-fn world(seed: u64, tweak: impl FnOnce(&mut WorldConfig)) -> World {
-    let mut cfg = WorldConfig::new(EngineConfig::default(), seed);
-    tweak(&mut cfg);
-    World::new(cfg).expect("valid configuration")
-}
 
 fn request(id: u64, function: u8, param: u64, payload: &[u8]) -> Vec<u8> {
     let mut b = RequestHeader::single(id, function, param, payload.len() as u32)
