@@ -15,6 +15,7 @@ __all__ = [
     "ShuttingDownError",
     "TooLargeError",
     "UnknownFunctionError",
+    "UnreachableError",
     "UnsupportedError",
     "UnsupportedVersionError",
     "error_for_response",
@@ -152,6 +153,14 @@ class UnsupportedError(OffracError):
     STATUS = Status.UNSUPPORTED
 
 
+class UnreachableError(OffracError):
+    """UNREACHABLE: a chain hop's device cannot be reached (not in the node's device table, or
+    the link to it is down or broke before the hop's answer); ``hop`` is that hop, ``detail``
+    the device id. The hop may have run if the link broke."""
+
+    STATUS = Status.UNREACHABLE
+
+
 class ConnectionClosedError(OffracError):
     """The connection closed (or broke) while the request was outstanding, or before it was sent."""
 
@@ -169,6 +178,7 @@ _BY_STATUS: dict[Status, type[OffracError]] = {
         RequestTimeoutError,
         ShuttingDownError,
         UnsupportedError,
+        UnreachableError,
     )
     if cls.STATUS is not None
 }

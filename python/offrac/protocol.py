@@ -80,6 +80,7 @@ class Status(enum.IntEnum):
     TIMEOUT = 8
     SHUTTING_DOWN = 9
     UNSUPPORTED = 10
+    UNREACHABLE = 11
 
     @property
     def closes_connection(self) -> bool:

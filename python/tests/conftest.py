@@ -33,10 +33,12 @@ def node_binary() -> Path | None:
 class Node:
     """One running ``offrac serve`` process."""
 
-    def __init__(self, binary: Path, workdir: Path, config: str | None = None) -> None:
+    def __init__(
+        self, binary: Path, workdir: Path, config: str | None = None, listen: str = "127.0.0.1:0"
+    ) -> None:
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
-        args = [str(binary), "serve", "--listen", "127.0.0.1:0"]
+        args = [str(binary), "serve", "--listen", listen]
         if config is not None:
             cfg = workdir / "offrac.toml"
             cfg.write_text(config)
@@ -156,8 +158,8 @@ def start_node(node_bin: Path, tmp_path: Path) -> Iterator[Callable[[str | None]
     """Factory: ``start_node(config_toml_text)`` -> a fresh node, stopped after the test."""
     started: list[Node] = []
 
-    def start(config: str | None = None) -> Node:
-        n = Node(node_bin, tmp_path / f"node{len(started)}", config)
+    def start(config: str | None = None, listen: str = "127.0.0.1:0") -> Node:
+        n = Node(node_bin, tmp_path / f"node{len(started)}", config, listen)
         started.append(n)
         return n
 

@@ -15,7 +15,7 @@ from offrac import (
     Status,
     Step,
     UnknownFunctionError,
-    UnsupportedError,
+    UnreachableError,
 )
 
 from _util import RawConn
@@ -70,11 +70,11 @@ def test_an_unhosted_hop_is_unknown_function_naming_hop_and_function(node: Node)
     assert (e.value.hop, e.value.detail) == (2, 200)
 
 
-def test_a_remote_hop_is_unsupported_until_forwarding_exists(node: Node) -> None:
+def test_a_device_missing_from_the_device_table_is_unreachable(node: Node) -> None:
     with node.client() as c:
-        with pytest.raises(UnsupportedError) as e:
+        with pytest.raises(UnreachableError) as e:
             c.call_chain(["echo", Step("echo", device=7)], b"abc")
-        assert e.value.hop == 1
+        assert (e.value.hop, e.value.detail) == (1, 7)
         assert "device 7" in e.value.message
 
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from offrac import REQUEST_ID_NONE, FunctionId, Hop, Status
+from offrac import REQUEST_ID_NONE, FunctionId, Status
 
 from _util import RawConn, encode_request, header_with, parse_prometheus
 from conftest import Node
@@ -125,8 +125,8 @@ def test_trickling_clients_cannot_hold_the_pool(start_node: StartNode) -> None:
 def test_unsupported_has_no_detail_and_an_early_stall_names_no_request(start_node: StartNode) -> None:
     n = start_node("stall_timeout_ms = 200\n")
     with RawConn(n.addr) as c:
-        # A hop on another device (forwarding): detail is defined for other codes only.
-        c.send(header_with(3, ECHO, hops=(Hop(ECHO, 7, 0),)))
+        # A reply device other than the caller: detail is defined for other codes only.
+        c.send(header_with(3, ECHO, reply_device=3))
         h, _ = c.read_response()
         assert (h.status, h.request_id, h.detail) == (Status.UNSUPPORTED, 3, 0)
     with RawConn(n.addr) as c:

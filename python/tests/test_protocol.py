@@ -189,7 +189,7 @@ def test_response_decode_errors() -> None:
     with pytest.raises(HeaderError, match="BadVersion"):
         ResponseHeader.decode(bad_version)
     bad_status = bytearray(good)
-    bad_status[4] = 11
+    bad_status[4] = 12
     with pytest.raises(HeaderError) as info:
         ResponseHeader.decode(bad_status)
     assert info.value.kind == "UnknownStatus"
@@ -232,8 +232,9 @@ def test_status_and_function_tables() -> None:
         "TIMEOUT",
         "SHUTTING_DOWN",
         "UNSUPPORTED",
+        "UNREACHABLE",
     ]
-    assert [int(s) for s in Status] == list(range(11))
+    assert [int(s) for s in Status] == list(range(12))
     assert FUNCTION_IDS == {"echo": 0, "topk": 1, "logit": 2, "minmax": 3, "matmul": 4, "spin": 5}
     assert function_id("TopK") == 1
     assert function_id(200) == 200

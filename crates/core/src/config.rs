@@ -86,6 +86,9 @@ pub struct EngineConfig {
     pub slots: Vec<u8>,
     /// This node's device id, stamped on responses.
     pub device_id: u8,
+    /// The other devices this node can forward a chain hop to (its device
+    /// table); a hop on any other device is answered `UNREACHABLE`.
+    pub peers: Vec<u8>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -108,6 +111,10 @@ pub enum ConfigError {
     OwnersMismatch { owners: usize, buffers: usize },
     #[error("function {0} is hosted by a slot but no reassembly buffer admits it")]
     NoBufferForFunction(u8),
+    #[error(
+        "device {0} in the device table is this node's own id (or 255, which means \"this node\")"
+    )]
+    PeerIsSelf(u8),
 }
 
 impl Default for EngineConfig {
@@ -126,6 +133,7 @@ impl Default for EngineConfig {
             reassembly_timeout: Duration::from_secs(2),
             slots: vec![0, 1, 2, 3, 4, 5],
             device_id: 0,
+            peers: Vec::new(),
         }
     }
 }
@@ -134,6 +142,13 @@ impl EngineConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.buffers == 0 {
             return Err(ConfigError::NoBuffers);
+        }
+        if let Some(&d) = self
+            .peers
+            .iter()
+            .find(|&&d| d == self.device_id || d == offrac_proto::DEVICE_SELF)
+        {
+            return Err(ConfigError::PeerIsSelf(d));
         }
         if self.max_payload > self.buffer_bytes {
             return Err(ConfigError::PayloadOverBuffer {

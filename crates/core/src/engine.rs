@@ -31,6 +31,11 @@ pub enum Action {
     /// still owes it ([`Engine::held`]) and everything queued for it has been
     /// written, then reports the end with [`Engine::handle_close`].
     Close { conn: ConnId },
+    /// Send `job` to the device of its current hop ([`Job::function`]'s
+    /// device, one of the configured peers). The engine no longer holds it:
+    /// its answer — the one relayed back, or an error if the hop cannot be
+    /// reached — is the driver's to give.
+    Forward { job: Job },
 }
 
 pub struct Engine {
@@ -526,12 +531,15 @@ impl Engine {
         for i in h.hop_index..h.hop_count {
             let hop = h.hops[i as usize];
             if !self.is_local(hop.device) {
+                if self.cfg.peers.contains(&hop.device) {
+                    return Ok(()); // the next device checks the rest
+                }
                 return Err(HopError {
                     hop: i,
-                    status: Status::Unsupported,
-                    detail: 0,
+                    status: Status::Unreachable,
+                    detail: hop.device as u64,
                     message: format!(
-                        "hop {i} runs on device {}: forwarding to another device is not supported yet",
+                        "hop {i} runs on device {}, which is not in this node's device table",
                         hop.device
                     ),
                 });
@@ -552,11 +560,20 @@ impl Engine {
         device == DEVICE_SELF || device == self.cfg.device_id
     }
 
-    /// Queue a chain's next hop (admission checked the chain, so only room
-    /// can be missing; an output larger than any request may be is refused).
+    /// The job's current hop is this node's (else it is forwarded once complete).
+    fn runs_here(&self, job: &Job) -> bool {
+        self.is_local(job.header.current_hop().device)
+    }
+
+    /// Queue a chain's next hop, or forward it if it runs elsewhere
+    /// (admission checked the chain, so only room can be missing; an output
+    /// larger than any request may be is refused).
     fn route(&mut self, job: Job) {
         let cost = job.cost();
         let hop = job.header.current_hop();
+        if !self.is_local(hop.device) {
+            return self.forward(job);
+        }
         let refusal = if cost > self.cfg.max_payload {
             let max = self.cfg.max_payload;
             Some((
@@ -586,6 +603,14 @@ impl Engine {
                 self.chained.push_back(job);
             }
         }
+    }
+
+    /// Hand `job` to the driver for its hop's device; the engine's part of
+    /// its answer is done.
+    fn forward(&mut self, job: Job) {
+        self.settle(job.conn);
+        self.stats.forwarded += 1;
+        self.actions.push_back(Action::Forward { job });
     }
 
     fn refuse_header(&mut self, conn: ConnId, bytes: &[u8; HEADER_LEN], e: HeaderError) -> Rx {
@@ -734,6 +759,12 @@ impl Engine {
         let mut i = 0;
         while i < self.small.len() {
             let (f, cost) = (self.small[i].function(), self.small[i].cost());
+            if !self.runs_here(&self.small[i]) {
+                let job = self.small.remove(i).expect("index in range");
+                self.small_bytes -= cost;
+                self.forward(job);
+                continue;
+            }
             match self.pick(&mut blocked, f, cost) {
                 Some(slot) => {
                     let job = self.small.remove(i).expect("index in range");
@@ -749,6 +780,11 @@ impl Engine {
             let mut i = 0;
             while let Some(job) = self.pool.ready(b).get(i) {
                 let (f, cost) = (job.function(), job.cost());
+                if !self.runs_here(job) {
+                    let job = self.pool.take(b, i).expect("index in range");
+                    self.forward(job);
+                    continue;
+                }
                 match self.pick(&mut blocked, f, cost) {
                     Some(slot) => {
                         let job = self.pool.take(b, i).expect("index in range");

@@ -16,6 +16,9 @@ pub struct EngineStats {
     pub aborted: u64,
     /// Chain hops run that handed their output on to a next hop.
     pub hops: u64,
+    /// Handed to the driver to forward to another device (at a hop whose
+    /// device is a peer).
+    pub forwarded: u64,
     /// Finished by their slot (the driver writes their answers).
     pub completed: u64,
     /// Admitted but collected before completion (connection closed or stalled).

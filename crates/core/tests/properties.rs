@@ -192,6 +192,7 @@ impl Harness {
                     self.engine
                         .handle_close(Instant::from_nanos(self.now), conn);
                 }
+                Action::Forward { .. } => panic!("no peers are configured: nothing is forwarded"),
             }
         }
     }
@@ -252,6 +253,7 @@ fn config(policy: BufferPolicy, slot_policy: SlotPolicy, small: bool) -> EngineC
         reassembly_timeout: Duration::from_micros(1500),
         slots: vec![0, 1, 1, 2],
         device_id: 0,
+        peers: Vec::new(),
     }
 }
 

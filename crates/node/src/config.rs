@@ -1,6 +1,6 @@
 //! The node's TOML configuration and its translation to the engine's.
 
-use crate::driver::DriverConfig;
+use crate::driver::{DriverConfig, PeerConfig};
 use offrac_core::{BufferPolicy, EngineConfig, SlotPolicy};
 use offrac_proto::FunctionId;
 use serde::Deserialize;
@@ -19,6 +19,10 @@ pub enum ConfigError {
     UnknownFunction(String),
     #[error("io.mode must be \"poll\" or \"blocking\", not {0:?}")]
     BadIoMode(String),
+    #[error("[[devices]] entry {id}: addr {addr:?} is not host:port")]
+    BadDeviceAddr { id: u8, addr: String },
+    #[error("[[devices]]: device {0} is listed twice")]
+    DuplicateDevice(u8),
     #[error(transparent)]
     Engine(#[from] offrac_core::ConfigError),
 }
@@ -45,6 +49,10 @@ struct Raw {
     shutdown_grace_ms: u64,
     #[serde(default = "default_linger")]
     close_linger_ms: u64,
+    #[serde(default = "default_forward_timeout")]
+    forward_timeout_ms: u64,
+    #[serde(default)]
+    devices: Vec<RawDevice>,
     #[serde(default)]
     io: RawIo,
     #[serde(default)]
@@ -67,6 +75,17 @@ fn default_grace() -> u64 {
 }
 fn default_linger() -> u64 {
     DriverConfig::new(Vec::new()).close_linger.as_millis() as u64
+}
+fn default_forward_timeout() -> u64 {
+    DriverConfig::new(Vec::new()).forward_timeout.as_millis() as u64
+}
+
+/// One row of the device table: a peer node chain hops can be forwarded to.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDevice {
+    id: u8,
+    addr: String,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -159,6 +178,10 @@ pub struct NodeConfig {
     pub shutdown_grace_ms: u64,
     /// How long a closed connection lingers for its peer to read the last answer.
     pub close_linger_ms: u64,
+    /// A hop forwarded to a peer with no answer this long is answered `TIMEOUT`.
+    pub forward_timeout_ms: u64,
+    /// The device table: peers chain hops can be forwarded to.
+    pub devices: Vec<PeerConfig>,
     /// One per slot, in slot order (the engine's `slots` lists their functions).
     pub slots: Vec<SlotSettings>,
 }
@@ -215,7 +238,24 @@ impl NodeConfig {
             reassembly_timeout: Duration::from_millis(raw.reassembly_timeout_ms),
             slots,
             device_id: raw.device_id,
+            peers: raw.devices.iter().map(|d| d.id).collect(),
         };
+        let mut seen = [false; 256];
+        for d in &raw.devices {
+            if std::mem::replace(&mut seen[d.id as usize], true) {
+                return Err(ConfigError::DuplicateDevice(d.id));
+            }
+            let port_ok = d
+                .addr
+                .rsplit_once(':')
+                .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+            if !port_ok {
+                return Err(ConfigError::BadDeviceAddr {
+                    id: d.id,
+                    addr: d.addr.clone(),
+                });
+            }
+        }
         engine.validate()?;
         let metrics_listen = Some(raw.metrics.listen).filter(|s| !s.is_empty());
         Ok(NodeConfig {
@@ -226,6 +266,15 @@ impl NodeConfig {
             metrics_listen,
             shutdown_grace_ms: raw.shutdown_grace_ms,
             close_linger_ms: raw.close_linger_ms,
+            forward_timeout_ms: raw.forward_timeout_ms,
+            devices: raw
+                .devices
+                .iter()
+                .map(|d| PeerConfig {
+                    device: d.id,
+                    addr: d.addr.clone(),
+                })
+                .collect(),
             slots: slot_settings,
         })
     }
@@ -266,6 +315,10 @@ mod tests {
             d.shutdown_grace
         );
         assert_eq!(Duration::from_millis(file.close_linger_ms), d.close_linger);
+        assert_eq!(
+            Duration::from_millis(file.forward_timeout_ms),
+            d.forward_timeout
+        );
         // And it is not vacuous: a changed value is seen.
         code.engine.buffers += 1;
         assert_ne!(file, code);
@@ -293,5 +346,12 @@ mod tests {
         assert!(e.to_string().contains("exceeds pool.buffer_bytes"), "{e}");
         let e = NodeConfig::parse("[io]\nmode = \"turbo\"").unwrap_err();
         assert!(e.to_string().contains("turbo"), "{e}");
+        let e = NodeConfig::parse("[[devices]]\nid = 3\naddr = \"10.0.0.2\"").unwrap_err();
+        assert!(e.to_string().contains("not host:port"), "{e}");
+        let two = "[[devices]]\nid = 3\naddr = \"a:1\"\n[[devices]]\nid = 3\naddr = \"b:1\"";
+        let e = NodeConfig::parse(two).unwrap_err();
+        assert!(e.to_string().contains("listed twice"), "{e}");
+        let e = NodeConfig::parse("[[devices]]\nid = 0\naddr = \"a:1\"").unwrap_err();
+        assert!(e.to_string().contains("own id"), "{e}");
     }
 }

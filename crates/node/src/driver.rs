@@ -14,8 +14,13 @@
 //! both are zero, so every request the node received whole is answered before
 //! the close.
 
+mod links;
+
+pub use links::{LinkId, LinkState, LinkStats, PeerConfig};
+
+use links::Link;
 use offrac_core::{Action, ConnId, Engine, EngineConfig, Instant, Job, SlotId};
-use offrac_proto::ResponseHeader;
+use offrac_proto::{RequestHeader, ResponseHeader};
 use rustc_hash::FxHashMap;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
@@ -47,6 +52,22 @@ pub struct DriverConfig {
     /// After a shutdown request: how long queued work may still run. At its
     /// end every request still waiting is answered `SHUTTING_DOWN`.
     pub shutdown_grace: Duration,
+    /// The device table: the peers chain hops can be forwarded to (the
+    /// engine's `peers` must list the same devices).
+    pub peers: Vec<PeerConfig>,
+    /// A forwarded hop with no answer after this long is answered `TIMEOUT`.
+    pub forward_timeout: Duration,
+    /// Payload bytes forwarded on one link and not answered yet, above
+    /// which another hop is refused `BUSY` (memory stays bounded when a
+    /// peer is slow).
+    pub link_max_bytes: usize,
+    /// Largest response payload accepted from a peer (larger: the link is
+    /// treated as broken).
+    pub relay_max_payload: usize,
+    /// Back-off before reopening a link that went down: doubles from the
+    /// minimum up to the maximum, back to the minimum once it is up.
+    pub reconnect_min: Duration,
+    pub reconnect_max: Duration,
 }
 
 impl DriverConfig {
@@ -57,6 +78,12 @@ impl DriverConfig {
             reads_per_turn: 8,
             close_linger: Duration::from_secs(2),
             shutdown_grace: Duration::from_secs(10),
+            peers: Vec::new(),
+            forward_timeout: Duration::from_secs(10),
+            link_max_bytes: 64 << 20,
+            relay_max_payload: 256 << 20,
+            reconnect_min: Duration::from_millis(100),
+            reconnect_max: Duration::from_secs(5),
         }
     }
 }
@@ -67,6 +94,10 @@ pub enum DriverError {
     Engine(#[from] offrac_core::ConfigError),
     #[error("{driver} slot configurations for {engine} engine slots")]
     SlotMismatch { driver: usize, engine: usize },
+    #[error("the driver's device table and the engine's peers differ")]
+    PeerMismatch,
+    #[error("device {0} appears twice in the device table")]
+    DuplicatePeer(u8),
 }
 
 /// What the driver asks its shell to do.
@@ -97,6 +128,20 @@ pub enum Io {
     Drop { conn: ConnId },
     /// Stop accepting connections.
     StopAccepting,
+    /// Open the connection of `link` to `addr`; report
+    /// [`Driver::handle_link_up`] once it is connected or
+    /// [`Driver::handle_link_down`] if it fails. Its bytes go to
+    /// [`Driver::handle_link_bytes`]; an end of stream or error is
+    /// [`Driver::handle_link_down`].
+    Connect { link: LinkId, addr: String },
+    /// Write this request (header, then payload) on `link`.
+    SendLink {
+        link: LinkId,
+        header: RequestHeader,
+        payload: Vec<u8>,
+    },
+    /// Close the connection of `link` (it is reopened with a new `Connect`).
+    CloseLink { link: LinkId },
 }
 
 #[derive(Debug, Default)]
@@ -136,6 +181,10 @@ pub struct Driver {
     shutdown: Option<Shutdown>,
     /// Per slot: the inline limit (copied out of `cfg` for the hot path).
     inline_max: Vec<usize>,
+    links: Vec<Link>,
+    link_of: Box<[Option<LinkId>; 256]>,
+    forward_deadlines: BinaryHeap<Reverse<(Instant, LinkId, u64)>>,
+    link_stats: LinkStats,
 }
 
 impl Driver {
@@ -146,8 +195,38 @@ impl Driver {
                 engine: engine.slots.len(),
             });
         }
+        let mut link_of = Box::new([None; 256]);
+        for (i, p) in cfg.peers.iter().enumerate() {
+            if link_of[p.device as usize].replace(i).is_some() {
+                return Err(DriverError::DuplicatePeer(p.device));
+            }
+        }
+        let mut listed: Vec<u8> = cfg.peers.iter().map(|p| p.device).collect();
+        let mut peers = engine.peers.clone();
+        listed.sort_unstable();
+        peers.sort_unstable();
+        if listed != peers {
+            return Err(DriverError::PeerMismatch);
+        }
+        let links: Vec<Link> = cfg
+            .peers
+            .iter()
+            .map(|p| Link::new(p, cfg.reconnect_min))
+            .collect();
+        let out: VecDeque<Io> = links
+            .iter()
+            .enumerate()
+            .map(|(i, l)| l.connect_io(i))
+            .collect();
         let engine = Engine::new(engine)?;
         Ok(Driver {
+            link_stats: LinkStats {
+                connects: links.len() as u64,
+                ..LinkStats::default()
+            },
+            links,
+            link_of,
+            forward_deadlines: BinaryHeap::new(),
             inline_max: cfg.slots.iter().map(|s| s.inline_max_bytes).collect(),
             engine,
             cfg,
@@ -155,7 +234,7 @@ impl Driver {
             read_queue: VecDeque::new(),
             lingering: BinaryHeap::new(),
             closing: Vec::new(),
-            out: VecDeque::new(),
+            out,
             shutdown: None,
         })
     }
@@ -321,6 +400,7 @@ impl Driver {
             self.engine.handle_timeout(now);
             self.pump(now);
         }
+        self.link_timeouts(now);
         while let Some(&Reverse((t, conn))) = self.lingering.peek() {
             if t > now {
                 break;
@@ -335,6 +415,7 @@ impl Driver {
             if !s.aborted && s.grace_end <= now {
                 s.aborted = true;
                 self.engine.abort_queued(now);
+                self.abort_waiting_links(now);
                 self.pump(now);
             }
         }
@@ -357,10 +438,15 @@ impl Driver {
                 (true, true) => None,
             });
         let linger = self.lingering.peek().map(|Reverse((t, _))| *t);
-        [self.engine.poll_timeout(), grace, linger]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            self.engine.poll_timeout(),
+            grace,
+            linger,
+            self.link_timeout(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// A shutdown was asked for and everything is answered and written (or,
@@ -408,6 +494,7 @@ impl Driver {
                         });
                     }
                 }
+                Action::Forward { job } => self.forward(now, job),
                 Action::Close { conn } => {
                     if let Some(c) = self.conns.get_mut(&conn) {
                         c.closing = true;

@@ -16,7 +16,9 @@ mod wake;
 mod worker;
 
 pub use config::{ConfigError, IoMode, NodeConfig, SlotSettings, DEFAULT_CONFIG};
-pub use driver::{Driver, DriverConfig, DriverError, Io, SlotConfig};
+pub use driver::{
+    Driver, DriverConfig, DriverError, Io, LinkId, LinkState, LinkStats, PeerConfig, SlotConfig,
+};
 pub use metrics::Metrics;
 
 use mio::net::TcpListener;
@@ -169,6 +171,8 @@ pub fn start(cfg: NodeConfig, listen: &str) -> Result<NodeHandle, NodeError> {
     let mut driver_cfg = DriverConfig::new(slot_configs);
     driver_cfg.shutdown_grace = Duration::from_millis(cfg.shutdown_grace_ms);
     driver_cfg.close_linger = Duration::from_millis(cfg.close_linger_ms);
+    driver_cfg.forward_timeout = Duration::from_millis(cfg.forward_timeout_ms);
+    driver_cfg.peers = cfg.devices.clone();
     let driver = Driver::new(cfg.engine.clone(), driver_cfg)?;
 
     let exited = Arc::new(AtomicBool::new(false));

@@ -26,6 +26,8 @@ use std::time::{Duration, Instant};
 
 pub const LISTENER: Token = Token(usize::MAX - 1);
 pub const WAKER: Token = Token(usize::MAX - 2);
+/// Tokens of links to peers: `LINK_BASE + link`.
+const LINK_BASE: usize = usize::MAX / 2;
 const READ_CHUNK: usize = 64 * 1024;
 /// Longest sleep: bounds how late a worker's `Answered` (sent without a wake-up) is seen.
 const SLEEP_CAP: Duration = Duration::from_millis(50);
@@ -37,6 +39,13 @@ struct Conn {
     out: Arc<ConnOut>,
     /// The peer sent its last byte: read to the end, no new event will come.
     hung_up: bool,
+}
+
+/// The connection of a link to a peer node.
+struct LinkConn {
+    out: Arc<ConnOut>,
+    /// The non-blocking connect has completed.
+    connected: bool,
 }
 
 /// Everything the reactor owns besides the driver.
@@ -63,6 +72,7 @@ pub struct Reactor {
     /// The connection that sent the last bytes: in poll mode, an idle I/O
     /// thread spins on it with plain reads instead of an epoll round trip.
     hot: Option<ConnId>,
+    links: Vec<Option<LinkConn>>,
 }
 
 impl Reactor {
@@ -98,6 +108,7 @@ impl Reactor {
             keys: FxHashMap::default(),
             buf: vec![0; READ_CHUNK],
             hot: None,
+            links: Vec::new(),
             errors: crate::ratelog::RateLog::new(Status::ALL.len(), Duration::from_secs(1)),
         }
     }
@@ -145,6 +156,7 @@ impl Reactor {
                 match ev.token() {
                     LISTENER => self.accept(),
                     WAKER => {}
+                    Token(key) if key >= LINK_BASE => self.link_event(key - LINK_BASE, ev),
                     Token(key) => {
                         let Some(c) = self.conns.get_mut(key) else {
                             continue;
@@ -189,6 +201,9 @@ impl Reactor {
         self.metrics.publish(&self.driver);
         for c in self.conns.drain() {
             c.out.close();
+        }
+        for l in self.links.drain(..).flatten() {
+            l.out.close();
         }
         for w in self.workers.drain(..) {
             drop(w.tx);
@@ -413,6 +428,110 @@ impl Reactor {
         }
     }
 
+    /// Readiness of a link: its connect completing, answers to read, room to write.
+    fn link_event(&mut self, link: usize, ev: &mio::event::Event) {
+        let Some(Some(l)) = self.links.get_mut(link) else {
+            return;
+        };
+        let now = self.clock.now();
+        if !l.connected {
+            // A non-blocking connect ends with the socket writable (or an error).
+            let done = match l.out.stream.take_error() {
+                Ok(None) => match l.out.stream.peer_addr() {
+                    Ok(_) => Some(true),
+                    Err(e) if e.kind() == ErrorKind::NotConnected && !ev.is_error() => None,
+                    Err(_) => Some(false),
+                },
+                _ => Some(false),
+            };
+            match done {
+                None => return,
+                Some(false) => {
+                    self.driver.handle_link_down(now, link);
+                    self.apply();
+                    return;
+                }
+                Some(true) => {
+                    l.connected = true;
+                    let _ = l.out.stream.set_nodelay(true);
+                    tracing::debug!(link, "link up");
+                    self.driver.handle_link_up(now, link);
+                    self.apply();
+                }
+            }
+        }
+        let Some(Some(l)) = self.links.get(link) else {
+            return;
+        };
+        let out = l.out.clone();
+        if ev.is_writable() {
+            out.flush();
+            if out.is_closed() {
+                self.driver.handle_link_down(self.clock.now(), link);
+                self.apply();
+                return;
+            }
+        }
+        if !(ev.is_readable() || ev.is_read_closed() || ev.is_error()) {
+            return;
+        }
+        let mut buf = std::mem::take(&mut self.buf);
+        loop {
+            match (&out.stream).read(&mut buf) {
+                Ok(0) => {
+                    self.driver.handle_link_down(self.clock.now(), link);
+                    break;
+                }
+                Ok(n) => self
+                    .driver
+                    .handle_link_bytes(self.clock.now(), link, &buf[..n]),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => {
+                    self.driver.handle_link_down(self.clock.now(), link);
+                    break;
+                }
+            }
+        }
+        self.buf = buf;
+        self.apply();
+    }
+
+    /// Start a non-blocking connect for `link`.
+    fn connect_link(&mut self, link: usize, addr: &str) {
+        use std::net::ToSocketAddrs;
+        if self.links.len() <= link {
+            self.links.resize_with(link + 1, || None);
+        }
+        let stream = addr
+            .to_socket_addrs()
+            .and_then(|mut a| {
+                a.next()
+                    .ok_or_else(|| std::io::Error::new(ErrorKind::NotFound, "no address"))
+            })
+            .and_then(TcpStream::connect);
+        let registered = stream.and_then(|mut s| {
+            self.poll.registry().register(
+                &mut s,
+                Token(LINK_BASE + link),
+                Interest::READABLE | Interest::WRITABLE,
+            )?;
+            Ok(s)
+        });
+        match registered {
+            Ok(s) => {
+                self.links[link] = Some(LinkConn {
+                    out: Arc::new(ConnOut::new(s)),
+                    connected: false,
+                });
+            }
+            Err(e) => {
+                tracing::warn!(link, addr, error = %e, "cannot connect to peer");
+                self.driver.handle_link_down(self.clock.now(), link);
+            }
+        }
+    }
+
     /// Carry out what the driver decided.
     fn apply(&mut self) {
         while let Some(io) = self.driver.poll_io() {
@@ -463,6 +582,24 @@ impl Reactor {
                         let _ = self.poll.registry().deregister(&mut SourceFd(&fd));
                         c.out.close();
                         tracing::debug!(conn, "connection closed");
+                    }
+                }
+                Io::Connect { link, addr } => self.connect_link(link, &addr),
+                Io::SendLink {
+                    link,
+                    header,
+                    payload,
+                } => {
+                    if let Some(Some(l)) = self.links.get(link) {
+                        l.out.send(&header.encode(), &payload);
+                    }
+                }
+                Io::CloseLink { link } => {
+                    if let Some(l) = self.links.get_mut(link).and_then(Option::take) {
+                        let fd = l.out.stream.as_raw_fd();
+                        let _ = self.poll.registry().deregister(&mut SourceFd(&fd));
+                        l.out.close();
+                        tracing::debug!(link, "link closed");
                     }
                 }
                 Io::StopAccepting => {

@@ -319,3 +319,112 @@ fn a_failing_hop_is_named_and_later_hops_do_not_run() {
     }
     n.shutdown().unwrap();
 }
+
+/// Node A (device 0) and node B (device 1), each in the other's device table.
+fn two_nodes() -> (NodeHandle, NodeHandle) {
+    // Each node's table needs the other's address before it starts: take two
+    // free ports first.
+    let free = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+    };
+    let (pa, pb) = (free(), free());
+    let start_with = |me: u8, listen: std::net::SocketAddr, peer: std::net::SocketAddr| {
+        let text = format!(
+            "device_id = {me}\n[metrics]\nlisten = \"\"\n[[devices]]\nid = {}\naddr = \"{peer}\"\n",
+            1 - me
+        );
+        start(
+            NodeConfig::parse(&text).expect("config"),
+            &listen.to_string(),
+        )
+        .expect("node starts")
+    };
+    let (a, b) = (start_with(0, pa, pb), start_with(1, pb, pa));
+    // A's first connect may have raced B's start: it retries after 100 ms.
+    let mut c = Client::connect(&a.addr.to_string()).unwrap();
+    let t = Instant::now();
+    while c.call_chain(&[hop(FunctionId::Echo, 1, 0)], b"up").is_err() {
+        assert!(t.elapsed() < Duration::from_secs(5), "A never linked to B");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (a, b)
+}
+
+fn hop(f: FunctionId, device: u8, param: u64) -> Hop {
+    Hop {
+        function: f.id(),
+        device,
+        param,
+    }
+}
+
+#[test]
+fn a_chain_across_two_nodes_equals_its_functions_one_by_one() {
+    let (a, b) = two_nodes();
+    let mut c = Client::connect(&a.addr.to_string()).unwrap();
+    let x = floats(&[-4.0, 0.5, 3.0, 12.0, 7.25]);
+    let mm = c.call(FunctionId::MinMax, 0, &x).unwrap().payload;
+    let want = c.call(FunctionId::Logit, 0, &mm).unwrap().payload;
+    let r = c
+        .call_chain(
+            &[hop(FunctionId::MinMax, 0, 0), hop(FunctionId::Logit, 1, 0)],
+            &x,
+        )
+        .unwrap();
+    assert_eq!(r.payload, want);
+    assert_eq!((r.header.hop_index, r.header.device), (1, 1));
+    // The first hop remote, then back to A.
+    let ints_in: Vec<i32> = (0..500).map(|i| (i * 7919) % 1000 - 500).collect();
+    let r = c
+        .call_chain(
+            &[hop(FunctionId::TopK, 1, 64), hop(FunctionId::TopK, 0, 3)],
+            &ints(&ints_in),
+        )
+        .unwrap();
+    let mut sorted = ints_in.clone();
+    sorted.sort_unstable_by(|x, y| y.cmp(x));
+    assert_eq!(r.payload, ints(&sorted[..3]));
+    assert_eq!((r.header.hop_index, r.header.device), (1, 0));
+    a.shutdown().unwrap();
+    b.shutdown().unwrap();
+}
+
+#[test]
+fn a_peer_that_went_away_is_unreachable_naming_the_hop() {
+    let (a, b) = two_nodes();
+    let mut c = Client::connect(&a.addr.to_string())
+        .unwrap()
+        .with_retry_policy(RetryPolicy::NONE);
+    let chain = [hop(FunctionId::Echo, 0, 0), hop(FunctionId::Echo, 1, 0)];
+    assert_eq!(c.call_chain(&chain, b"hi").unwrap().payload, b"hi");
+    b.shutdown().unwrap();
+    // A learns the link broke when B closes it; from then on the hop is refused.
+    let t = Instant::now();
+    loop {
+        match c.call_chain(&chain, b"hi") {
+            Err(ClientError::Status {
+                status: Status::Unreachable,
+                hop: 1,
+                detail: 1,
+                ..
+            }) => break,
+            Ok(_) if t.elapsed() < Duration::from_secs(5) => {
+                std::thread::sleep(Duration::from_millis(10))
+            }
+            other => panic!("expected UNREACHABLE at hop 1, got {other:?}"),
+        }
+    }
+    // An unknown device is refused at admission, by name.
+    match c.call_chain(&[hop(FunctionId::Echo, 9, 0)], b"x") {
+        Err(ClientError::Status {
+            status: Status::Unreachable,
+            hop: 0,
+            detail: 9,
+            ..
+        }) => {}
+        other => panic!("expected UNREACHABLE for device 9, got {other:?}"),
+    }
+    a.shutdown().unwrap();
+}

@@ -13,10 +13,13 @@ pub enum Status {
     Timeout = 8,
     ShuttingDown = 9,
     Unsupported = 10,
+    /// A chain hop's device cannot be reached: no route to it, or the link
+    /// to it is down or broke before the hop's answer came back.
+    Unreachable = 11,
 }
 
 impl Status {
-    pub const ALL: [Status; 11] = [
+    pub const ALL: [Status; 12] = [
         Status::Ok,
         Status::Busy,
         Status::UnknownFunction,
@@ -28,6 +31,7 @@ impl Status {
         Status::Timeout,
         Status::ShuttingDown,
         Status::Unsupported,
+        Status::Unreachable,
     ];
 
     pub fn from_code(code: u16) -> Option<Status> {
@@ -52,6 +56,7 @@ impl Status {
             Status::Timeout => "TIMEOUT",
             Status::ShuttingDown => "SHUTTING_DOWN",
             Status::Unsupported => "UNSUPPORTED",
+            Status::Unreachable => "UNREACHABLE",
         }
     }
 }

@@ -128,7 +128,7 @@ impl Backend for Driven {
         let mut u = vec![(0.0, 0.0, 0usize); self.functions];
         let slots = &self.world.cfg.engine.slots;
         for (slot, &f) in slots.iter().enumerate() {
-            let busy = self.world.busy_ns[slot] as f64 / 1000.0;
+            let busy = self.world.node(0).busy_ns[slot] as f64 / 1000.0;
             let e = &mut u[f as usize];
             e.0 += busy;
             e.1 += busy;

@@ -68,6 +68,8 @@ impl Reassembled {
                     out.answers.push((header.request_id, outcome));
                 }
                 Action::Close { conn } => self.engine.handle_close(Instant::from_nanos(now), conn),
+                // The design study has no peers, so no hop is ever forwarded.
+                Action::Forward { .. } => {}
             }
         }
         if let Some(t) = self.engine.poll_timeout().map(Instant::as_nanos) {
@@ -158,5 +160,6 @@ pub(crate) fn engine_config(cfg: &SimConfig, pool: &PoolModel) -> EngineConfig {
         reassembly_timeout: Duration::from_secs(1),
         slots,
         device_id: 0,
+        peers: Vec::new(),
     }
 }

@@ -9,7 +9,7 @@
 use crate::rng::Rng;
 use crate::Nanos;
 use offrac_core::{ConnId, EngineConfig, Instant, Job, SlotId};
-use offrac_node::{Driver, DriverConfig, DriverError, Io};
+use offrac_node::{Driver, DriverConfig, DriverError, Io, LinkId};
 use offrac_proto::{FunctionId, ResponseHeader, Status, HEADER_LEN};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -116,10 +116,15 @@ pub struct Received {
     pub payload: Vec<u8>,
 }
 
-/// A virtual client connection: what it sent, what it got.
+/// A virtual client connection: what it sent, what it got. A node's link
+/// to a peer is a client of that peer whose answers go to the link's node.
 #[derive(Debug, Default)]
 pub struct Client {
+    /// The node it is connected to.
+    pub node: usize,
     conn: Option<ConnId>,
+    /// `(node, link)`: this connection is that node's link to a peer.
+    link: Option<(usize, LinkId)>,
     /// Bytes in flight to the node, delivered in order.
     to_node: Vec<u8>,
     /// The client sent its end of stream.
@@ -142,57 +147,106 @@ pub struct Client {
 #[derive(Debug)]
 enum Ev {
     Accept(usize),
-    /// A segment reaches the node (`None`: the client's end of stream).
+    /// A segment reaches the client's node (`None`: the client's end of stream).
     Segment(usize, Option<Vec<u8>>),
     /// Bytes (`None`: end of stream) reach a client.
     ToClient(usize, Option<Vec<u8>>),
     /// A slot's function returns: slot free, then the answer is written.
     Finish {
+        node: usize,
         slot: SlotId,
         job: Job,
         started: Nanos,
     },
-    Timer,
+    Timer(usize),
+    /// A link's connect completed (`true`) or failed.
+    LinkConnected(usize, LinkId, bool),
 }
 
-pub struct World {
+/// One node of the world: the node's own driver and its slots.
+pub struct SimNode {
     pub cfg: WorldConfig,
     driver: Driver,
-    now: Nanos,
-    seq: u64,
-    heap: BinaryHeap<Reverse<(Nanos, u64)>>,
-    events: HashMap<u64, Ev>,
-    pub clients: Vec<Client>,
+    /// Connection -> client.
     by_conn: HashMap<ConnId, usize>,
-    rng: Rng,
     timer_at: Option<Nanos>,
-    /// Every answer the node wrote, in order: (client, request id, status).
-    pub log: Vec<(usize, u64, Status)>,
+    /// Killed: it neither reads, runs nor answers, and refuses connects.
+    down: bool,
     /// When the driver reported it had finished a shutdown.
     pub finished_at: Option<Nanos>,
     /// Per slot: virtual time spent executing.
     pub busy_ns: Vec<Nanos>,
 }
 
+impl SimNode {
+    fn new(cfg: WorldConfig) -> Result<SimNode, DriverError> {
+        Ok(SimNode {
+            driver: Driver::new(cfg.engine.clone(), cfg.driver.clone())?,
+            busy_ns: vec![0; cfg.engine.slots.len()],
+            cfg,
+            by_conn: HashMap::new(),
+            timer_at: None,
+            down: false,
+            finished_at: None,
+        })
+    }
+
+    pub fn driver(&self) -> &Driver {
+        &self.driver
+    }
+}
+
+/// The address of node `i` in a device table of the world.
+pub fn node_addr(i: usize) -> String {
+    format!("sim:{i}")
+}
+
+pub struct World {
+    /// The world's shared knobs (latencies, segmentation, seed): node 0's.
+    pub cfg: WorldConfig,
+    nodes: Vec<SimNode>,
+    now: Nanos,
+    seq: u64,
+    heap: BinaryHeap<Reverse<(Nanos, u64)>>,
+    events: HashMap<u64, Ev>,
+    pub clients: Vec<Client>,
+    /// (node, link) -> the client that is that link.
+    link_clients: HashMap<(usize, LinkId), usize>,
+    rng: Rng,
+    /// Every answer a node wrote, in order: (client, request id, status).
+    pub log: Vec<(usize, u64, Status)>,
+}
+
 impl World {
+    /// One node.
     pub fn new(cfg: WorldConfig) -> Result<World, DriverError> {
-        let driver = Driver::new(cfg.engine.clone(), cfg.driver.clone())?;
-        let busy_ns = vec![0; cfg.engine.slots.len()];
-        Ok(World {
-            busy_ns,
+        World::cluster(vec![cfg])
+    }
+
+    /// Several nodes; node `i` is reached at [`node_addr`]`(i)` by the
+    /// device tables. Latencies, segmentation and the seed are node 0's.
+    pub fn cluster(cfgs: Vec<WorldConfig>) -> Result<World, DriverError> {
+        let nodes = cfgs
+            .into_iter()
+            .map(SimNode::new)
+            .collect::<Result<Vec<_>, _>>()?;
+        let cfg = nodes[0].cfg.clone();
+        let mut w = World {
             rng: Rng::new(cfg.seed),
             cfg,
-            driver,
+            nodes,
             now: 1,
             seq: 0,
             heap: BinaryHeap::new(),
             events: HashMap::new(),
             clients: Vec::new(),
-            by_conn: HashMap::new(),
-            timer_at: None,
+            link_clients: HashMap::new(),
             log: Vec::new(),
-            finished_at: None,
-        })
+        };
+        for n in 0..w.nodes.len() {
+            w.apply(n); // the links' first connects
+        }
+        Ok(w)
     }
 
     pub fn now(&self) -> Nanos {
@@ -204,8 +258,13 @@ impl World {
         Instant::from_nanos(self.now)
     }
 
+    /// Node 0's driver.
     pub fn driver(&self) -> &Driver {
-        &self.driver
+        &self.nodes[0].driver
+    }
+
+    pub fn node(&self, i: usize) -> &SimNode {
+        &self.nodes[i]
     }
 
     fn at(&mut self, t: Nanos, ev: Ev) {
@@ -214,10 +273,16 @@ impl World {
         self.events.insert(self.seq, ev);
     }
 
-    /// A new client; it is accepted one link latency later.
+    /// A new client of node 0; it is accepted one link latency later.
     pub fn connect(&mut self) -> usize {
+        self.connect_to(0)
+    }
+
+    /// A new client of `node`; it is accepted one link latency later.
+    pub fn connect_to(&mut self, node: usize) -> usize {
         let c = self.clients.len();
         self.clients.push(Client {
+            node,
             reading: true,
             ..Client::default()
         });
@@ -249,26 +314,53 @@ impl World {
     pub fn set_reading(&mut self, client: usize, reading: bool) {
         let c = &mut self.clients[client];
         c.reading = reading;
+        let node = c.node;
         if reading {
             c.unread = 0;
             if let Some(conn) = c.conn {
-                self.driver.handle_backlog(self.instant(), conn, 0);
+                let now = self.instant();
+                self.nodes[node].driver.handle_backlog(now, conn, 0);
                 // A resumed connection is queued for reading, as the reactor would.
-                self.read_turns();
+                self.read_turns(node);
             }
         }
     }
 
-    /// SIGTERM.
+    /// SIGTERM to node 0.
     pub fn shutdown(&mut self) {
-        self.driver.handle_shutdown(self.instant());
-        self.apply();
+        let now = self.instant();
+        self.nodes[0].driver.handle_shutdown(now);
+        self.apply(0);
+    }
+
+    /// `kill -9` of `node`: its connections break (their peers see a reset
+    /// one link latency later), it runs and answers nothing more, and
+    /// connects to it fail until [`World::restart`].
+    pub fn kill(&mut self, node: usize) {
+        self.nodes[node].down = true;
+        self.nodes[node].by_conn.clear();
+        for c in 0..self.clients.len() {
+            if self.clients[c].node == node && self.clients[c].conn.take().is_some() {
+                self.at(self.now + self.cfg.link_ns, Ev::ToClient(c, None));
+                self.clients[c]
+                    .dropped_at
+                    .get_or_insert(self.now + self.cfg.link_ns);
+            }
+        }
+    }
+
+    /// Start a killed node afresh (a new driver, nothing remembered).
+    pub fn restart(&mut self, node: usize) -> Result<(), DriverError> {
+        let cfg = self.nodes[node].cfg.clone();
+        self.nodes[node] = SimNode::new(cfg)?;
+        self.apply(node);
+        Ok(())
     }
 
     /// Run every event up to and including `t`; the clock ends at `t`.
     pub fn run_until(&mut self, t: Nanos) {
         // Calls made between runs (a shutdown, say) may have moved the driver's timer.
-        self.arm_timer();
+        self.arm_timers();
         while let Some(&Reverse((when, seq))) = self.heap.peek() {
             if when > t {
                 break;
@@ -278,9 +370,12 @@ impl World {
             if let Some(ev) = self.events.remove(&seq) {
                 self.handle(ev);
             }
-            self.arm_timer();
-            if self.finished_at.is_none() && self.driver.is_finished(self.instant()) {
-                self.finished_at = Some(self.now);
+            self.arm_timers();
+            let now = self.instant();
+            for n in &mut self.nodes {
+                if n.finished_at.is_none() && !n.down && n.driver.is_finished(now) {
+                    n.finished_at = Some(self.now);
+                }
             }
         }
         self.now = self.now.max(t);
@@ -297,26 +392,37 @@ impl World {
         self.heap.peek().map(|Reverse((t, _))| *t)
     }
 
-    fn arm_timer(&mut self) {
-        if let Some(t) = self.driver.poll_timeout().map(Instant::as_nanos) {
-            if self.timer_at.is_none_or(|armed| t < armed) {
-                self.timer_at = Some(t);
-                self.at(t.max(self.now), Ev::Timer);
+    fn arm_timers(&mut self) {
+        for i in 0..self.nodes.len() {
+            let n = &self.nodes[i];
+            if n.down {
+                continue;
+            }
+            if let Some(t) = n.driver.poll_timeout().map(Instant::as_nanos) {
+                if n.timer_at.is_none_or(|armed| t < armed) {
+                    self.nodes[i].timer_at = Some(t);
+                    self.at(t.max(self.now), Ev::Timer(i));
+                }
             }
         }
     }
 
     fn handle(&mut self, ev: Ev) {
+        let now = self.instant();
         match ev {
             Ev::Accept(c) => {
-                let conn = self.driver.handle_accept(self.instant());
+                let node = self.clients[c].node;
+                if self.nodes[node].down {
+                    return self.refused(c);
+                }
+                let conn = self.nodes[node].driver.handle_accept(now);
                 self.clients[c].conn = Some(conn);
-                self.by_conn.insert(conn, c);
+                self.nodes[node].by_conn.insert(conn, c);
                 // Bytes that raced ahead of the accept wait for it.
                 if !self.clients[c].to_node.is_empty() || self.clients[c].eof_sent {
                     let eof = self.clients[c].eof_sent;
-                    self.driver.handle_readable(self.instant(), conn, eof);
-                    self.read_turns();
+                    self.nodes[node].driver.handle_readable(now, conn, eof);
+                    self.read_turns(node);
                 }
             }
             Ev::Segment(c, seg) => {
@@ -325,127 +431,217 @@ impl World {
                     Some(bytes) => client.to_node.extend_from_slice(&bytes),
                     None => client.eof_sent = true,
                 }
-                let eof = client.eof_sent;
+                let (eof, node) = (client.eof_sent, client.node);
                 if let Some(conn) = client.conn {
-                    self.driver.handle_readable(self.instant(), conn, eof);
-                    self.read_turns();
+                    self.nodes[node].driver.handle_readable(now, conn, eof);
+                    self.read_turns(node);
                 }
             }
             Ev::ToClient(c, bytes) => self.deliver(c, bytes),
-            Ev::Finish { slot, job, started } => self.finish(slot, job, started),
-            Ev::Timer => {
-                self.timer_at = None;
-                self.driver.handle_timeout(self.instant());
-                self.apply();
+            Ev::Finish {
+                node,
+                slot,
+                job,
+                started,
+            } => {
+                if !self.nodes[node].down {
+                    self.finish(node, slot, job, started);
+                }
+            }
+            Ev::Timer(node) => {
+                self.nodes[node].timer_at = None;
+                if !self.nodes[node].down {
+                    self.nodes[node].driver.handle_timeout(now);
+                    self.apply(node);
+                }
+            }
+            Ev::LinkConnected(node, link, ok) => {
+                if self.nodes[node].down {
+                    return;
+                }
+                if ok {
+                    self.nodes[node].driver.handle_link_up(now, link);
+                } else {
+                    self.nodes[node].driver.handle_link_down(now, link);
+                }
+                self.apply(node);
             }
         }
-        self.apply();
+        for n in 0..self.nodes.len() {
+            self.apply(n);
+        }
+    }
+
+    /// A connect to a node that is down: a link learns it failed.
+    fn refused(&mut self, c: usize) {
+        self.clients[c].dropped_at.get_or_insert(self.now);
+        if let Some((node, link)) = self.clients[c].link {
+            self.link_clients.remove(&(node, link));
+            self.at(
+                self.now + self.cfg.link_ns,
+                Ev::LinkConnected(node, link, false),
+            );
+        }
     }
 
     /// The reactor's read turns, over the virtual sockets.
-    fn read_turns(&mut self) {
-        self.apply();
-        let turns = self.driver.pending_reads();
+    fn read_turns(&mut self, node: usize) {
+        self.apply(node);
+        let turns = self.nodes[node].driver.pending_reads();
         for _ in 0..turns {
-            let Some((conn, budget)) = self.driver.poll_read() else {
+            let Some((conn, budget)) = self.nodes[node].driver.poll_read() else {
                 break;
             };
-            let Some(&c) = self.by_conn.get(&conn) else {
+            let Some(&c) = self.nodes[node].by_conn.get(&conn) else {
                 continue;
             };
             let mut more = true;
             for _ in 0..budget {
+                let now = self.instant();
                 let client = &mut self.clients[c];
                 if client.to_node.is_empty() {
                     more = false;
                     if client.eof_sent {
-                        self.driver.handle_hangup(self.instant(), conn);
+                        self.nodes[node].driver.handle_hangup(now, conn);
                     }
                     break;
                 }
                 let n = client.to_node.len().min(self.cfg.read_chunk);
                 let chunk: Vec<u8> = client.to_node.drain(..n).collect();
-                self.driver.handle_bytes(self.instant(), conn, &chunk);
-                self.apply();
-                if !self.driver.wants_read(conn) {
+                self.nodes[node].driver.handle_bytes(now, conn, &chunk);
+                self.apply(node);
+                if !self.nodes[node].driver.wants_read(conn) {
                     more = false;
                     break;
                 }
             }
-            self.driver.handle_read_turn_end(self.instant(), conn, more);
-            self.apply();
+            let now = self.instant();
+            self.nodes[node]
+                .driver
+                .handle_read_turn_end(now, conn, more);
+            self.apply(node);
         }
     }
 
-    fn apply(&mut self) {
-        while let Some(io) = self.driver.poll_io() {
+    fn apply(&mut self, node: usize) {
+        while let Some(io) = self.nodes[node].driver.poll_io() {
             match io {
                 Io::Run { slot, job, inline } => {
+                    let n = &mut self.nodes[node];
                     let started = if inline {
                         self.now
                     } else {
-                        self.now + self.cfg.handoff_ns
+                        self.now + n.cfg.handoff_ns
                     };
-                    let exec = self.cfg.exec.time(&job);
-                    self.busy_ns[slot] += exec;
+                    let exec = n.cfg.exec.time(&job);
+                    n.busy_ns[slot] += exec;
                     let done = started + exec;
-                    self.at(done, Ev::Finish { slot, job, started });
+                    self.at(
+                        done,
+                        Ev::Finish {
+                            node,
+                            slot,
+                            job,
+                            started,
+                        },
+                    );
                 }
                 Io::Send {
                     conn,
                     header,
                     payload,
-                } => self.write(conn, &header, &payload),
+                } => self.write(node, conn, &header, &payload),
                 Io::ShutWrite { conn } => {
-                    if let Some(&c) = self.by_conn.get(&conn) {
+                    if let Some(&c) = self.nodes[node].by_conn.get(&conn) {
                         self.at(self.now + self.cfg.link_ns, Ev::ToClient(c, None));
                     }
                 }
                 Io::Drop { conn } => {
-                    if let Some(c) = self.by_conn.remove(&conn) {
+                    if let Some(c) = self.nodes[node].by_conn.remove(&conn) {
                         let client = &mut self.clients[c];
                         client.dropped_at.get_or_insert(self.now);
                         client.conn = None;
+                        if client.link.is_some() {
+                            self.at(self.now + self.cfg.link_ns, Ev::ToClient(c, None));
+                        }
                     }
                 }
                 Io::StopAccepting => {}
+                Io::Connect { link, addr } => {
+                    let peer = addr
+                        .strip_prefix("sim:")
+                        .and_then(|i| i.parse::<usize>().ok())
+                        .filter(|&i| i < self.nodes.len() && !self.nodes[i].down);
+                    match peer {
+                        Some(p) => {
+                            let c = self.connect_to(p);
+                            self.clients[c].link = Some((node, link));
+                            self.link_clients.insert((node, link), c);
+                            // Connected once the peer has accepted (a round trip).
+                            let t = self.now + 2 * self.cfg.link_ns;
+                            self.at(t, Ev::LinkConnected(node, link, true));
+                        }
+                        None => {
+                            let t = self.now + self.cfg.link_ns;
+                            self.at(t, Ev::LinkConnected(node, link, false));
+                        }
+                    }
+                }
+                Io::SendLink {
+                    link,
+                    header,
+                    payload,
+                } => {
+                    if let Some(&c) = self.link_clients.get(&(node, link)) {
+                        let mut bytes = header.encode().to_vec();
+                        bytes.extend_from_slice(&payload);
+                        self.send(c, &bytes);
+                    }
+                }
+                Io::CloseLink { link } => {
+                    if let Some(c) = self.link_clients.remove(&(node, link)) {
+                        self.clients[c].link = None;
+                        self.close(c);
+                    }
+                }
             }
         }
     }
 
     /// A slot's function returned: hand a chain on to its next hop, or free
     /// the slot, then write the answer.
-    fn finish(&mut self, slot: SlotId, mut job: Job, started: Nanos) {
-        let (status, payload) = self.result(&job);
+    fn finish(&mut self, node: usize, slot: SlotId, mut job: Job, started: Nanos) {
+        let (status, payload) = self.result(node, &job);
         let queue_ns = Instant::from_nanos(started)
             .saturating_since(job.complete_at)
             .as_nanos() as u64;
         let exec_ns = self.now - started;
+        let now = self.instant();
         if status == Status::Ok && !job.is_last_hop() {
-            job.advance(payload, self.instant(), queue_ns, exec_ns);
-            self.driver.handle_hop_done(self.instant(), slot, job);
-            self.apply();
+            job.advance(payload, now, queue_ns, exec_ns);
+            self.nodes[node].driver.handle_hop_done(now, slot, job);
+            self.apply(node);
             return;
         }
-        self.driver.handle_slot_free(self.instant(), slot);
-        self.apply();
+        self.nodes[node].driver.handle_slot_free(now, slot);
+        self.apply(node);
         let conn = job.conn;
         let mut h = ResponseHeader::answer(
             &job.header,
             status,
-            self.cfg.engine.device_id,
+            self.nodes[node].cfg.engine.device_id,
             payload.len() as u32,
         );
         h.reassembly_ns = job.reassembly_ns();
         h.queue_ns = job.earlier_queue_ns + queue_ns;
         h.exec_ns = job.earlier_exec_ns + exec_ns;
-        self.write(conn, &h, &payload);
-        self.driver.handle_answered(self.instant(), conn);
-        self.apply();
+        self.write(node, conn, &h, &payload);
+        self.nodes[node].driver.handle_answered(now, conn);
+        self.apply(node);
     }
 
-    fn result(&self, job: &Job) -> (Status, Vec<u8>) {
-        if !self.cfg.exec.real_results {
+    fn result(&self, node: usize, job: &Job) -> (Status, Vec<u8>) {
+        if !self.nodes[node].cfg.exec.real_results {
             // Timing only: a chain's hops pass their input on unchanged.
             let next = if job.is_last_hop() {
                 Vec::new()
@@ -464,8 +660,8 @@ impl World {
         }
     }
 
-    fn write(&mut self, conn: ConnId, h: &ResponseHeader, payload: &[u8]) {
-        let Some(&c) = self.by_conn.get(&conn) else {
+    fn write(&mut self, node: usize, conn: ConnId, h: &ResponseHeader, payload: &[u8]) {
+        let Some(&c) = self.nodes[node].by_conn.get(&conn) else {
             return; // gone: the answer is dropped with the connection
         };
         self.log.push((c, h.request_id, h.status));
@@ -475,13 +671,30 @@ impl World {
         if !client.reading {
             client.unread += bytes.len();
             let unread = client.unread;
-            self.driver.handle_backlog(self.instant(), conn, unread);
+            let now = self.instant();
+            self.nodes[node].driver.handle_backlog(now, conn, unread);
         }
         self.at(self.now + self.cfg.link_ns, Ev::ToClient(c, Some(bytes)));
     }
 
     fn deliver(&mut self, c: usize, bytes: Option<Vec<u8>>) {
         let now = self.now;
+        if let Some((node, link)) = self.clients[c].link {
+            // A link: the answers are its node's to read.
+            if self.nodes[node].down {
+                return;
+            }
+            let t = self.instant();
+            match bytes {
+                Some(b) => self.nodes[node].driver.handle_link_bytes(t, link, &b),
+                None => {
+                    self.link_clients.remove(&(node, link));
+                    self.clients[c].link = None;
+                    self.nodes[node].driver.handle_link_down(t, link);
+                }
+            }
+            return self.apply(node);
+        }
         let client = &mut self.clients[c];
         match bytes {
             None => {

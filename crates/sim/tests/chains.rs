@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{for_seeds, world};
+use common::{floats, for_seeds, one_by_one, world};
 use offrac_proto::{FunctionId, Hop, RequestHeader, Status};
 
 const MS: u64 = 1_000_000;
@@ -22,34 +22,6 @@ fn chain(id: u64, hops: &[(u8, u64)], payload: &[u8]) -> Vec<u8> {
     let mut b = h.encode().to_vec();
     b.extend_from_slice(payload);
     b
-}
-
-/// The functions run one after another, outside any node.
-fn one_by_one(hops: &[(u8, u64)], payload: &[u8]) -> Vec<u8> {
-    let mut data = payload.to_vec();
-    for &(f, param) in hops {
-        let f = FunctionId::from_id(f).expect("built-in");
-        let mut out = Vec::new();
-        offrac_accel::builtin(f)
-            .run(param, &data, &mut out)
-            .expect("valid input");
-        data = out;
-    }
-    data
-}
-
-/// Deterministic pseudo-random floats in (0, 1) from `seed`.
-fn floats(seed: u64, n: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .flat_map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            let v = ((x >> 40) as f32 + 1.0) / (16_777_217.0);
-            v.to_le_bytes()
-        })
-        .collect()
 }
 
 #[test]

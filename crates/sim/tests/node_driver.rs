@@ -146,7 +146,7 @@ fn a_shutdown_longer_than_the_grace_answers_every_request() {
         // 30 requests of 2 ms on one slot do not fit a 5 ms grace.
         assert!(shut >= 20, "only {shut} refused at the end of the grace");
         assert!(
-            w.finished_at.is_some(),
+            w.node(0).finished_at.is_some(),
             "the node never finished its shutdown"
         );
     });
@@ -525,7 +525,7 @@ fn fuzz_one(seed: u64) {
         );
     } else {
         assert!(
-            w.finished_at.is_some(),
+            w.node(0).finished_at.is_some(),
             "the shutdown never finished: now {} finished-now {} timeout {:?} next event {:?}",
             w.now(),
             w.driver()

@@ -1,6 +1,9 @@
-//! Seeds and worlds shared by the simulation tests.
+//! Seeds, worlds and data shared by the simulation tests (each test crate
+//! uses a part of it).
+#![allow(dead_code)]
 
 use offrac_core::EngineConfig;
+use offrac_proto::FunctionId;
 use offrac_sim::world::{World, WorldConfig};
 
 /// The seeds to run: 0..24, or the one in `OFFRAC_SIM_SEED` to replay a failure.
@@ -26,4 +29,32 @@ pub fn world(seed: u64, tweak: impl FnOnce(&mut WorldConfig)) -> World {
     let mut cfg = WorldConfig::new(EngineConfig::default(), seed);
     tweak(&mut cfg);
     World::new(cfg).expect("valid configuration")
+}
+
+/// The functions run one after another, outside any node.
+pub fn one_by_one(hops: &[(u8, u64)], payload: &[u8]) -> Vec<u8> {
+    let mut data = payload.to_vec();
+    for &(f, param) in hops {
+        let f = FunctionId::from_id(f).expect("built-in");
+        let mut out = Vec::new();
+        offrac_accel::builtin(f)
+            .run(param, &data, &mut out)
+            .expect("valid input");
+        data = out;
+    }
+    data
+}
+
+/// Deterministic pseudo-random floats in (0, 1) from `seed`.
+pub fn floats(seed: u64, n: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .flat_map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let v = ((x >> 40) as f32 + 1.0) / (16_777_217.0);
+            v.to_le_bytes()
+        })
+        .collect()
 }

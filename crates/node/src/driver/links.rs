@@ -1,0 +1,400 @@
+//! Links to other nodes, for chain hops that run on another device: one
+//! persistent connection per peer (the same protocol, this node as the
+//! client), opened at start and reopened with back-off. A forwarded hop
+//! travels under a link-local request id that maps back to the caller's
+//! connection and request id; the answer — result or error — comes back on
+//! the link and is relayed to the caller with its id restored. Every
+//! forwarded request ends in exactly one answer: the relayed one, or
+//! `UNREACHABLE` when the link is down or breaks first, `TIMEOUT` when no
+//! answer comes within the forward timeout, `BUSY` when the link holds too
+//! much, `SHUTTING_DOWN` when the grace period ends before it was sent.
+//! A late answer to a request already answered is dropped.
+
+use super::{Driver, Io};
+use offrac_core::{nanos, ConnId, Instant, Job};
+use offrac_proto::{RequestHeader, ResponseHeader, Status, HEADER_LEN};
+use rustc_hash::FxHashMap;
+use std::cmp::Reverse;
+use std::collections::VecDeque;
+use std::time::Duration;
+
+/// The driver's name for a link to a peer (an index into the device table).
+pub type LinkId = usize;
+
+/// One entry of the device table: a peer and where it listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerConfig {
+    pub device: u8,
+    /// `host:port` of the peer's request listener.
+    pub addr: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkState {
+    Connecting,
+    Up,
+    /// Down until `retry_at`, when it is reopened.
+    Down {
+        retry_at: Instant,
+    },
+}
+
+/// A request forwarded on a link and not answered yet.
+#[derive(Debug)]
+struct Forwarded {
+    conn: ConnId,
+    /// The caller's request, at the forwarded hop.
+    origin: RequestHeader,
+    /// This node's share of the answer's timings.
+    reassembly_ns: u64,
+    queue_ns: u64,
+    exec_ns: u64,
+    bytes: usize,
+    deadline: Instant,
+}
+
+#[derive(Debug)]
+pub(super) struct Link {
+    device: u8,
+    addr: String,
+    state: LinkState,
+    backoff: Duration,
+    forwarded: FxHashMap<u64, Forwarded>,
+    /// Forwarded while connecting: written when the link comes up.
+    waiting: VecDeque<(RequestHeader, Vec<u8>)>,
+    /// Payload bytes of the forwarded requests not answered yet.
+    bytes: usize,
+    /// Response bytes not yet parsed.
+    rx: Vec<u8>,
+    next_id: u64,
+}
+
+/// Counters of the links, for metrics and tests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LinkStats {
+    pub forwarded: u64,
+    pub relayed: u64,
+    /// Answered by this node because the link could not deliver them.
+    pub failed: u64,
+    /// Answers that came after their request had been answered (timed out).
+    pub late: u64,
+    pub connects: u64,
+}
+
+impl Link {
+    pub(super) fn new(peer: &PeerConfig, min_backoff: Duration) -> Link {
+        Link {
+            device: peer.device,
+            addr: peer.addr.clone(),
+            state: LinkState::Connecting,
+            backoff: min_backoff,
+            forwarded: FxHashMap::default(),
+            waiting: VecDeque::new(),
+            bytes: 0,
+            rx: Vec::new(),
+            next_id: 1,
+        }
+    }
+
+    pub(super) fn connect_io(&self, link: LinkId) -> Io {
+        Io::Connect {
+            link,
+            addr: self.addr.clone(),
+        }
+    }
+}
+
+impl Driver {
+    /// State of the link to `device`, if it is in the device table.
+    pub fn link_state(&self, device: u8) -> Option<LinkState> {
+        self.link_of[device as usize].map(|l| self.links[l].state)
+    }
+
+    pub fn link_stats(&self) -> LinkStats {
+        self.link_stats
+    }
+
+    /// The connection of `link` is open: write what waited for it.
+    pub fn handle_link_up(&mut self, _now: Instant, link: LinkId) {
+        let min = self.cfg.reconnect_min;
+        let Some(l) = self.links.get_mut(link) else {
+            return;
+        };
+        if l.state != LinkState::Connecting {
+            return;
+        }
+        l.state = LinkState::Up;
+        l.backoff = min;
+        for (header, payload) in l.waiting.drain(..) {
+            self.out.push_back(Io::SendLink {
+                link,
+                header,
+                payload,
+            });
+        }
+    }
+
+    /// The connection of `link` failed to open, broke or was closed by the
+    /// peer: everything forwarded on it and not answered is answered
+    /// `UNREACHABLE` (the hop may or may not have run), and the link is
+    /// reopened after a back-off.
+    pub fn handle_link_down(&mut self, now: Instant, link: LinkId) {
+        let max = self.cfg.reconnect_max;
+        let Some(l) = self.links.get_mut(link) else {
+            return;
+        };
+        if matches!(l.state, LinkState::Down { .. }) {
+            return;
+        }
+        let was_up = l.state == LinkState::Up;
+        l.state = LinkState::Down {
+            retry_at: now + l.backoff,
+        };
+        l.backoff = (l.backoff * 2).min(max);
+        l.waiting.clear();
+        l.rx.clear();
+        l.bytes = 0;
+        let device = l.device;
+        let mut lost: Vec<(u64, Forwarded)> = l.forwarded.drain().collect();
+        lost.sort_unstable_by_key(|(id, _)| *id);
+        self.out.push_back(Io::CloseLink { link });
+        let msg = if was_up {
+            format!("the link to device {device} broke before the hop's answer came back; the hop may have run")
+        } else {
+            format!("cannot connect to device {device}")
+        };
+        for (_, f) in lost {
+            self.fail_forwarded(now, f, Status::Unreachable, device as u64, &msg);
+        }
+    }
+
+    /// Response bytes arrived on `link`.
+    pub fn handle_link_bytes(&mut self, now: Instant, link: LinkId, data: &[u8]) {
+        let max = self.cfg.relay_max_payload;
+        let Some(l) = self.links.get_mut(link) else {
+            return;
+        };
+        if l.state != LinkState::Up {
+            return;
+        }
+        l.rx.extend_from_slice(data);
+        let mut answers = Vec::new();
+        let mut at = 0;
+        let mut broken = false;
+        while l.rx.len() - at >= HEADER_LEN {
+            let head: &[u8; HEADER_LEN] = l.rx[at..at + HEADER_LEN].try_into().expect("64 bytes");
+            let h = match ResponseHeader::decode(head) {
+                Ok(h) => h,
+                Err(e) => {
+                    tracing::warn!(device = l.device, error = %e, "peer sent a bad response");
+                    broken = true;
+                    break;
+                }
+            };
+            let len = h.payload_len as usize;
+            if len > max {
+                tracing::warn!(
+                    device = l.device,
+                    len,
+                    "peer's response exceeds relay_max_payload"
+                );
+                broken = true;
+                break;
+            }
+            if l.rx.len() - at < HEADER_LEN + len {
+                break;
+            }
+            let payload = l.rx[at + HEADER_LEN..at + HEADER_LEN + len].to_vec();
+            at += HEADER_LEN + len;
+            match l.forwarded.remove(&h.request_id) {
+                Some(f) => {
+                    l.bytes -= f.bytes;
+                    answers.push((f, h, payload));
+                }
+                None => self.link_stats.late += 1,
+            }
+        }
+        l.rx.drain(..at);
+        for (f, h, payload) in answers {
+            self.relay(now, f, h, payload);
+        }
+        if broken {
+            self.handle_link_down(now, link);
+        }
+    }
+
+    /// Forward `job` to the device of its current hop (the engine has let go of it).
+    pub(super) fn forward(&mut self, now: Instant, job: Job) {
+        let Some(c) = self.conns.get_mut(&job.conn) else {
+            return; // nobody to answer
+        };
+        c.answering += 1;
+        let device = job.header.current_hop().device;
+        let f = Forwarded {
+            conn: job.conn,
+            origin: job.header,
+            reassembly_ns: job.reassembly_ns(),
+            queue_ns: job
+                .earlier_queue_ns
+                .saturating_add(nanos(now.saturating_since(job.complete_at))),
+            exec_ns: job.earlier_exec_ns,
+            bytes: job.payload.len(),
+            deadline: now + self.cfg.forward_timeout,
+        };
+        let Some(link) = self.link_of[device as usize] else {
+            let msg = format!("device {device} is not in this node's device table");
+            return self.fail_forwarded(now, f, Status::Unreachable, device as u64, &msg);
+        };
+        let limit = self.cfg.link_max_bytes;
+        let l = &mut self.links[link];
+        if let LinkState::Down { retry_at } = l.state {
+            let wait = retry_at.saturating_since(now).as_millis();
+            let msg = format!("the link to device {device} is down (next attempt in {wait} ms)");
+            return self.fail_forwarded(now, f, Status::Unreachable, device as u64, &msg);
+        }
+        if l.bytes > 0 && l.bytes + f.bytes > limit {
+            let msg = format!("the link to device {device} holds too much; retry");
+            return self.fail_forwarded(now, f, Status::Busy, 0, &msg);
+        }
+        let id = l.next_id;
+        l.next_id += 1;
+        // The header as the peer must see it: this link's id, and the length
+        // of the payload it carries now (an earlier hop's output).
+        let mut header = job.header;
+        header.request_id = id;
+        header.payload_len = job.payload.len() as u32;
+        l.bytes += f.bytes;
+        self.forward_deadlines.push(Reverse((f.deadline, link, id)));
+        l.forwarded.insert(id, f);
+        self.link_stats.forwarded += 1;
+        if l.state == LinkState::Up {
+            self.out.push_back(Io::SendLink {
+                link,
+                header,
+                payload: job.payload,
+            });
+        } else {
+            l.waiting.push_back((header, job.payload));
+        }
+    }
+
+    /// Forward deadlines and reconnects that are due.
+    pub(super) fn link_timeouts(&mut self, now: Instant) {
+        while let Some(&Reverse((t, link, id))) = self.forward_deadlines.peek() {
+            if t > now {
+                break;
+            }
+            self.forward_deadlines.pop();
+            let l = &mut self.links[link];
+            let Some(f) = l.forwarded.remove(&id) else {
+                continue; // answered already
+            };
+            l.bytes -= f.bytes;
+            l.waiting.retain(|(h, _)| h.request_id != id);
+            let device = l.device;
+            let msg = format!(
+                "no answer from device {device} within the forward timeout of {} ms",
+                self.cfg.forward_timeout.as_millis()
+            );
+            self.fail_forwarded(now, f, Status::Timeout, device as u64, &msg);
+        }
+        if self.shutdown.is_some() {
+            return; // no new links while shutting down
+        }
+        for (i, l) in self.links.iter_mut().enumerate() {
+            if let LinkState::Down { retry_at } = l.state {
+                if retry_at <= now {
+                    l.state = LinkState::Connecting;
+                    self.link_stats.connects += 1;
+                    self.out.push_back(l.connect_io(i));
+                }
+            }
+        }
+    }
+
+    /// The earliest forward deadline or reconnect.
+    pub(super) fn link_timeout(&self) -> Option<Instant> {
+        let deadline = self.forward_deadlines.peek().map(|Reverse((t, _, _))| *t);
+        let retry = if self.shutdown.is_some() {
+            None
+        } else {
+            self.links
+                .iter()
+                .filter_map(|l| match l.state {
+                    LinkState::Down { retry_at } => Some(retry_at),
+                    _ => None,
+                })
+                .min()
+        };
+        deadline.into_iter().chain(retry).min()
+    }
+
+    /// The grace period ended: requests still waiting for their link to come
+    /// up are answered `SHUTTING_DOWN` (those already sent wait for their answer).
+    pub(super) fn abort_waiting_links(&mut self, now: Instant) {
+        let mut lost = Vec::new();
+        for l in &mut self.links {
+            for (h, _) in l.waiting.drain(..) {
+                if let Some(f) = l.forwarded.remove(&h.request_id) {
+                    l.bytes -= f.bytes;
+                    lost.push(f);
+                }
+            }
+        }
+        for f in lost {
+            let msg = "node is shutting down: the grace period ended before this hop was forwarded";
+            self.fail_forwarded(now, f, Status::ShuttingDown, 0, msg);
+        }
+    }
+
+    /// Relay a peer's answer to the caller, with the caller's request id and
+    /// this node's share of the timings added.
+    fn relay(&mut self, now: Instant, f: Forwarded, mut h: ResponseHeader, payload: Vec<u8>) {
+        self.link_stats.relayed += 1;
+        h.request_id = f.origin.request_id;
+        h.tenant = f.origin.tenant;
+        h.reassembly_ns = h.reassembly_ns.saturating_add(f.reassembly_ns);
+        h.queue_ns = h.queue_ns.saturating_add(f.queue_ns);
+        h.exec_ns = h.exec_ns.saturating_add(f.exec_ns);
+        self.answer_forwarded(now, f.conn, h, payload);
+    }
+
+    /// Answer a forwarded request here, naming its hop.
+    fn fail_forwarded(
+        &mut self,
+        now: Instant,
+        f: Forwarded,
+        status: Status,
+        detail: u64,
+        msg: &str,
+    ) {
+        self.link_stats.failed += 1;
+        let mut h = ResponseHeader::answer(
+            &f.origin,
+            status,
+            self.engine.config().device_id,
+            msg.len() as u32,
+        );
+        h.detail = detail;
+        self.answer_forwarded(now, f.conn, h, msg.as_bytes().to_vec());
+    }
+
+    fn answer_forwarded(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        header: ResponseHeader,
+        payload: Vec<u8>,
+    ) {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return; // the caller is gone
+        };
+        c.answering -= 1;
+        self.out.push_back(Io::Send {
+            conn,
+            header,
+            payload,
+        });
+        self.maybe_shut(now, conn);
+    }
+}

@@ -1,0 +1,293 @@
+//! Chains across nodes, under virtual time through the nodes' own drivers:
+//! hops forwarded over links give the bytes of the functions run one by
+//! one, answers relay back along the path, and every fault — a peer killed
+//! mid-hop, a silent peer, an unknown device, a full link — ends in exactly
+//! one answer that names the hop. `OFFRAC_SIM_SEED=N` replays one seed.
+
+mod common;
+
+use common::{floats, for_seeds, one_by_one};
+use offrac_core::EngineConfig;
+use offrac_node::{LinkState, PeerConfig};
+use offrac_proto::{FunctionId, Hop, RequestHeader, Status};
+use offrac_sim::world::{node_addr, World, WorldConfig};
+
+const MS: u64 = 1_000_000;
+const ECHO: u8 = FunctionId::Echo as u8;
+const TOPK: u8 = FunctionId::TopK as u8;
+const LOGIT: u8 = FunctionId::Logit as u8;
+const MINMAX: u8 = FunctionId::MinMax as u8;
+const SPIN: u8 = FunctionId::Spin as u8;
+
+/// `n` nodes, node `i` being device `i`, each with every other in its device table.
+fn cluster(seed: u64, n: usize, tweak: impl Fn(usize, &mut WorldConfig)) -> World {
+    let cfgs = (0..n)
+        .map(|i| {
+            let mut e = EngineConfig {
+                device_id: i as u8,
+                ..EngineConfig::default()
+            };
+            e.peers = (0..n).filter(|&j| j != i).map(|j| j as u8).collect();
+            let mut c = WorldConfig::new(e, seed);
+            c.driver.peers = (0..n)
+                .filter(|&j| j != i)
+                .map(|j| PeerConfig {
+                    device: j as u8,
+                    addr: node_addr(j),
+                })
+                .collect();
+            tweak(i, &mut c);
+            c
+        })
+        .collect();
+    World::cluster(cfgs).expect("valid configuration")
+}
+
+/// A chain of (function, device, param) hops.
+fn chain(id: u64, hops: &[(u8, u8, u64)], payload: &[u8]) -> Vec<u8> {
+    let hops: Vec<Hop> = hops
+        .iter()
+        .map(|&(function, device, param)| Hop {
+            function,
+            device,
+            param,
+        })
+        .collect();
+    let h = RequestHeader::chain(id, &hops, payload.len() as u32).expect("1..=4 hops");
+    let mut b = h.encode().to_vec();
+    b.extend_from_slice(payload);
+    b
+}
+
+fn only_answer(w: &World, client: usize, id: u64) -> offrac_sim::world::Received {
+    let a = w.answers_to(client, id);
+    assert_eq!(a.len(), 1, "request {id}: {} answers", a.len());
+    a[0].clone()
+}
+
+#[test]
+fn a_chain_across_nodes_gives_the_bytes_of_its_functions_run_one_by_one() {
+    let chains: [&[(u8, u8, u64)]; 4] = [
+        &[(MINMAX, 0, 0), (LOGIT, 1, 0)],
+        &[(TOPK, 1, 64), (TOPK, 2, 8), (ECHO, 0, 0)],
+        &[(ECHO, 0, 0), (MINMAX, 2, 0), (ECHO, 2, 0), (LOGIT, 1, 0)],
+        &[(LOGIT, 0, 0), (MINMAX, 0, 0), (ECHO, 1, 0)],
+    ];
+    for_seeds(|seed| {
+        let mut w = cluster(seed, 3, |_, _| {});
+        let c = w.connect();
+        w.run_for(MS); // links up
+        let mut expected = Vec::new();
+        for (i, hops) in chains.iter().enumerate() {
+            let payload = floats(seed * 8 + i as u64, 300 + 97 * i);
+            w.send(c, &chain(i as u64, hops, &payload));
+            let local: Vec<(u8, u64)> = hops.iter().map(|&(f, _, p)| (f, p)).collect();
+            expected.push((i as u64, one_by_one(&local, &payload), hops));
+        }
+        w.run_for(20 * MS);
+        for (id, bytes, hops) in expected {
+            let a = only_answer(&w, c, id);
+            assert_eq!(a.header.status, Status::Ok, "request {id}");
+            assert_eq!(a.payload, bytes, "request {id}");
+            let last = hops.len() - 1;
+            assert_eq!(a.header.hop_index as usize, last, "the last hop answers");
+            assert_eq!(
+                a.header.device, hops[last].1,
+                "answered by the last hop's node"
+            );
+            assert!(a.header.exec_ns > 0);
+        }
+        let st = w.node(0).driver().link_stats();
+        assert_eq!(st.forwarded, 4, "every chain leaves node 0 once");
+        assert_eq!(st.relayed, 4);
+        assert_eq!(st.failed, 0);
+    });
+}
+
+#[test]
+fn a_peer_killed_mid_hop_is_unreachable_naming_the_hop_then_the_link_comes_back() {
+    for_seeds(|seed| {
+        let mut w = cluster(seed, 2, |_, c| c.exec.fixed = vec![(SPIN, 5 * MS)]);
+        let c = w.connect();
+        w.run_for(MS);
+        w.send(c, &chain(1, &[(ECHO, 0, 0), (SPIN, 1, 1)], b"abc"));
+        w.run_for(2 * MS); // the spin is running on node 1
+        w.kill(1);
+        w.run_for(MS);
+        let a = only_answer(&w, c, 1);
+        assert_eq!(a.header.status, Status::Unreachable);
+        assert_eq!((a.header.hop_index, a.header.detail), (1, 1));
+        assert_eq!(a.header.device, 0, "node 0 answered for the lost hop");
+        // While the link is down, a hop to it is refused at once.
+        w.send(c, &chain(2, &[(SPIN, 1, 1)], b"x"));
+        w.run_for(MS);
+        let a = only_answer(&w, c, 2);
+        assert_eq!(a.header.status, Status::Unreachable);
+        assert!(matches!(
+            w.node(0).driver().link_state(1),
+            Some(LinkState::Down { .. })
+        ));
+        // The peer comes back; the link reopens after its back-off.
+        w.restart(1).expect("restart");
+        w.run_for(6_000 * MS);
+        assert_eq!(w.node(0).driver().link_state(1), Some(LinkState::Up));
+        w.send(c, &chain(3, &[(ECHO, 0, 0), (SPIN, 1, 1)], b"back"));
+        w.run_for(20 * MS);
+        let a = only_answer(&w, c, 3);
+        assert_eq!(
+            (a.header.status, a.payload.as_slice()),
+            (Status::Ok, &b"back"[..])
+        );
+        // Nothing else arrived: one answer per request.
+        assert_eq!(w.clients[c].answers.len(), 3);
+    });
+}
+
+#[test]
+fn a_silent_peer_is_answered_timeout_and_its_late_answer_dropped() {
+    for_seeds(|seed| {
+        let mut w = cluster(seed, 2, |i, c| {
+            c.exec.fixed = vec![(SPIN, 30 * MS)];
+            if i == 0 {
+                c.driver.forward_timeout = std::time::Duration::from_millis(10);
+            }
+        });
+        let c = w.connect();
+        w.run_for(MS);
+        w.send(c, &chain(5, &[(SPIN, 1, 1)], b"slow"));
+        w.run_for(15 * MS);
+        let a = only_answer(&w, c, 5);
+        assert_eq!(a.header.status, Status::Timeout);
+        assert_eq!((a.header.hop_index, a.header.detail), (0, 1));
+        w.run_for(50 * MS); // node 1 answers late
+        assert_eq!(
+            w.clients[c].answers.len(),
+            1,
+            "the late answer must be dropped"
+        );
+        let st = w.node(0).driver().link_stats();
+        assert_eq!((st.late, st.failed), (1, 1));
+        // The link still serves.
+        w.send(c, &chain(6, &[(ECHO, 1, 0)], b"ok"));
+        w.run_for(5 * MS);
+        assert_eq!(only_answer(&w, c, 6).header.status, Status::Ok);
+    });
+}
+
+#[test]
+fn unknown_devices_and_remote_failures_name_their_hop() {
+    for_seeds(|seed| {
+        let mut w = cluster(seed, 2, |_, _| {});
+        let c = w.connect();
+        w.run_for(MS);
+        // Device 9 is in no device table: refused before anything runs.
+        w.send(c, &chain(1, &[(ECHO, 0, 0), (ECHO, 9, 0)], b"x"));
+        // K = 0 fails at hop 1, on node 1: node 1's answer is relayed.
+        let ints: Vec<u8> = (0..64i32).flat_map(i32::to_le_bytes).collect();
+        w.send(
+            c,
+            &chain(2, &[(ECHO, 0, 0), (TOPK, 1, 0), (ECHO, 0, 0)], &ints),
+        );
+        // Node 1 does not know function 200 at hop 2: refused there at admission.
+        w.send(
+            c,
+            &chain(3, &[(ECHO, 0, 0), (ECHO, 1, 0), (200, 1, 0)], b"y"),
+        );
+        w.run_for(10 * MS);
+        let a = only_answer(&w, c, 1);
+        assert_eq!(a.header.status, Status::Unreachable);
+        assert_eq!((a.header.hop_index, a.header.detail), (1, 9));
+        let a = only_answer(&w, c, 2);
+        assert_eq!(a.header.status, Status::BadInput);
+        assert_eq!((a.header.hop_index, a.header.device), (1, 1));
+        let a = only_answer(&w, c, 3);
+        assert_eq!(a.header.status, Status::UnknownFunction);
+        assert_eq!(
+            (a.header.hop_index, a.header.device, a.header.detail),
+            (2, 1, 200)
+        );
+        // Request 1 ran nothing; 2 and 3 ran their hop 0 on node 0.
+        assert_eq!(w.node(0).driver().engine().stats().dispatched, 2);
+    });
+}
+
+#[test]
+fn a_full_link_refuses_with_busy_and_loses_nothing() {
+    for_seeds(|seed| {
+        let mut w = cluster(seed, 2, |i, c| {
+            c.exec.fixed = vec![(SPIN, MS)];
+            if i == 0 {
+                c.driver.link_max_bytes = 8 << 10;
+            }
+        });
+        let clients: Vec<usize> = (0..4).map(|_| w.connect()).collect();
+        w.run_for(MS);
+        let payload = vec![1u8; 3000];
+        for (k, &c) in clients.iter().enumerate() {
+            for i in 0..10 {
+                let id = (k * 100 + i) as u64;
+                w.send(c, &chain(id, &[(ECHO, 0, 0), (SPIN, 1, 1)], &payload));
+            }
+        }
+        w.run_for(500 * MS);
+        let (mut ok, mut busy) = (0, 0);
+        for (k, &c) in clients.iter().enumerate() {
+            for i in 0..10 {
+                let a = only_answer(&w, c, (k * 100 + i) as u64);
+                match a.header.status {
+                    Status::Ok => {
+                        ok += 1;
+                        assert_eq!(a.payload, payload);
+                    }
+                    Status::Busy => {
+                        busy += 1;
+                        assert_eq!(a.header.hop_index, 1, "the refused hop is named");
+                    }
+                    s => panic!("request {k}/{i}: {s:?}"),
+                }
+            }
+        }
+        assert!(
+            ok > 0 && busy > 0,
+            "ok {ok}, busy {busy}: the link was not filled"
+        );
+        let st = w.node(0).driver().link_stats();
+        assert_eq!(st.relayed as usize, ok);
+    });
+}
+
+#[test]
+fn random_chains_with_a_node_killed_get_exactly_one_answer_each() {
+    for_seeds(|seed| {
+        let mut w = cluster(seed, 3, |_, c| c.exec.fixed = vec![(SPIN, 300_000)]);
+        let clients: Vec<usize> = (0..3).map(|_| w.connect()).collect();
+        w.run_for(MS);
+        let mut x = seed.wrapping_mul(0x2545_F491_4F6C_DD1D) | 1;
+        let mut next = move |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        let fs = [ECHO, SPIN, MINMAX];
+        let mut sent = Vec::new();
+        for id in 0..60u64 {
+            let len = 1 + next(4) as usize;
+            let hops: Vec<(u8, u8, u64)> = (0..len)
+                .map(|_| (fs[next(3) as usize], next(3) as u8, 1))
+                .collect();
+            let c = clients[next(3) as usize];
+            w.send(c, &chain(id, &hops, &floats(id, 64)));
+            sent.push((c, id));
+            if id == 30 {
+                w.run_for(next(2_000_000));
+                w.kill(2);
+            }
+        }
+        w.run_for(12_000 * MS); // past every forward timeout
+        for (c, id) in sent {
+            let a = w.answers_to(c, id);
+            assert_eq!(a.len(), 1, "request {id}: {} answers", a.len());
+        }
+    });
+}

@@ -1,0 +1,97 @@
+"""Chains across two real node processes on loopback: forwarding, relayed answers, and the
+answers a caller gets when the peer is killed (-9) or silent."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from offrac import Client, RequestTimeoutError, Step, UnreachableError
+
+from conftest import Node
+
+StartNode = Callable[..., Node]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def pair(start_node: StartNode, extra_a: str = "") -> tuple[Node, Node, int]:
+    """Node A (device 0) and node B (device 1), each in the other's device table, A linked."""
+    pa, pb = free_port(), free_port()
+
+    def config(me: int, peer_port: int, extra: str) -> str:
+        return f'device_id = {me}\n{extra}\n[[devices]]\nid = {1 - me}\naddr = "127.0.0.1:{peer_port}"\n'
+
+    a = start_node(config(0, pb, extra_a), listen=f"127.0.0.1:{pa}")
+    b = start_node(config(1, pa, ""), listen=f"127.0.0.1:{pb}")
+    wait_linked(a)
+    return a, b, pb
+
+
+def wait_linked(a: Node, timeout: float = 10.0) -> None:
+    """A's link to B is up once a hop on B answers."""
+    deadline = time.monotonic() + timeout
+    with a.client() as c:
+        while True:
+            try:
+                c.call_chain([Step("echo", device=1)], b"up")
+                return
+            except UnreachableError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+
+def test_a_chain_across_nodes_equals_its_steps_one_by_one(start_node: StartNode) -> None:
+    a, _b, _ = pair(start_node)
+    x = np.random.default_rng(3).normal(0, 20, 2000).astype(np.float32)
+    with a.client() as c:
+        want = c.call("logit", c.call("minmax", x))
+        got, info = c.call_chain(["minmax", Step("logit", device=1)], x, return_info=True)
+        np.testing.assert_array_equal(got, want)
+        assert (info.hop_index, info.device) == (1, 1)
+        # first hop remote, last hop back on A
+        ints = np.arange(-500, 500, dtype=np.int32)
+        out = c.call_chain([Step("topk", device=1, k=64), Step("topk", k=4)], ints)
+        assert sorted(out.tolist()) == [496, 497, 498, 499]
+
+
+def test_a_peer_killed_mid_hop_is_unreachable_then_comes_back(start_node: StartNode) -> None:
+    a, b, pb = pair(start_node)
+    with Client(a.address, timeout=10) as c:
+        slow = c.submit_chain(["echo", Step("spin", device=1, us=1_000_000)], b"lost")
+        time.sleep(0.3)  # the spin is running on B
+        b.kill()
+        b.stopped = True  # killed on purpose: teardown must not expect it alive
+        t = time.monotonic()
+        with pytest.raises(UnreachableError) as e:
+            slow.result(5)
+        assert time.monotonic() - t < 2, "the caller waited for the forward timeout"
+        assert (e.value.hop, e.value.detail, e.value.device) == (1, 1, 0)
+        assert c.call("echo", b"A still serves") == b"A still serves"
+        # B restarts on the same port; A's link reopens after its back-off.
+        start_node(f'device_id = 1\n[[devices]]\nid = 0\naddr = "{a.address}"\n', listen=f"127.0.0.1:{pb}")
+        wait_linked(a)
+        assert c.call_chain(["echo", Step("echo", device=1)], b"back") == b"back"
+
+
+def test_a_silent_peer_is_answered_timeout_naming_the_hop(start_node: StartNode) -> None:
+    a, _, _ = pair(start_node, extra_a="forward_timeout_ms = 300")
+    with Client(a.address, timeout=10) as c:
+        t = time.monotonic()
+        with pytest.raises(RequestTimeoutError) as e:
+            c.call_chain([Step("spin", device=1, us=1_000_000)], b"late")
+        assert 0.25 < time.monotonic() - t < 0.9
+        assert (e.value.hop, e.value.detail) == (0, 1)
+        # the late answer is dropped: the next call gets its own answer, on the same connection
+        time.sleep(1.0)
+        assert c.call_chain([Step("echo", device=1)], b"next") == b"next"
+        assert c.outstanding == 0
