@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 import time
+import urllib.request
 from collections.abc import Callable
 
 import numpy as np
@@ -12,6 +13,7 @@ import pytest
 
 from offrac import Client, RequestTimeoutError, Step, UnreachableError
 
+from _util import parse_prometheus
 from conftest import Node
 
 StartNode = Callable[..., Node]
@@ -24,7 +26,8 @@ def free_port() -> int:
 
 
 def pair(start_node: StartNode, extra_a: str = "") -> tuple[Node, Node, int]:
-    """Node A (device 0) and node B (device 1), each in the other's device table, A linked."""
+    """Node A (device 0) and node B (device 1), each in the other's device table, A linked.
+    Returns A, B and B's port; ``A.refused_probes`` counts the probes A refused meanwhile."""
     pa, pb = free_port(), free_port()
 
     def config(me: int, peer_port: int, extra: str) -> str:
@@ -32,19 +35,21 @@ def pair(start_node: StartNode, extra_a: str = "") -> tuple[Node, Node, int]:
 
     a = start_node(config(0, pb, extra_a), listen=f"127.0.0.1:{pa}")
     b = start_node(config(1, pa, ""), listen=f"127.0.0.1:{pb}")
-    wait_linked(a)
+    a.refused_probes = wait_linked(a)  # type: ignore[attr-defined]
     return a, b, pb
 
 
-def wait_linked(a: Node, timeout: float = 10.0) -> None:
-    """A's link to B is up once a hop on B answers."""
+def wait_linked(a: Node, timeout: float = 10.0) -> int:
+    """Wait until A's link to B is up (a hop on B answers); returns the probes refused."""
     deadline = time.monotonic() + timeout
+    refused = 0
     with a.client() as c:
         while True:
             try:
                 c.call_chain([Step("echo", device=1)], b"up")
-                return
+                return refused
             except UnreachableError:
+                refused += 1
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.05)
@@ -62,6 +67,24 @@ def test_a_chain_across_nodes_equals_its_steps_one_by_one(start_node: StartNode)
         ints = np.arange(-500, 500, dtype=np.int32)
         out = c.call_chain([Step("topk", device=1, k=64), Step("topk", k=4)], ints)
         assert sorted(out.tolist()) == [496, 497, 498, 499]
+    m = metrics(a)
+    assert m[("offrac_link_up", '{device="1"}')] == 1
+    assert m[("offrac_forwarded_total", "")] >= 3  # wait_linked's probe, then these two
+    assert m[("offrac_relayed_total", "")] == m[("offrac_forwarded_total", "")]
+    # every refused probe, and nothing else, was answered by A itself
+    assert m[("offrac_forward_failures_total", "")] == a.refused_probes  # type: ignore[attr-defined]
+
+
+def metrics(n: Node) -> dict[tuple[str, str], float]:
+    """The node's metrics by (name, 'device="N"'-style labels), once published (the node
+    publishes when idle)."""
+    time.sleep(0.1)
+    with urllib.request.urlopen(f"http://{n.metrics}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    return {
+        (name, ",".join(f'{k}="{v}"' for k, v in labels.items()).join("{}") if labels else ""): value
+        for name, labels, value in parse_prometheus(text)
+    }
 
 
 def test_a_peer_killed_mid_hop_is_unreachable_then_comes_back(start_node: StartNode) -> None:
@@ -77,6 +100,9 @@ def test_a_peer_killed_mid_hop_is_unreachable_then_comes_back(start_node: StartN
         assert time.monotonic() - t < 2, "the caller waited for the forward timeout"
         assert (e.value.hop, e.value.detail, e.value.device) == (1, 1, 0)
         assert c.call("echo", b"A still serves") == b"A still serves"
+        m = metrics(a)
+        assert m[("offrac_link_up", '{device="1"}')] == 0
+        assert m[("offrac_forward_failures_total", "")] >= 1
         # B restarts on the same port; A's link reopens after its back-off.
         start_node(f'device_id = 1\n[[devices]]\nid = 0\naddr = "{a.address}"\n', listen=f"127.0.0.1:{pb}")
         wait_linked(a)

@@ -81,6 +81,10 @@ struct EngineSnapshot {
     buffer_used: Vec<u64>,
     small_queue: (usize, u64),
     connections: usize,
+    hops: u64,
+    links: crate::LinkStats,
+    /// (device, up) per link.
+    link_up: Vec<(u8, bool)>,
 }
 
 pub struct Metrics {
@@ -160,6 +164,12 @@ impl Metrics {
             buffer_used: (0..pool.len()).map(|b| pool.used(b)).collect(),
             small_queue: engine.small_queue(),
             connections: driver.connections(),
+            hops: st.hops,
+            links: driver.link_stats(),
+            link_up: driver
+                .links()
+                .map(|(d, state)| (d, state == crate::LinkState::Up))
+                .collect(),
         };
         *self.engine.lock().unwrap_or_else(|p| p.into_inner()) = snap;
     }
@@ -250,6 +260,36 @@ impl Metrics {
                 "Complete requests answered SHUTTING_DOWN because the shutdown grace period ended first.",
                 e.aborted,
             ),
+            (
+                "offrac_chain_hops_total",
+                "Chain hops run here whose output went on to a next hop.",
+                e.hops,
+            ),
+            (
+                "offrac_forwarded_total",
+                "Chain hops forwarded to another device.",
+                e.links.forwarded,
+            ),
+            (
+                "offrac_relayed_total",
+                "Answers of forwarded hops relayed back to their caller.",
+                e.links.relayed,
+            ),
+            (
+                "offrac_forward_failures_total",
+                "Forwarded hops this node answered itself (link down or full, no answer in time, shutdown).",
+                e.links.failed,
+            ),
+            (
+                "offrac_late_answers_total",
+                "Answers from a peer that came after their hop had been answered TIMEOUT (dropped).",
+                e.links.late,
+            ),
+            (
+                "offrac_link_connects_total",
+                "Connection attempts to peers.",
+                e.links.connects,
+            ),
         ] {
             gauge(&mut o, name, help, "counter");
             let _ = writeln!(o, "{name} {v}");
@@ -325,6 +365,15 @@ impl Metrics {
             "gauge",
         );
         let _ = writeln!(o, "offrac_connections {}", e.connections);
+        gauge(
+            &mut o,
+            "offrac_link_up",
+            "1 if the link to a peer device is connected, else 0.",
+            "gauge",
+        );
+        for (device, up) in &e.link_up {
+            let _ = writeln!(o, "offrac_link_up{{device=\"{device}\"}} {}", u8::from(*up));
+        }
         for (name, help, pick) in [
             (
                 "offrac_node_latency_seconds",

@@ -110,6 +110,11 @@ impl Driver {
         self.link_of[device as usize].map(|l| self.links[l].state)
     }
 
+    /// Every link: its peer's device id and state.
+    pub fn links(&self) -> impl Iterator<Item = (u8, LinkState)> + '_ {
+        self.links.iter().map(|l| (l.device, l.state))
+    }
+
     pub fn link_stats(&self) -> LinkStats {
         self.link_stats
     }
