@@ -63,8 +63,8 @@ class Server:
                 self.proc.wait()
 
 
-def node(config: Path, name: str = "node") -> Server:
-    return Server(["serve", "--listen", "127.0.0.1:0", "--config", str(config)], name)
+def node(config: Path, name: str = "node", listen: str = "127.0.0.1:0") -> Server:
+    return Server(["serve", "--listen", listen, "--config", str(config)], name)
 
 
 def raw_echo(io: str, name: str = "raw") -> Server:
@@ -95,6 +95,7 @@ def load(
     item_per_client: bool = False,
     label: str = "",
     protocol: str = "wire",
+    route: Sequence[int] = (),
 ) -> dict[str, Any]:
     """Run one `offrac bench load` and return its JSON report."""
     args = [
@@ -129,6 +130,8 @@ def load(
         args.append("--item-per-client")
     if rate is not None:
         args += ["--rate", str(rate)]
+    if route:
+        args += ["--route", ",".join(str(d) for d in route)]
     out = subprocess.run(args, check=True, capture_output=True, text=True)
     report: dict[str, Any] = json.loads(out.stdout)
     return report

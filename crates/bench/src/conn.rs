@@ -5,7 +5,7 @@ use std::io::{self, Read};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use offrac_proto::{RequestHeader, ResponseHeader, HEADER_LEN};
+use offrac_proto::{Hop, RequestHeader, ResponseHeader, HEADER_LEN};
 
 use crate::{BenchError, MixItem};
 
@@ -32,6 +32,9 @@ pub struct WireConn {
     gap: Duration,
     timeout: Option<Duration>,
     rx: Vec<u8>,
+    /// Devices of a chain each request runs its function on, hop by hop
+    /// (empty: one hop on the node addressed).
+    route: Vec<u8>,
 }
 
 impl WireConn {
@@ -50,6 +53,7 @@ impl WireConn {
             gap: Duration::ZERO,
             timeout: None,
             rx: Vec::new(),
+            route: Vec::new(),
         })
     }
 
@@ -57,6 +61,20 @@ impl WireConn {
     pub fn set_fragments(&mut self, fragments: usize, gap: Duration) {
         self.fragments = fragments.max(1);
         self.gap = gap;
+    }
+
+    /// Run every request's function as a chain, one hop on each of `devices`
+    /// in order (1..=4; empty: a single hop).
+    pub fn set_route(&mut self, devices: &[u8]) -> Result<(), BenchError> {
+        if devices.len() > offrac_proto::MAX_HOPS {
+            return Err(BenchError::Config(format!(
+                "a route has at most {} hops, not {}",
+                offrac_proto::MAX_HOPS,
+                devices.len()
+            )));
+        }
+        self.route = devices.to_vec();
+        Ok(())
     }
 
     /// Give up on a response after `timeout` (`None`: wait for ever).
@@ -77,6 +95,7 @@ impl WireConn {
             gap: self.gap,
             timeout: self.timeout,
             rx: Vec::new(),
+            route: self.route.clone(),
         })
     }
 
@@ -90,7 +109,21 @@ impl WireConn {
     ) -> Result<Instant, BenchError> {
         let len = u32::try_from(payload.len())
             .map_err(|_| BenchError::Config(format!("payload of {} bytes", payload.len())))?;
-        let header = RequestHeader::single(id, function, param, len).encode();
+        let header = if self.route.is_empty() {
+            RequestHeader::single(id, function, param, len)
+        } else {
+            let hops: Vec<Hop> = self
+                .route
+                .iter()
+                .map(|&device| Hop {
+                    function,
+                    device,
+                    param,
+                })
+                .collect();
+            RequestHeader::chain(id, &hops, len).expect("route checked by set_route")
+        }
+        .encode();
         let n = self.fragments;
         if n == 1 {
             offrac_client::write_all_vectored(&mut self.stream, &header, payload)?;

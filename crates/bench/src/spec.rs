@@ -97,6 +97,9 @@ pub struct BenchSpec {
     /// Closed loop: client `i` always sends mix item `i % mix.len()` instead
     /// of picking one at random per request.
     pub item_per_client: bool,
+    /// Run each request as a chain of its function, one hop per device
+    /// listed (empty: one hop on the node addressed).
+    pub route: Vec<u8>,
 }
 
 impl BenchSpec {
@@ -116,6 +119,7 @@ impl BenchSpec {
             call_timeout: Duration::from_secs(10),
             label: String::new(),
             item_per_client: false,
+            route: Vec::new(),
         }
     }
 
