@@ -14,12 +14,19 @@ RESP = "<HBBHBBQIH2xQQQQ8x"
 
 
 def request(valid, error, *, magic=0x4F51, version=1, flags=0, tenant=0, hop_count=1, hop_index=0,
-            request_id=0, payload_len=0, reply_device=0xFF, hops=((1, 0xFF, 16),), note=""):
+            request_id=0, payload_len=0, reply_device=0xFF, hops=((1, 0xFF, 16),), ext_reserved=b"", note=""):
+    """A 64-byte header, or 128 bytes (header + hop extension) when flags bit 0 is set."""
     b = struct.pack(REQ, magic, version, flags, tenant, hop_count, hop_index, request_id, payload_len, reply_device)
-    hop_list = list(hops) + [(0, 0, 0)] * (4 - len(hops))
-    for f, d, p in hop_list:
+    ext = flags & 1
+    hop_list = list(hops) + [(0, 0, 0)] * ((8 if ext else 4) - len(hops))
+    for f, d, p in hop_list[:4]:
         b += struct.pack(HOP, f, d, p)
     assert len(b) == 64
+    if ext:
+        for f, d, p in hop_list[4:]:
+            b += struct.pack(HOP, f, d, p)
+        b += ext_reserved.ljust(24, b"\0")
+        assert len(b) == 128
     fields = dict(flags=flags, tenant=tenant, hop_count=hop_count, hop_index=hop_index, request_id=request_id,
                   payload_len=payload_len, reply_device=reply_device,
                   hops=[dict(function=f, device=d, param=p) for f, d, p in hop_list])
@@ -45,9 +52,22 @@ requests = [
     request(True, None, request_id=9, payload_len=0, hops=((0, 0xFF, 0),), note="empty echo"),
     request(False, "BadMagic", magic=0x1234, request_id=5, note="wrong magic: connection-fatal"),
     request(False, "BadVersion", version=2, request_id=6, note="wrong version: connection-fatal"),
-    request(False, "ReservedFlags", flags=1, request_id=7, note="reserved flag set"),
+    request(False, "ReservedFlags", flags=2, request_id=7, note="reserved flag set"),
     request(False, "BadHopCount", hop_count=0, request_id=8, note="zero hops"),
-    request(False, "BadHopCount", hop_count=5, request_id=8, note="five hops"),
+    request(False, "BadHopCount", hop_count=5, request_id=8, note="five hops without the extension"),
+    request(True, None, flags=1, request_id=10, payload_len=256, hop_count=6, hop_index=0,
+            hops=((3, 0xFF, 0), (2, 1, 0), (0, 2, 0), (1, 3, 64), (1, 0xFF, 8), (0, 7, 2**64 - 1)),
+            note="six-hop chain: header + hop extension (128 bytes)"),
+    request(True, None, flags=1, request_id=11, payload_len=4, hop_count=8, hop_index=7,
+            hops=tuple((i, i, i) for i in range(8)), note="eight hops, the last one next"),
+    request(False, "BadHopCount", flags=1, hop_count=9, request_id=12, hops=tuple((0, 0xFF, 0) for _ in range(8)),
+            note="nine hops"),
+    request(False, "NeedlessExtension", flags=1, hop_count=4, request_id=13,
+            hops=tuple((0, 0xFF, 0) for _ in range(4)), note="extension flag with a chain that fits the header"),
+    request(False, "ReservedBytes", flags=1, hop_count=5, request_id=14, hops=tuple((0, 0xFF, 0) for _ in range(5)),
+            ext_reserved=b"\0\0\1", note="non-zero reserved byte in the extension"),
+    request(False, "UnusedHop", flags=1, hop_count=5, request_id=15,
+            hops=tuple((0, 0xFF, 0) for _ in range(5)) + ((2, 0xFF, 0),), note="non-zero extension hop beyond hop_count"),
     request(False, "BadHopIndex", hop_count=2, hop_index=2, hops=((1, 0xFF, 1), (2, 0xFF, 0)), request_id=8,
             note="hop index past the chain"),
     request(False, "UnusedHop", hop_count=1, hops=((1, 0xFF, 1), (2, 0xFF, 0)), request_id=8,

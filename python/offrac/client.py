@@ -434,7 +434,8 @@ class Client:
         """Run a chain of functions in one request: each step's output is the next one's input.
 
         ``steps`` are function names or ids, or :class:`Step` for a function with parameters
-        (``[Step("topk", k=64), "logit"]``); 1 to 4 steps. ``data`` is encoded for the first
+        (``[Step("topk", k=64), "logit"]``); 1 to 8 steps (more than 4 ride in the header's hop
+        extension). ``data`` is encoded for the first
         step, the result decoded for the last. A failing step raises the typed error of its
         status with ``err.hop`` = the step's index, and no later step runs.
         """

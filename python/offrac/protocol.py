@@ -13,9 +13,12 @@ from typing import Final
 
 __all__ = [
     "DEVICE_SELF",
+    "EXT_LEN",
+    "FLAG_HOP_EXT",
     "FUNCTION_IDS",
     "FUNCTION_NAMES",
     "HEADER_ERROR_KINDS",
+    "HEADER_HOPS",
     "HEADER_LEN",
     "MAX_HOPS",
     "REQUEST_ID_NONE",
@@ -41,8 +44,14 @@ VERSION: Final = 1
 REQUEST_MAGIC: Final = 0x4F51
 #: Response magic (bytes ``52 53`` on the wire, ASCII "RS").
 RESPONSE_MAGIC: Final = 0x5352
-#: Hops a request header can carry.
-MAX_HOPS: Final = 4
+#: Hops a request can carry: four in the 64-byte header, four more in the hop extension.
+MAX_HOPS: Final = 8
+#: Hops the 64-byte header itself carries.
+HEADER_HOPS: Final = 4
+#: ``flags`` bit 0: a 64-byte hop extension (hops 4..8) follows the header.
+FLAG_HOP_EXT: Final = 0x01
+#: Length of the hop extension.
+EXT_LEN: Final = 64
 #: Device id meaning "this node" in a hop, or "back to the caller" as reply device.
 DEVICE_SELF: Final = 0xFF
 #: Request id of a response that answers no identifiable request (a wrong magic, or a stall
@@ -57,7 +66,7 @@ _HOPS_OFFSET = 24
 # reassembly_ns queue_ns exec_ns detail reserved[8]
 _RESP = struct.Struct("<HBBHBBQIH2sQQQQ8s")
 assert _REQ_FIXED.size == _HOPS_OFFSET
-assert _HOPS_OFFSET + MAX_HOPS * _HOP.size == HEADER_LEN
+assert _HOPS_OFFSET + HEADER_HOPS * _HOP.size == HEADER_LEN
 assert _RESP.size == HEADER_LEN
 
 _U8 = 0xFF
@@ -136,6 +145,7 @@ HEADER_ERROR_KINDS: Final = (
     "ReservedFlags",
     "BadHopCount",
     "BadHopIndex",
+    "NeedlessExtension",
     "ReservedBytes",
     "UnusedHop",
 )
@@ -251,11 +261,12 @@ class RequestHeader:
         tenant: int = 0,
         reply_device: int = DEVICE_SELF,
     ) -> RequestHeader:
-        """A request running ``hops`` in order (1 to 4), the last hop's result going to
-        ``reply_device`` (the caller by default)."""
+        """A request running ``hops`` in order (1 to 8; more than 4 ride in the hop
+        extension), the last hop's result going to ``reply_device`` (the caller by default)."""
         if not 1 <= len(hops) <= MAX_HOPS:
             raise ValueError(f"a chain has 1 to {MAX_HOPS} hops, got {len(hops)}")
         return cls(
+            flags=FLAG_HOP_EXT if len(hops) > HEADER_HOPS else 0,
             request_id=request_id,
             payload_len=payload_len,
             tenant=tenant,
@@ -289,12 +300,24 @@ class RequestHeader:
             self.reply_device,
             b"\0\0\0",
         )
-        return fixed + b"".join(h.encode() for h in self.hops)
+        head = fixed + b"".join(h.encode() for h in self.hops[:HEADER_HOPS])
+        if not self.flags & FLAG_HOP_EXT:
+            return head
+        ext = b"".join(h.encode() for h in self.hops[HEADER_HOPS:])
+        return head + ext + b"\0" * (EXT_LEN - len(ext))
+
+    @property
+    def wire_len(self) -> int:
+        """Bytes before the payload: 64, or 128 with the hop extension."""
+        return HEADER_LEN + (EXT_LEN if self.flags & FLAG_HOP_EXT else 0)
 
     @classmethod
     def decode(cls, buf: bytes | bytearray | memoryview) -> RequestHeader:
-        """Decode and validate a 64-byte request header."""
-        b = _header_bytes(buf)
+        """Decode and validate a request header: 64 bytes, or 128 when it is flagged with the
+        hop extension (see :attr:`wire_len`)."""
+        b = bytes(buf)
+        if len(b) not in (HEADER_LEN, HEADER_LEN + EXT_LEN):
+            raise HeaderError("ShortHeader", f"a header is 64 bytes (128 with the extension), got {len(b)}")
         (
             magic,
             version,
@@ -315,14 +338,32 @@ class RequestHeader:
                 f"unsupported protocol version {version} (this client speaks {VERSION})",
                 request_id=request_id,
             )
-        hops = tuple(Hop(*_HOP.unpack_from(b, _HOPS_OFFSET + i * _HOP.size)) for i in range(MAX_HOPS))
-        if flags != 0:
+        ext = bool(flags & FLAG_HOP_EXT)
+        if ext and len(b) < HEADER_LEN + EXT_LEN:
             raise HeaderError(
-                "ReservedFlags", f"reserved flag bits set: 0x{flags:02x}", request_id=request_id
+                "ShortHeader",
+                "a header flagged with the hop extension needs 128 bytes",
+                request_id=request_id,
             )
-        if not 1 <= hop_count <= MAX_HOPS:
+        hops = tuple(Hop(*_HOP.unpack_from(b, _HOPS_OFFSET + i * _HOP.size)) for i in range(HEADER_HOPS))
+        if ext:
+            hops += tuple(Hop(*_HOP.unpack_from(b, HEADER_LEN + i * _HOP.size)) for i in range(HEADER_HOPS))
+        if flags & ~FLAG_HOP_EXT:
             raise HeaderError(
-                "BadHopCount", f"hop_count {hop_count} outside 1..={MAX_HOPS}", request_id=request_id
+                "ReservedFlags",
+                f"reserved flag bits set: 0x{flags & ~FLAG_HOP_EXT:02x}",
+                request_id=request_id,
+            )
+        most = MAX_HOPS if ext else HEADER_HOPS
+        if not 1 <= hop_count <= most:
+            raise HeaderError(
+                "BadHopCount", f"hop_count {hop_count} outside 1..={most}", request_id=request_id
+            )
+        if ext and hop_count <= HEADER_HOPS:
+            raise HeaderError(
+                "NeedlessExtension",
+                f"the hop extension flag is set but hop_count {hop_count} fits the header",
+                request_id=request_id,
             )
         if hop_index >= hop_count:
             raise HeaderError(
@@ -330,9 +371,9 @@ class RequestHeader:
                 f"hop_index {hop_index} not below hop_count {hop_count}",
                 request_id=request_id,
             )
-        if reserved != b"\0\0\0":
+        if reserved != b"\0\0\0" or (ext and any(b[HEADER_LEN + HEADER_HOPS * _HOP.size :])):
             raise HeaderError("ReservedBytes", "reserved bytes are not zero", request_id=request_id)
-        for i in range(hop_count, MAX_HOPS):
+        for i in range(hop_count, len(hops)):
             if not hops[i].is_zero:
                 raise HeaderError("UnusedHop", f"hop {i} beyond hop_count is not zero", request_id=request_id)
         return cls(

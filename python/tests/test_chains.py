@@ -78,9 +78,22 @@ def test_a_device_missing_from_the_device_table_is_unreachable(node: Node) -> No
         assert "device 7" in e.value.message
 
 
-def test_chain_of_five_steps_is_refused_by_the_client(node: Node) -> None:
-    with node.client() as c, pytest.raises(ValueError, match="1 to 4"):
-        c.call_chain(["echo"] * 5, b"x")
+def test_chain_of_nine_steps_is_refused_by_the_client(node: Node) -> None:
+    with node.client() as c, pytest.raises(ValueError, match="1 to 8"):
+        c.call_chain(["echo"] * 9, b"x")
+
+
+def test_eight_steps_ride_in_the_hop_extension(node: Node, rng: np.random.Generator) -> None:
+    x = rng.uniform(0.01, 0.99, 777).astype(np.float32)
+    steps = ["logit", "echo", "minmax", "echo", "minmax", "echo", "echo", "minmax"]
+    with node.client() as c:
+        want = x
+        for s in steps:
+            want = c.call(s, want)
+        got, info = c.call_chain(steps, x, return_info=True)
+    np.testing.assert_array_equal(got, want)
+    assert info.hop_index == 7
+    assert RequestHeader.chain(1, [Hop.local(ECHO)] * 5).wire_len == 128
 
 
 def test_raw_chain_header_timings_cover_every_hop(node: Node) -> None:

@@ -64,7 +64,7 @@ impl WireConn {
     }
 
     /// Run every request's function as a chain, one hop on each of `devices`
-    /// in order (1..=4; empty: a single hop).
+    /// in order (1..=8; empty: a single hop).
     pub fn set_route(&mut self, devices: &[u8]) -> Result<(), BenchError> {
         if devices.len() > offrac_proto::MAX_HOPS {
             return Err(BenchError::Config(format!(
@@ -109,7 +109,7 @@ impl WireConn {
     ) -> Result<Instant, BenchError> {
         let len = u32::try_from(payload.len())
             .map_err(|_| BenchError::Config(format!("payload of {} bytes", payload.len())))?;
-        let header = if self.route.is_empty() {
+        let h = if self.route.is_empty() {
             RequestHeader::single(id, function, param, len)
         } else {
             let hops: Vec<Hop> = self
@@ -122,11 +122,12 @@ impl WireConn {
                 })
                 .collect();
             RequestHeader::chain(id, &hops, len).expect("route checked by set_route")
-        }
-        .encode();
+        };
+        let wire = h.encode_wire();
+        let header = &wire[..h.wire_len()];
         let n = self.fragments;
         if n == 1 {
-            offrac_client::write_all_vectored(&mut self.stream, &header, payload)?;
+            offrac_client::write_all_vectored(&mut self.stream, header, payload)?;
             return Ok(Instant::now());
         }
         // Fragment i carries payload[cut(i)..cut(i+1)]; the header rides in the first.
@@ -137,7 +138,7 @@ impl WireConn {
             }
             let part = &payload[cut(i)..cut(i + 1)];
             if i == 0 {
-                offrac_client::write_all_vectored(&mut self.stream, &header, part)?;
+                offrac_client::write_all_vectored(&mut self.stream, header, part)?;
             } else if !part.is_empty() {
                 offrac_client::write_all_vectored(&mut self.stream, &[], part)?;
             }

@@ -373,10 +373,11 @@ impl Client {
     ) -> Result<(), ClientError> {
         let len = u32::try_from(payload.len())
             .map_err(|_| ClientError::PayloadTooLarge(payload.len()))?;
-        let header = RequestHeader::chain(request_id, hops, len)
-            .ok_or(ClientError::ChainLength(hops.len()))?
-            .encode();
-        write_all_vectored(&mut self.stream, &header, payload)?;
+        let h = RequestHeader::chain(request_id, hops, len)
+            .ok_or(ClientError::ChainLength(hops.len()))?;
+        // The header, and the hop extension for chains of more than four hops.
+        let wire = h.encode_wire();
+        write_all_vectored(&mut self.stream, &wire[..h.wire_len()], payload)?;
         Ok(())
     }
 

@@ -1,13 +1,20 @@
 //! Per-connection receive state: where the next byte of the stream goes.
 
 use crate::{BufferId, Instant};
-use offrac_proto::{RequestHeader, HEADER_LEN};
+use offrac_proto::{RequestHeader, EXT_LEN, HEADER_LEN};
 
 #[derive(Debug)]
 pub(crate) enum Rx {
     /// Reading a header; `have` bytes so far.
     Header {
         bytes: [u8; HEADER_LEN],
+        have: usize,
+        first_byte_at: Instant,
+    },
+    /// Reading the hop extension of a decoded header flagged with one.
+    Ext {
+        header: RequestHeader,
+        bytes: [u8; EXT_LEN],
         have: usize,
         first_byte_at: Instant,
     },
@@ -53,7 +60,7 @@ impl Connection {
     pub fn is_partial(&self) -> bool {
         match &self.rx {
             Rx::Header { have, .. } => *have > 0,
-            Rx::Payload { .. } | Rx::Discard { .. } => true,
+            Rx::Ext { .. } | Rx::Payload { .. } | Rx::Discard { .. } => true,
             Rx::Closed => false,
         }
     }

@@ -5,8 +5,8 @@
 use crate::connection::{Connection, Rx};
 use crate::{EngineConfig, EngineStats, Instant, Job, ReassemblyPool, Selector, SlotId, SlotQueue};
 use offrac_proto::{
-    HeaderError, RequestHeader, ResponseHeader, Status, DEVICE_SELF, HEADER_LEN, REQUEST_ID_NONE,
-    VERSION,
+    HeaderError, RequestHeader, ResponseHeader, Status, DEVICE_SELF, EXT_LEN, FLAG_HOP_EXT,
+    HEADER_LEN, REQUEST_ID_NONE, VERSION,
 };
 use rustc_hash::FxHashMap;
 use std::cmp::Reverse;
@@ -312,6 +312,12 @@ impl Engine {
                     }
                     self.collect(rx);
                 }
+                Rx::Ext { header, have, .. } => {
+                    let h = *header;
+                    let remaining = (EXT_LEN - have) as u64 + h.payload_len as u64;
+                    c.rx = Rx::Discard { remaining };
+                    self.reply_to(conn, &h, Status::ShuttingDown, 0, msg);
+                }
                 Rx::Discard { .. } => {}
                 _ => self.retire(conn, Status::ShuttingDown, msg),
             }
@@ -407,6 +413,33 @@ impl Engine {
                 }
                 self.on_header(now, conn, &bytes, first_byte_at, data)
             }
+            Rx::Ext {
+                header,
+                mut bytes,
+                have,
+                first_byte_at,
+            } => {
+                let n = (EXT_LEN - have).min(data.len());
+                bytes[have..have + n].copy_from_slice(&data[..n]);
+                *data = &data[n..];
+                if have + n < EXT_LEN {
+                    return Rx::Ext {
+                        header,
+                        bytes,
+                        have: have + n,
+                        first_byte_at,
+                    };
+                }
+                let mut h = header;
+                match h.decode_ext(&bytes) {
+                    Ok(()) => self.admit(now, conn, h, first_byte_at, data),
+                    Err(e) => {
+                        let msg = format!("hop extension: {e}");
+                        self.reply_to(conn, &header, Status::Malformed, 0, &msg);
+                        discard(header.payload_len as u64, now)
+                    }
+                }
+            }
             Rx::Payload {
                 header,
                 mut payload,
@@ -462,6 +495,33 @@ impl Engine {
             Ok(h) => h,
             Err(e) => return self.refuse_header(conn, bytes, e),
         };
+        if h.has_ext() {
+            // Hops 4..8 follow in a second 64-byte beat; decide once it is here.
+            let rx = Rx::Ext {
+                header: h,
+                bytes: [0; EXT_LEN],
+                have: 0,
+                first_byte_at,
+            };
+            return if rest.is_empty() {
+                rx
+            } else {
+                self.feed(now, conn, rx, rest)
+            };
+        }
+        self.admit(now, conn, h, first_byte_at, rest)
+    }
+
+    /// A whole header (with its extension, if any) has been decoded: refuse
+    /// it, or admit it to the small queue or a reassembly buffer.
+    fn admit(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        h: RequestHeader,
+        first_byte_at: Instant,
+        rest: &mut &[u8],
+    ) -> Rx {
         let len = h.payload_len as u64;
         let refuse = |engine: &mut Engine, status: Status, detail: u64, msg: &str| {
             engine.reply_to(conn, &h, status, detail, msg);
@@ -632,8 +692,14 @@ impl Engine {
             ),
             _ => {
                 self.reply(conn, Status::Malformed, id, 0, 0, &msg);
+                // The flag says a hop extension follows, whatever else is wrong.
+                let ext = if bytes[3] & FLAG_HOP_EXT != 0 {
+                    EXT_LEN as u64
+                } else {
+                    0
+                };
                 let len = u32::from_le_bytes([bytes[16], bytes[17], bytes[18], bytes[19]]) as u64;
-                return discard(len, Instant::default());
+                return discard(ext + len, Instant::default());
             }
         }
         self.actions.push_back(Action::Close { conn });
@@ -649,7 +715,9 @@ impl Engine {
         };
         let rx = std::mem::replace(&mut c.rx, Rx::Closed);
         let id = match &rx {
-            Rx::Payload { header, .. } => Some((header.request_id, header.tenant)),
+            Rx::Payload { header, .. } | Rx::Ext { header, .. } => {
+                Some((header.request_id, header.tenant))
+            }
             Rx::Header { bytes, have, .. } if *have >= 16 => {
                 Some((RequestHeader::peek_request_id(bytes), 0))
             }

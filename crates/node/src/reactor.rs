@@ -232,7 +232,7 @@ impl Reactor {
             let now = self.clock.now();
             match done {
                 Done::SlotFree(slot) => self.driver.handle_slot_free(now, slot),
-                Done::Hop(slot, job) => self.driver.handle_hop_done(now, slot, job),
+                Done::Hop(slot, job) => self.driver.handle_hop_done(now, slot, *job),
                 Done::Answered(conn) => {
                     self.driver.handle_answered(now, conn);
                     self.report_backlog(conn);
@@ -591,7 +591,8 @@ impl Reactor {
                     payload,
                 } => {
                     if let Some(Some(l)) = self.links.get(link) {
-                        l.out.send(&header.encode(), &payload);
+                        let wire = header.encode_wire();
+                        l.out.send(&wire[..header.wire_len()], &payload);
                     }
                 }
                 Io::CloseLink { link } => {

@@ -30,7 +30,7 @@ pub enum Done {
     Answered(ConnId),
     /// The slot ran a hop and is free; the job, advanced to its next hop,
     /// goes back to the driver.
-    Hop(SlotId, Job),
+    Hop(SlotId, Box<Job>),
 }
 
 pub struct SlotWorker {
@@ -179,7 +179,7 @@ fn run(mut ctx: WorkerContext, rx: Receiver<Work>) {
             ctx.waker.wake_if_sleeping();
         }) {
             // The next hop waits on the I/O thread: wake it.
-            let gone = ctx.done.send(Done::Hop(slot, next)).is_err();
+            let gone = ctx.done.send(Done::Hop(slot, Box::new(next))).is_err();
             ctx.waker.wake_if_sleeping();
             if gone {
                 return;

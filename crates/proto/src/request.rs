@@ -1,7 +1,14 @@
 use crate::{u16_at, u32_at, u64_at, DEVICE_SELF, HEADER_LEN, REQUEST_MAGIC, VERSION};
 
-/// Hops a request header can carry.
-pub const MAX_HOPS: usize = 4;
+/// Hops a request can carry: four in the 64-byte header, four more in the
+/// hop extension (a second 64-byte beat right after the header).
+pub const MAX_HOPS: usize = 8;
+/// Hops the 64-byte header itself carries (the fast path).
+pub const HEADER_HOPS: usize = 4;
+/// `flags` bit 0: a 64-byte hop extension follows the header (hops 4..8).
+pub const FLAG_HOP_EXT: u8 = 0x01;
+/// Length of the hop extension.
+pub const EXT_LEN: usize = 64;
 const HOPS_OFFSET: usize = 24;
 const HOP_LEN: usize = 10;
 
@@ -47,8 +54,10 @@ pub enum HeaderError {
     BadVersion { version: u8, request_id: u64 },
     #[error("reserved flag bits set: 0x{0:02x}")]
     ReservedFlags(u8),
-    #[error("hop_count {0} outside 1..=4")]
+    #[error("hop_count {0} outside 1..=4 (5..=8 need the hop extension, flags bit 0)")]
     BadHopCount(u8),
+    #[error("the hop extension flag is set but hop_count {0} fits the header (1..=4)")]
+    NeedlessExtension(u8),
     #[error("hop_index {index} not below hop_count {count}")]
     BadHopIndex { index: u8, count: u8 },
     #[error("reserved bytes are not zero")]
@@ -93,7 +102,65 @@ impl RequestHeader {
         let mut h = RequestHeader::single(request_id, 0, 0, payload_len);
         h.hop_count = hops.len() as u8;
         h.hops[..hops.len()].copy_from_slice(hops);
+        if hops.len() > HEADER_HOPS {
+            h.flags |= FLAG_HOP_EXT;
+        }
         Some(h)
+    }
+
+    /// The hop extension follows this header on the wire.
+    pub fn has_ext(&self) -> bool {
+        self.flags & FLAG_HOP_EXT != 0
+    }
+
+    /// Bytes before the payload on the wire: the header, and the extension if any.
+    pub fn wire_len(&self) -> usize {
+        if self.has_ext() {
+            HEADER_LEN + EXT_LEN
+        } else {
+            HEADER_LEN
+        }
+    }
+
+    /// The header and, when flagged, the extension: the first
+    /// [`RequestHeader::wire_len`] bytes are what goes before the payload.
+    pub fn encode_wire(&self) -> [u8; HEADER_LEN + EXT_LEN] {
+        let mut b = [0u8; HEADER_LEN + EXT_LEN];
+        b[..HEADER_LEN].copy_from_slice(&self.encode());
+        if self.has_ext() {
+            b[HEADER_LEN..].copy_from_slice(&self.encode_ext());
+        }
+        b
+    }
+
+    /// The hop extension: hops 4..8 as 10-byte records, then 24 zero bytes.
+    pub fn encode_ext(&self) -> [u8; EXT_LEN] {
+        let mut b = [0u8; EXT_LEN];
+        for (i, hop) in self.hops[HEADER_HOPS..].iter().enumerate() {
+            write_hop(&mut b[i * HOP_LEN..], hop);
+        }
+        b
+    }
+
+    /// Fill hops 4..8 from the extension that followed a header flagged
+    /// [`FLAG_HOP_EXT`], and validate it (reserved bytes zero, hops beyond
+    /// `hop_count` zero). Errors are not fatal: the payload length is known.
+    pub fn decode_ext(&mut self, b: &[u8; EXT_LEN]) -> Result<(), HeaderError> {
+        for i in 0..MAX_HOPS - HEADER_HOPS {
+            self.hops[HEADER_HOPS + i] = read_hop(&b[i * HOP_LEN..]);
+        }
+        if b[(MAX_HOPS - HEADER_HOPS) * HOP_LEN..]
+            .iter()
+            .any(|&x| x != 0)
+        {
+            return Err(HeaderError::ReservedBytes);
+        }
+        if let Some(i) =
+            (self.hop_count as usize..MAX_HOPS).find(|&i| self.hops[i] != Hop::default())
+        {
+            return Err(HeaderError::UnusedHop(i));
+        }
+        Ok(())
     }
 
     /// The hop to run next.
@@ -112,11 +179,8 @@ impl RequestHeader {
         b[8..16].copy_from_slice(&self.request_id.to_le_bytes());
         b[16..20].copy_from_slice(&self.payload_len.to_le_bytes());
         b[20] = self.reply_device;
-        for (i, hop) in self.hops.iter().enumerate() {
-            let o = HOPS_OFFSET + i * HOP_LEN;
-            b[o] = hop.function;
-            b[o + 1] = hop.device;
-            b[o + 2..o + 10].copy_from_slice(&hop.param.to_le_bytes());
+        for (i, hop) in self.hops[..HEADER_HOPS].iter().enumerate() {
+            write_hop(&mut b[HOPS_OFFSET + i * HOP_LEN..], hop);
         }
         b
     }
@@ -135,15 +199,8 @@ impl RequestHeader {
             });
         }
         let mut hops = [Hop::default(); MAX_HOPS];
-        for (i, hop) in hops.iter_mut().enumerate() {
-            let o = HOPS_OFFSET + i * HOP_LEN;
-            let mut p = [0u8; 8];
-            p.copy_from_slice(&b[o + 2..o + 10]);
-            *hop = Hop {
-                function: b[o],
-                device: b[o + 1],
-                param: u64::from_le_bytes(p),
-            };
+        for (i, hop) in hops[..HEADER_HOPS].iter_mut().enumerate() {
+            *hop = read_hop(&b[HOPS_OFFSET + i * HOP_LEN..]);
         }
         let h = RequestHeader {
             flags: b[3],
@@ -155,11 +212,15 @@ impl RequestHeader {
             reply_device: b[20],
             hops,
         };
-        if h.flags != 0 {
-            return Err(HeaderError::ReservedFlags(h.flags));
+        if h.flags & !FLAG_HOP_EXT != 0 {
+            return Err(HeaderError::ReservedFlags(h.flags & !FLAG_HOP_EXT));
         }
-        if h.hop_count == 0 || h.hop_count as usize > MAX_HOPS {
+        let max = if h.has_ext() { MAX_HOPS } else { HEADER_HOPS };
+        if h.hop_count == 0 || h.hop_count as usize > max {
             return Err(HeaderError::BadHopCount(h.hop_count));
+        }
+        if h.has_ext() && h.hop_count as usize <= HEADER_HOPS {
+            return Err(HeaderError::NeedlessExtension(h.hop_count));
         }
         if h.hop_index >= h.hop_count {
             return Err(HeaderError::BadHopIndex {
@@ -170,7 +231,9 @@ impl RequestHeader {
         if b[21..24].iter().any(|&x| x != 0) {
             return Err(HeaderError::ReservedBytes);
         }
-        if let Some(i) = (h.hop_count as usize..MAX_HOPS).find(|&i| h.hops[i] != Hop::default()) {
+        // Hops past the header's four are checked with the extension.
+        if let Some(i) = (h.hop_count as usize..HEADER_HOPS).find(|&i| h.hops[i] != Hop::default())
+        {
             return Err(HeaderError::UnusedHop(i));
         }
         Ok(h)
@@ -180,4 +243,20 @@ impl RequestHeader {
     pub fn peek_request_id(b: &[u8; HEADER_LEN]) -> u64 {
         u64_at(b, 8)
     }
+}
+
+fn read_hop(b: &[u8]) -> Hop {
+    let mut p = [0u8; 8];
+    p.copy_from_slice(&b[2..10]);
+    Hop {
+        function: b[0],
+        device: b[1],
+        param: u64::from_le_bytes(p),
+    }
+}
+
+fn write_hop(b: &mut [u8], hop: &Hop) {
+    b[0] = hop.function;
+    b[1] = hop.device;
+    b[2..10].copy_from_slice(&hop.param.to_le_bytes());
 }

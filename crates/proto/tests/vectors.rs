@@ -1,6 +1,6 @@
 //! Check the codec byte-for-byte against `docs/vectors/headers.json`.
 
-use offrac_proto::{HeaderError, Hop, RequestHeader, ResponseHeader, Status, HEADER_LEN};
+use offrac_proto::{HeaderError, Hop, RequestHeader, ResponseHeader, Status, EXT_LEN, HEADER_LEN};
 use serde_json::Value;
 
 fn vectors() -> Value {
@@ -13,7 +13,25 @@ fn vectors() -> Value {
 
 fn bytes(v: &Value) -> [u8; HEADER_LEN] {
     let raw = hex::decode(v["hex"].as_str().unwrap()).unwrap();
-    raw.try_into().expect("64 bytes")
+    raw[..HEADER_LEN].try_into().expect("64 bytes")
+}
+
+/// The hop extension after the header, if the vector has one.
+fn ext(v: &Value) -> Option<[u8; EXT_LEN]> {
+    let raw = hex::decode(v["hex"].as_str().unwrap()).unwrap();
+    (raw.len() > HEADER_LEN).then(|| raw[HEADER_LEN..].try_into().expect("64 more bytes"))
+}
+
+/// Decode a header and its extension (when flagged), as a node reads them.
+fn decode_all(
+    b: &[u8; HEADER_LEN],
+    e: Option<[u8; EXT_LEN]>,
+) -> Result<RequestHeader, HeaderError> {
+    let mut h = RequestHeader::decode(b)?;
+    if h.has_ext() {
+        h.decode_ext(&e.expect("flagged header comes with its extension"))?;
+    }
+    Ok(h)
 }
 
 fn u(v: &Value, k: &str) -> u64 {
@@ -29,6 +47,7 @@ fn error_name(e: HeaderError) -> &'static str {
         HeaderError::BadHopIndex { .. } => "BadHopIndex",
         HeaderError::ReservedBytes => "ReservedBytes",
         HeaderError::UnusedHop(_) => "UnusedHop",
+        HeaderError::NeedlessExtension(_) => "NeedlessExtension",
     }
 }
 
@@ -41,7 +60,7 @@ fn request_vectors_decode_and_reencode() {
         let b = bytes(v);
         let note = v["note"].as_str().unwrap();
         let f = &v["fields"];
-        match RequestHeader::decode(&b) {
+        match decode_all(&b, ext(v)) {
             Ok(h) => {
                 assert!(
                     v["valid"].as_bool().unwrap(),
@@ -61,7 +80,14 @@ fn request_vectors_decode_and_reencode() {
                     };
                     assert_eq!(h.hops[i], want, "{note}: hop {i}");
                 }
-                assert_eq!(h.encode(), b, "{note}: re-encoding differs");
+                let wire = h.encode_wire();
+                let raw = hex::decode(v["hex"].as_str().unwrap()).unwrap();
+                assert_eq!(h.wire_len(), raw.len(), "{note}");
+                assert_eq!(
+                    &wire[..h.wire_len()],
+                    &raw[..],
+                    "{note}: re-encoding differs"
+                );
             }
             Err(e) => {
                 assert!(!v["valid"].as_bool().unwrap(), "{note}: failed with {e}");
@@ -99,15 +125,16 @@ fn response_vectors_decode_and_reencode() {
 
 proptest::proptest! {
     #[test]
-    fn any_valid_request_roundtrips(id: u64, len: u32, tenant: u16, count in 1u8..=4, f: [u8; 4], d: [u8; 4], p: [u64; 4]) {
-        let mut h = RequestHeader::single(id, f[0], p[0], len);
+    fn any_valid_request_roundtrips(id: u64, len: u32, tenant: u16, count in 1usize..=8, f: [u8; 8], d: [u8; 8], p: [u64; 8]) {
+        let hops: Vec<Hop> = (0..count).map(|i| Hop { function: f[i], device: d[i], param: p[i] }).collect();
+        let mut h = RequestHeader::chain(id, &hops, len).unwrap();
         h.tenant = tenant;
-        h.hop_count = count;
-        h.hop_index = count - 1;
-        for i in 0..count as usize {
-            h.hops[i] = Hop { function: f[i], device: d[i], param: p[i] };
-        }
-        proptest::prop_assert_eq!(RequestHeader::decode(&h.encode()), Ok(h));
+        h.hop_index = count as u8 - 1;
+        let wire = h.encode_wire();
+        proptest::prop_assert_eq!(h.wire_len(), if count > 4 { 128 } else { 64 });
+        let base: [u8; HEADER_LEN] = wire[..HEADER_LEN].try_into().unwrap();
+        let e: [u8; EXT_LEN] = wire[HEADER_LEN..].try_into().unwrap();
+        proptest::prop_assert_eq!(decode_all(&base, h.has_ext().then_some(e)), Ok(h));
     }
 
     #[test]

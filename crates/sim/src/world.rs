@@ -155,7 +155,7 @@ enum Ev {
     Finish {
         node: usize,
         slot: SlotId,
-        job: Job,
+        job: Box<Job>,
         started: Nanos,
     },
     Timer(usize),
@@ -445,7 +445,7 @@ impl World {
                 started,
             } => {
                 if !self.nodes[node].down {
-                    self.finish(node, slot, job, started);
+                    self.finish(node, slot, *job, started);
                 }
             }
             Ev::Timer(node) => {
@@ -541,7 +541,7 @@ impl World {
                         Ev::Finish {
                             node,
                             slot,
-                            job,
+                            job: Box::new(job),
                             started,
                         },
                     );
@@ -593,7 +593,7 @@ impl World {
                     payload,
                 } => {
                     if let Some(&c) = self.link_clients.get(&(node, link)) {
-                        let mut bytes = header.encode().to_vec();
+                        let mut bytes = header.encode_wire()[..header.wire_len()].to_vec();
                         bytes.extend_from_slice(&payload);
                         self.send(c, &bytes);
                     }

@@ -18,8 +18,8 @@ const SPIN: u8 = FunctionId::Spin as u8;
 
 fn chain(id: u64, hops: &[(u8, u64)], payload: &[u8]) -> Vec<u8> {
     let hops: Vec<Hop> = hops.iter().map(|&(f, p)| Hop::local(f, p)).collect();
-    let h = RequestHeader::chain(id, &hops, payload.len() as u32).expect("1..=4 hops");
-    let mut b = h.encode().to_vec();
+    let h = RequestHeader::chain(id, &hops, payload.len() as u32).expect("1..=8 hops");
+    let mut b = h.encode_wire()[..h.wire_len()].to_vec();
     b.extend_from_slice(payload);
     b
 }
@@ -155,4 +155,76 @@ fn a_full_node_refuses_a_hop_and_loses_nothing() {
 /// refusals of a chain's next hop.
 fn refused_at_admission(st: &offrac_core::EngineStats) -> usize {
     (st.requests - st.admitted) as usize
+}
+
+#[test]
+fn eight_hops_ride_in_the_hop_extension() {
+    // Five to eight hops need the second 64-byte beat; segments cut it anywhere.
+    // (logit of a min-max output is infinite at its ends, so logit comes first)
+    let hops: [(u8, u64); 8] = [
+        (LOGIT, 0),
+        (ECHO, 0),
+        (MINMAX, 0),
+        (ECHO, 0),
+        (MINMAX, 0),
+        (ECHO, 0),
+        (ECHO, 0),
+        (MINMAX, 0),
+    ];
+    for_seeds(|seed| {
+        let mut w = world(seed, |_| {});
+        let c = w.connect();
+        for n in [5, 8] {
+            let payload = floats(seed + n as u64, 500);
+            let bytes = chain(n as u64, &hops[..n], &payload);
+            assert_eq!(bytes.len(), 128 + payload.len(), "header + extension");
+            w.send(c, &bytes);
+            w.run_for(20 * MS);
+            let a = w.answers_to(c, n as u64);
+            assert_eq!(a.len(), 1);
+            assert_eq!(a[0].header.status, Status::Ok, "{n} hops");
+            assert_eq!(a[0].header.hop_index as usize, n - 1);
+            assert_eq!(a[0].payload, one_by_one(&hops[..n], &payload), "{n} hops");
+        }
+    });
+}
+
+#[test]
+fn a_bad_hop_extension_is_malformed_and_the_connection_goes_on() {
+    for_seeds(|seed| {
+        let mut w = world(seed, |_| {});
+        let c = w.connect();
+        let mut bad = chain(1, &[(ECHO, 0); 6], b"payload");
+        bad[64 + 60] = 1; // a reserved byte of the extension
+        w.send(c, &bad);
+        w.send(c, &chain(2, &[(ECHO, 0); 5], b"next"));
+        // Flagged with an extension that a one-hop chain does not need: refused,
+        // and the extension that follows is skipped with the payload.
+        let mut needless = chain(3, &[(ECHO, 0); 5], b"skipped");
+        needless[6] = 1; // hop_count 1
+        needless[64..].fill(0);
+        needless.extend_from_slice(b"skipped");
+        needless.truncate(128 + 7);
+        w.send(c, &needless);
+        w.send(c, &chain(4, &[(ECHO, 0)], b"after"));
+        w.run_for(10 * MS);
+        let a = w.answers_to(c, 3);
+        assert_eq!(a.len(), 1);
+        assert_eq!(a[0].header.status, Status::Malformed);
+        let a = w.answers_to(c, 4);
+        assert_eq!(a.len(), 1);
+        assert_eq!(
+            (a[0].header.status, a[0].payload.as_slice()),
+            (Status::Ok, &b"after"[..])
+        );
+        let a = w.answers_to(c, 1);
+        assert_eq!(a.len(), 1);
+        assert_eq!(a[0].header.status, Status::Malformed);
+        let a = w.answers_to(c, 2);
+        assert_eq!(a.len(), 1);
+        assert_eq!(
+            (a[0].header.status, a[0].payload.as_slice()),
+            (Status::Ok, &b"next"[..])
+        );
+    });
 }

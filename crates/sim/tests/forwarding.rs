@@ -53,8 +53,8 @@ fn chain(id: u64, hops: &[(u8, u8, u64)], payload: &[u8]) -> Vec<u8> {
             param,
         })
         .collect();
-    let h = RequestHeader::chain(id, &hops, payload.len() as u32).expect("1..=4 hops");
-    let mut b = h.encode().to_vec();
+    let h = RequestHeader::chain(id, &hops, payload.len() as u32).expect("1..=8 hops");
+    let mut b = h.encode_wire()[..h.wire_len()].to_vec();
     b.extend_from_slice(payload);
     b
 }
@@ -67,8 +67,19 @@ fn only_answer(w: &World, client: usize, id: u64) -> offrac_sim::world::Received
 
 #[test]
 fn a_chain_across_nodes_gives_the_bytes_of_its_functions_run_one_by_one() {
-    let chains: [&[(u8, u8, u64)]; 4] = [
+    let chains: [&[(u8, u8, u64)]; 5] = [
         &[(MINMAX, 0, 0), (LOGIT, 1, 0)],
+        // eight hops, the extension forwarded with the chain: 0 -> 1 -> 2 -> 0 -> 2 -> 1
+        &[
+            (LOGIT, 0, 0),
+            (ECHO, 1, 0),
+            (MINMAX, 2, 0),
+            (ECHO, 0, 0),
+            (MINMAX, 0, 0),
+            (ECHO, 2, 0),
+            (ECHO, 1, 0),
+            (MINMAX, 1, 0),
+        ],
         &[(TOPK, 1, 64), (TOPK, 2, 8), (ECHO, 0, 0)],
         &[(ECHO, 0, 0), (MINMAX, 2, 0), (ECHO, 2, 0), (LOGIT, 1, 0)],
         &[(LOGIT, 0, 0), (MINMAX, 0, 0), (ECHO, 1, 0)],
@@ -98,8 +109,9 @@ fn a_chain_across_nodes_gives_the_bytes_of_its_functions_run_one_by_one() {
             assert!(a.header.exec_ns > 0);
         }
         let st = w.node(0).driver().link_stats();
-        assert_eq!(st.forwarded, 4, "every chain leaves node 0 once");
-        assert_eq!(st.relayed, 4);
+        // every chain leaves node 0 once; the eight-hop one comes back and leaves again
+        assert_eq!(st.forwarded, 6);
+        assert_eq!(st.relayed, 6);
         assert_eq!(st.failed, 0);
     });
 }
