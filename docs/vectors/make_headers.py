@@ -8,15 +8,17 @@ Run: python3 docs/vectors/make_headers.py > docs/vectors/headers.json
 import json
 import struct
 
-REQ = "<HBBHBBQIB3x"  # magic version flags tenant hop_count hop_index request_id payload_len reply_device pad
+REQ = "<HBBHBBQIB"  # magic version flags tenant hop_count hop_index request_id payload_len reply_device, then budget_us (u24)
 HOP = "<BBQ"
 RESP = "<HBBHBBQIH2xQQQQ8x"
 
 
 def request(valid, error, *, magic=0x4F51, version=1, flags=0, tenant=0, hop_count=1, hop_index=0,
-            request_id=0, payload_len=0, reply_device=0xFF, hops=((1, 0xFF, 16),), ext_reserved=b"", note=""):
+            request_id=0, payload_len=0, reply_device=0xFF, budget_us=0, hops=((1, 0xFF, 16),), ext_reserved=b"",
+            note=""):
     """A 64-byte header, or 128 bytes (header + hop extension) when flags bit 0 is set."""
     b = struct.pack(REQ, magic, version, flags, tenant, hop_count, hop_index, request_id, payload_len, reply_device)
+    b += budget_us.to_bytes(3, "little")
     ext = flags & 1
     hop_list = list(hops) + [(0, 0, 0)] * ((8 if ext else 4) - len(hops))
     for f, d, p in hop_list[:4]:
@@ -28,7 +30,7 @@ def request(valid, error, *, magic=0x4F51, version=1, flags=0, tenant=0, hop_cou
         b += ext_reserved.ljust(24, b"\0")
         assert len(b) == 128
     fields = dict(flags=flags, tenant=tenant, hop_count=hop_count, hop_index=hop_index, request_id=request_id,
-                  payload_len=payload_len, reply_device=reply_device,
+                  payload_len=payload_len, reply_device=reply_device, budget_us=budget_us,
                   hops=[dict(function=f, device=d, param=p) for f, d, p in hop_list])
     return dict(note=note, hex=b.hex(), valid=valid, error=error, fields=fields)
 
@@ -50,6 +52,10 @@ requests = [
     request(True, None, request_id=2**64 - 1, payload_len=2**32 - 1, hop_count=4, hop_index=3, reply_device=7,
             hops=((3, 1, 0), (1, 2, 5), (0, 63, 2**64 - 1), (2, 0xFF, 1)), note="four-hop chain, extreme values"),
     request(True, None, request_id=9, payload_len=0, hops=((0, 0xFF, 0),), note="empty echo"),
+    request(True, None, request_id=16, payload_len=8, budget_us=0x0A1B2C, hops=((2, 0xFF, 0),),
+            note="a 662,316 us budget (24-bit little-endian at offset 21)"),
+    request(True, None, request_id=17, payload_len=8, budget_us=2**24 - 1, hops=((2, 0xFF, 0),),
+            note="the largest budget, about 16.8 s"),
     request(False, "BadMagic", magic=0x1234, request_id=5, note="wrong magic: connection-fatal"),
     request(False, "BadVersion", version=2, request_id=6, note="wrong version: connection-fatal"),
     request(False, "ReservedFlags", flags=2, request_id=7, note="reserved flag set"),

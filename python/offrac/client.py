@@ -23,6 +23,7 @@ from .errors import ConnectionClosedError, OffracError, error_for_response
 from .protocol import (
     DEVICE_SELF,
     HEADER_LEN,
+    MAX_BUDGET_US,
     MAX_HOPS,
     FunctionId,
     HeaderError,
@@ -273,6 +274,16 @@ def prepare_chain(steps: Sequence[StepLike], data: Data) -> tuple[bytes, tuple[H
     return payload, tuple(s.hop() for s in chain), output_decoder(chain[-1].function, shape)
 
 
+def _budget_us(seconds: float | None) -> int:
+    """A budget in seconds as the header's µs (0: none)."""
+    if seconds is None:
+        return 0
+    us = round(seconds * 1e6)
+    if not 1 <= us <= MAX_BUDGET_US:
+        raise ValueError(f"budget must be 1 µs to {MAX_BUDGET_US / 1e6:.1f} s, got {seconds} s")
+    return us
+
+
 # ---------------------------------------------------------------------------------------------
 # Retry timer
 
@@ -336,6 +347,9 @@ class Client:
       ``uniform(low, high) * 2**i``, capped at ``busy_backoff_max``. The default 80-120 us start
       follows the OffRAC paper (Appendix B).
     * ``tenant``: default tenant id of requests.
+    * ``budget``: default time budget of requests, in seconds (None: none). A hop not started
+      within it of the request reaching the node is not run: the call raises
+      :class:`~offrac.errors.RequestTimeoutError` naming the hop. Also a keyword of each call.
 
     Counters: ``busy_retries_done`` (requests re-sent after BUSY) and ``last_response`` (the
     most recently received :class:`~offrac.protocol.ResponseHeader`, with the node's timings).
@@ -351,6 +365,7 @@ class Client:
         busy_backoff: tuple[float, float] = (80e-6, 120e-6),
         busy_backoff_max: float = 0.05,
         tenant: int = 0,
+        budget: float | None = None,
         nodelay: bool = True,
     ) -> None:
         if busy_retries < 0:
@@ -364,6 +379,8 @@ class Client:
         self.busy_backoff = (float(lo), float(hi))
         self.busy_backoff_max = float(busy_backoff_max)
         self.tenant = tenant
+        self.budget = budget
+        _budget_us(budget)  # checked now, not at the first call
         self.busy_retries_done = 0
         self.last_response: ResponseHeader | None = None
 
@@ -396,6 +413,7 @@ class Client:
         *,
         tenant: int | None = None,
         return_info: bool = False,
+        budget: float | None = -1.0,
         **params: object,
     ) -> RequestFuture[Any]:
         """Send a request without waiting; returns a future of what :meth:`call` would return.
@@ -408,7 +426,7 @@ class Client:
         fid = function_id(function)
         payload, param, decode = prepare(fid, data, params)
         hops = (Hop.local(fid, param),)
-        return self._send_new(hops, payload, tenant, decode, return_info, self.busy_retries)
+        return self._send_new(hops, payload, tenant, decode, return_info, self.busy_retries, budget)
 
     def submit_chain(
         self,
@@ -417,10 +435,11 @@ class Client:
         *,
         tenant: int | None = None,
         return_info: bool = False,
+        budget: float | None = -1.0,
     ) -> RequestFuture[Any]:
         """Like :meth:`call_chain` but returns a future."""
         payload, hops, decode = prepare_chain(steps, data)
-        return self._send_new(hops, payload, tenant, decode, return_info, self.busy_retries)
+        return self._send_new(hops, payload, tenant, decode, return_info, self.busy_retries, budget)
 
     def call_chain(
         self,
@@ -430,6 +449,7 @@ class Client:
         tenant: int | None = None,
         timeout: float | None = -1.0,
         return_info: bool = False,
+        budget: float | None = -1.0,
     ) -> Any:
         """Run a chain of functions in one request: each step's output is the next one's input.
 
@@ -439,7 +459,7 @@ class Client:
         step, the result decoded for the last. A failing step raises the typed error of its
         status with ``err.hop`` = the step's index, and no later step runs.
         """
-        fut = self.submit_chain(steps, data, tenant=tenant, return_info=return_info)
+        fut = self.submit_chain(steps, data, tenant=tenant, return_info=return_info, budget=budget)
         return self._wait(fut, timeout)
 
     def call(
@@ -450,6 +470,7 @@ class Client:
         tenant: int | None = None,
         timeout: float | None = -1.0,
         return_info: bool = False,
+        budget: float | None = -1.0,
         **params: object,
     ) -> Any:
         """Run ``function`` (name or id) on ``data`` and return its decoded result.
@@ -463,7 +484,7 @@ class Client:
         ``timeout`` defaults to the client's; on expiry the request is abandoned and the
         builtin :class:`TimeoutError` is raised.
         """
-        fut = self.submit(function, data, tenant=tenant, return_info=return_info, **params)
+        fut = self.submit(function, data, tenant=tenant, return_info=return_info, budget=budget, **params)
         return self._wait(fut, timeout)
 
     def submit_raw(
@@ -476,7 +497,7 @@ class Client:
     ) -> RequestFuture[tuple[ResponseHeader, bytes]]:
         """Like :meth:`call_raw` but returns a future."""
         hops = (Hop.local(function_id(function), _u64_param("param", param)),)
-        return self._send_new(hops, bytes(payload), tenant, None, False, 0)
+        return self._send_new(hops, bytes(payload), tenant, None, False, 0, -1.0)
 
     def call_raw(
         self,
@@ -545,16 +566,17 @@ class Client:
         decode: _Decoder | None,
         return_info: bool,
         retries: int,
+        budget: float | None,
     ) -> RequestFuture[Any]:
+        budget_us = _budget_us(self.budget if budget is not None and budget < 0 else budget)
         fut: RequestFuture[Any] = RequestFuture()
         with self._lock:
             if self._closed is not None:
                 raise ConnectionClosedError(f"connection is closed ({self._closed.message})")
             rid = next(self._ids)
             fut.request_id = rid
-            header = RequestHeader.chain(
-                rid, hops, len(payload), self.tenant if tenant is None else tenant
-            ).encode()
+            tenant_id = self.tenant if tenant is None else tenant
+            header = RequestHeader.chain(rid, hops, len(payload), tenant_id, budget_us=budget_us).encode()
             pending = _Pending(fut, header + payload, decode, return_info, retries)
             self._pending[rid] = pending
         self._transmit(pending)

@@ -20,6 +20,7 @@ __all__ = [
     "HEADER_ERROR_KINDS",
     "HEADER_HOPS",
     "HEADER_LEN",
+    "MAX_BUDGET_US",
     "MAX_HOPS",
     "REQUEST_ID_NONE",
     "REQUEST_MAGIC",
@@ -58,8 +59,10 @@ DEVICE_SELF: Final = 0xFF
 #: before the id arrived); reserved: clients never send it.
 REQUEST_ID_NONE: Final = 0xFFFF_FFFF_FFFF_FFFF
 
-# magic version flags tenant hop_count hop_index request_id payload_len reply_device reserved[3]
+# magic version flags tenant hop_count hop_index request_id payload_len reply_device budget_us[3]
 _REQ_FIXED = struct.Struct("<HBBHBBQIB3s")
+#: Largest budget the 24-bit ``budget_us`` field holds (about 16.8 s).
+MAX_BUDGET_US: Final = (1 << 24) - 1
 _HOP = struct.Struct("<BBQ")
 _HOPS_OFFSET = 24
 # magic version flags status hop_index device request_id payload_len tenant reserved[2]
@@ -235,6 +238,9 @@ class RequestHeader:
     hop_index: int = 0
     reply_device: int = DEVICE_SELF
     flags: int = 0
+    #: Time budget in µs from the request's first byte at a node (0: none): a hop not started
+    #: within it is answered TIMEOUT.
+    budget_us: int = 0
     hops: tuple[Hop, ...] = field(default_factory=lambda: (Hop(),) * MAX_HOPS)
 
     def __post_init__(self) -> None:
@@ -260,6 +266,8 @@ class RequestHeader:
         payload_len: int = 0,
         tenant: int = 0,
         reply_device: int = DEVICE_SELF,
+        *,
+        budget_us: int = 0,
     ) -> RequestHeader:
         """A request running ``hops`` in order (1 to 8; more than 4 ride in the hop
         extension), the last hop's result going to ``reply_device`` (the caller by default)."""
@@ -272,6 +280,7 @@ class RequestHeader:
             tenant=tenant,
             hop_count=len(hops),
             reply_device=reply_device,
+            budget_us=budget_us,
             hops=tuple(hops),
         )
 
@@ -288,6 +297,7 @@ class RequestHeader:
         _check_range("request_id", self.request_id, _U64)
         _check_range("payload_len", self.payload_len, _U32)
         _check_range("reply_device", self.reply_device, _U8)
+        _check_range("budget_us", self.budget_us, MAX_BUDGET_US)
         fixed = _REQ_FIXED.pack(
             REQUEST_MAGIC,
             VERSION,
@@ -298,7 +308,7 @@ class RequestHeader:
             self.request_id,
             self.payload_len,
             self.reply_device,
-            b"\0\0\0",
+            self.budget_us.to_bytes(3, "little"),
         )
         head = fixed + b"".join(h.encode() for h in self.hops[:HEADER_HOPS])
         if not self.flags & FLAG_HOP_EXT:
@@ -328,7 +338,7 @@ class RequestHeader:
             request_id,
             payload_len,
             reply_device,
-            reserved,
+            budget,
         ) = _REQ_FIXED.unpack_from(b, 0)
         if magic != REQUEST_MAGIC:
             raise HeaderError("BadMagic", f"bad magic 0x{magic:04x} (expected 0x{REQUEST_MAGIC:04x})")
@@ -371,7 +381,7 @@ class RequestHeader:
                 f"hop_index {hop_index} not below hop_count {hop_count}",
                 request_id=request_id,
             )
-        if reserved != b"\0\0\0" or (ext and any(b[HEADER_LEN + HEADER_HOPS * _HOP.size :])):
+        if ext and any(b[HEADER_LEN + HEADER_HOPS * _HOP.size :]):
             raise HeaderError("ReservedBytes", "reserved bytes are not zero", request_id=request_id)
         for i in range(hop_count, len(hops)):
             if not hops[i].is_zero:
@@ -384,6 +394,7 @@ class RequestHeader:
             hop_index=hop_index,
             reply_device=reply_device,
             flags=flags,
+            budget_us=int.from_bytes(budget, "little"),
             hops=hops,
         )
 

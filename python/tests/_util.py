@@ -22,7 +22,6 @@ def header_with(
     """A request header with some fields overridden (e.g. ``flags=1``, ``magic=...``, ``version=2``)."""
     magic = fields.pop("magic", None)
     version = fields.pop("version", None)
-    reserved = fields.pop("reserved", None)
     base: dict[str, Any] = {
         "request_id": request_id,
         "payload_len": payload_len,
@@ -34,8 +33,6 @@ def header_with(
         b[0:2] = int(magic).to_bytes(2, "little")
     if version is not None:
         b[2] = int(version)
-    if reserved is not None:
-        b[21:24] = bytes(reserved)
     return bytes(b)
 
 

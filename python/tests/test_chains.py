@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -12,6 +14,7 @@ from offrac import (
     FunctionId,
     Hop,
     RequestHeader,
+    RequestTimeoutError,
     Status,
     Step,
     UnknownFunctionError,
@@ -117,3 +120,21 @@ def test_chains_from_many_clients_all_answer(node: Node, rng: np.random.Generato
     for got, want in zip(outs, refs, strict=False):
         np.testing.assert_array_equal(got, want)
     assert len(outs) == 200
+
+
+def test_a_budget_spent_waiting_is_timeout_and_the_work_is_not_run(node: Node) -> None:
+    with node.client() as c:
+        hold = c.submit("spin", b"hold", us=300_000)
+        time.sleep(0.05)
+        t = time.monotonic()
+        with pytest.raises(RequestTimeoutError) as e:
+            c.call_chain(["echo", Step("spin", us=400_000)], b"late", budget=0.02)
+        waited = time.monotonic() - t
+        assert (e.value.hop, e.value.device) == (1, 0)
+        assert "budget" in e.value.message
+        # answered when the slot freed (~250 ms), without running the 400 ms spin
+        assert waited < 0.5, waited
+        assert hold.result(5) == b"hold"
+        assert c.call("echo", b"in time", budget=1.0) == b"in time"
+        with pytest.raises(ValueError, match="budget"):
+            c.call("echo", b"x", budget=20.0)

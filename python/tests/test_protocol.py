@@ -46,6 +46,7 @@ def _request_from_fields(f: dict[str, Any]) -> RequestHeader:
         hop_index=f["hop_index"],
         reply_device=f["reply_device"],
         flags=f["flags"],
+        budget_us=f["budget_us"],
         hops=tuple(Hop(h["function"], h["device"], h["param"]) for h in f["hops"]),
     )
 
@@ -145,12 +146,14 @@ def _patched(offset: int, value: bytes) -> bytes:
     return bytes(b)
 
 
-@pytest.mark.parametrize("offset", [21, 22, 23])
-def test_reserved_bytes(offset: int) -> None:
-    with pytest.raises(HeaderError) as info:
-        RequestHeader.decode(_patched(offset, b"\x01"))
-    assert info.value.kind == "ReservedBytes"
-    assert info.value.request_id == 42
+@pytest.mark.parametrize(("offset", "budget"), [(21, 1), (22, 256), (23, 65536)])
+def test_budget_is_a_24_bit_little_endian_field(offset: int, budget: int) -> None:
+    assert RequestHeader.decode(_patched(offset, b"\x01")).budget_us == budget
+
+
+def test_budget_out_of_range_is_refused_by_the_encoder() -> None:
+    with pytest.raises(ValueError):
+        RequestHeader(budget_us=1 << 24).encode()
 
 
 def test_validation_order_follows_the_node() -> None:

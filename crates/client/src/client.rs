@@ -49,6 +49,9 @@ pub enum ClientError {
     /// A chain must have 1 to [`offrac_proto::MAX_HOPS`] hops.
     #[error("a chain has 1 to {max} hops, not {0}", max = offrac_proto::MAX_HOPS)]
     ChainLength(usize),
+    /// A budget outside 1 µs..=16.8 s.
+    #[error("a budget must be 1 µs to {max} µs, not {0:?}", max = offrac_proto::MAX_BUDGET_US)]
+    Budget(Duration),
     /// The node closed the connection (possibly mid-response).
     #[error("connection closed by the node")]
     Closed,
@@ -102,6 +105,7 @@ impl ClientError {
             ),
             ClientError::PayloadTooLarge(_)
             | ClientError::ChainLength(_)
+            | ClientError::Budget(_)
             | ClientError::Config(_) => false,
             ClientError::Io(_)
             | ClientError::Protocol(_)
@@ -202,6 +206,8 @@ pub struct Client {
     /// Spin on a non-blocking socket instead of sleeping in the kernel.
     busy_poll: bool,
     read_timeout: Option<Duration>,
+    /// Budget each request carries, µs (0: none).
+    budget_us: u32,
 }
 
 impl Client {
@@ -240,6 +246,7 @@ impl Client {
             rng: SplitMix64::from_entropy(),
             busy_poll: false,
             read_timeout: None,
+            budget_us: 0,
         })
     }
 
@@ -271,6 +278,22 @@ impl Client {
     /// Read timeout for responses; on expiry `recv`/`call` fail with
     /// `ClientError::Io` (kind `WouldBlock` or `TimedOut`), and the
     /// connection should be dropped since a response may be half read.
+    /// Give every request sent from now on a time budget: a hop the node
+    /// (or any node down the chain) has not started within it is not run and
+    /// answered `TIMEOUT` naming the hop. `None`: no budget. The budget is
+    /// counted from the request's first byte reaching the node, in µs, up to
+    /// [`offrac_proto::MAX_BUDGET_US`] (about 16.8 s).
+    pub fn set_budget(&mut self, budget: Option<Duration>) -> Result<(), ClientError> {
+        self.budget_us = match budget {
+            None => 0,
+            Some(d) => match u32::try_from(d.as_micros()) {
+                Ok(us) if (1..=offrac_proto::MAX_BUDGET_US).contains(&us) => us,
+                _ => return Err(ClientError::Budget(d)),
+            },
+        };
+        Ok(())
+    }
+
     pub fn set_read_timeout(&mut self, timeout: Option<Duration>) -> Result<(), ClientError> {
         self.stream.set_read_timeout(timeout)?;
         self.read_timeout = timeout;
@@ -373,8 +396,9 @@ impl Client {
     ) -> Result<(), ClientError> {
         let len = u32::try_from(payload.len())
             .map_err(|_| ClientError::PayloadTooLarge(payload.len()))?;
-        let h = RequestHeader::chain(request_id, hops, len)
+        let mut h = RequestHeader::chain(request_id, hops, len)
             .ok_or(ClientError::ChainLength(hops.len()))?;
+        h.budget_us = self.budget_us;
         // The header, and the hop extension for chains of more than four hops.
         let wire = h.encode_wire();
         write_all_vectored(&mut self.stream, &wire[..h.wire_len()], payload)?;

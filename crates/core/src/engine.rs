@@ -880,12 +880,30 @@ impl Engine {
     }
 
     fn start(&mut self, now: Instant, slot: SlotId) {
-        if let Some(mut job) = self.slots[slot].start_next() {
+        while let Some(mut job) = self.slots[slot].start_next() {
+            if job.expired(now) {
+                // Out of budget: not run; the slot takes the next one.
+                self.slots[slot].finish();
+                self.expire(job);
+                continue;
+            }
             job.dispatched_at = Some(now);
             self.running[slot] = Some(job.conn);
             self.stats.dispatched += 1;
             self.actions.push_back(Action::Dispatch { slot, job });
+            return;
         }
+    }
+
+    /// Answer `TIMEOUT` for a job whose budget ran out before its hop started.
+    fn expire(&mut self, job: Job) {
+        self.stats.expired += 1;
+        let msg = format!(
+            "the request's budget of {} µs ran out before hop {} started",
+            job.header.budget_us, job.header.hop_index
+        );
+        self.reply_to(job.conn, &job.header, Status::Timeout, 0, &msg);
+        self.settle(job.conn);
     }
 }
 

@@ -18,6 +18,9 @@ pub struct Job {
     /// the final answer's timings include.
     pub earlier_queue_ns: u64,
     pub earlier_exec_ns: u64,
+    /// The request's budget runs out here (from its header's `budget_us`,
+    /// counted from the first byte): a hop not started by then is not run.
+    pub deadline: Option<Instant>,
 }
 
 impl Job {
@@ -38,6 +41,8 @@ impl Job {
             dispatched_at: None,
             earlier_queue_ns: 0,
             earlier_exec_ns: 0,
+            deadline: (header.budget_us > 0)
+                .then(|| first_byte_at + Duration::from_micros(header.budget_us as u64)),
         }
     }
 
@@ -63,6 +68,11 @@ impl Job {
         self.complete_at = now;
         self.dispatched_at = None;
         std::mem::replace(&mut self.payload, output)
+    }
+
+    /// Its budget has run out at `now`.
+    pub fn expired(&self, now: Instant) -> bool {
+        self.deadline.is_some_and(|d| now > d)
     }
 
     /// Bytes this job is charged for in the pool and the queues: its payload.

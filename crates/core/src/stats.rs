@@ -14,6 +14,8 @@ pub struct EngineStats {
     pub dispatched: u64,
     /// Admitted, then answered `SHUTTING_DOWN` when the grace period ended.
     pub aborted: u64,
+    /// Answered `TIMEOUT` because their budget ran out before a hop started.
+    pub expired: u64,
     /// Chain hops run that handed their output on to a next hop.
     pub hops: u64,
     /// Handed to the driver to forward to another device (at a hop whose

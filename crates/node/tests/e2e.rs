@@ -428,3 +428,37 @@ fn a_peer_that_went_away_is_unreachable_naming_the_hop() {
     }
     a.shutdown().unwrap();
 }
+
+#[test]
+fn a_budget_spent_in_the_queue_is_timeout_and_not_run() {
+    let n = node("");
+    let addr = n.addr.to_string();
+    let mut holder = Client::connect(&addr).unwrap();
+    holder.send(1, FunctionId::Spin, 300_000, b"hold").unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    let mut c = Client::connect(&addr)
+        .unwrap()
+        .with_retry_policy(RetryPolicy::NONE);
+    c.set_budget(Some(Duration::from_millis(20))).unwrap();
+    let t = Instant::now();
+    match c.call(FunctionId::Spin, 400_000, b"late") {
+        Err(ClientError::Status {
+            status: Status::Timeout,
+            hop: 0,
+            ..
+        }) => {}
+        other => panic!("expected TIMEOUT, got {other:?}"),
+    }
+    assert!(
+        t.elapsed() < Duration::from_millis(500),
+        "the late spin ran"
+    );
+    assert_eq!(holder.recv().unwrap().0.status, Status::Ok);
+    c.set_budget(Some(Duration::from_secs(1))).unwrap();
+    assert_eq!(c.call(FunctionId::Echo, 0, b"ok").unwrap().payload, b"ok");
+    assert!(matches!(
+        c.set_budget(Some(Duration::from_secs(20))),
+        Err(ClientError::Budget(_))
+    ));
+    n.shutdown().unwrap();
+}

@@ -9,7 +9,9 @@ mod response;
 mod status;
 
 pub use function::FunctionId;
-pub use request::{HeaderError, Hop, RequestHeader, EXT_LEN, FLAG_HOP_EXT, HEADER_HOPS, MAX_HOPS};
+pub use request::{
+    HeaderError, Hop, RequestHeader, EXT_LEN, FLAG_HOP_EXT, HEADER_HOPS, MAX_BUDGET_US, MAX_HOPS,
+};
 pub use response::{ResponseError, ResponseHeader};
 pub use status::Status;
 

@@ -40,8 +40,15 @@ pub struct RequestHeader {
     pub request_id: u64,
     pub payload_len: u32,
     pub reply_device: u8,
+    /// Time budget in microseconds, counted from the first byte of the
+    /// request reaching a node (0: none, at most [`MAX_BUDGET_US`]); a hop
+    /// not started within it is answered `TIMEOUT`.
+    pub budget_us: u32,
     pub hops: [Hop; MAX_HOPS],
 }
+
+/// Largest budget the 24-bit field holds (about 16.8 s).
+pub const MAX_BUDGET_US: u32 = (1 << 24) - 1;
 
 /// Why a request header was refused. The variant says whether the stream can
 /// still be trusted: after `BadMagic` / `BadVersion` the payload length is
@@ -89,6 +96,7 @@ impl RequestHeader {
             request_id,
             payload_len,
             reply_device: DEVICE_SELF,
+            budget_us: 0,
             hops,
         }
     }
@@ -179,6 +187,7 @@ impl RequestHeader {
         b[8..16].copy_from_slice(&self.request_id.to_le_bytes());
         b[16..20].copy_from_slice(&self.payload_len.to_le_bytes());
         b[20] = self.reply_device;
+        b[21..24].copy_from_slice(&self.budget_us.min(MAX_BUDGET_US).to_le_bytes()[..3]);
         for (i, hop) in self.hops[..HEADER_HOPS].iter().enumerate() {
             write_hop(&mut b[HOPS_OFFSET + i * HOP_LEN..], hop);
         }
@@ -210,6 +219,7 @@ impl RequestHeader {
             request_id,
             payload_len: u32_at(b, 16),
             reply_device: b[20],
+            budget_us: u32::from_le_bytes([b[21], b[22], b[23], 0]),
             hops,
         };
         if h.flags & !FLAG_HOP_EXT != 0 {
@@ -227,9 +237,6 @@ impl RequestHeader {
                 index: h.hop_index,
                 count: h.hop_count,
             });
-        }
-        if b[21..24].iter().any(|&x| x != 0) {
-            return Err(HeaderError::ReservedBytes);
         }
         // Hops past the header's four are checked with the extension.
         if let Some(i) = (h.hop_count as usize..HEADER_HOPS).find(|&i| h.hops[i] != Hop::default())

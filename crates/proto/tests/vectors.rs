@@ -72,6 +72,7 @@ fn request_vectors_decode_and_reencode() {
                 assert_eq!(h.hop_count as u64, u(f, "hop_count"), "{note}");
                 assert_eq!(h.hop_index as u64, u(f, "hop_index"), "{note}");
                 assert_eq!(h.reply_device as u64, u(f, "reply_device"), "{note}");
+                assert_eq!(h.budget_us as u64, u(f, "budget_us"), "{note}");
                 for (i, hv) in f["hops"].as_array().unwrap().iter().enumerate() {
                     let want = Hop {
                         function: u(hv, "function") as u8,

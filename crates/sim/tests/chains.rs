@@ -228,3 +228,47 @@ fn a_bad_hop_extension_is_malformed_and_the_connection_goes_on() {
         );
     });
 }
+
+/// A chain request with a time budget.
+fn budgeted(id: u64, hops: &[(u8, u64)], payload: &[u8], budget_us: u32) -> Vec<u8> {
+    let mut b = chain(id, hops, payload);
+    b[21..24].copy_from_slice(&budget_us.to_le_bytes()[..3]);
+    b
+}
+
+#[test]
+fn a_hop_not_started_within_the_budget_is_not_run() {
+    for_seeds(|seed| {
+        let mut w = world(seed, |c| c.exec.fixed = vec![(SPIN, 10 * MS)]);
+        let c = w.connect();
+        w.send(c, &chain(1, &[(SPIN, 1)], b"holds the slot"));
+        w.run_for(MS / 2);
+        // Queued behind 10 ms of spin: a 2 ms budget runs out, a 50 ms one does not.
+        w.send(c, &budgeted(2, &[(SPIN, 1)], b"late", 2_000));
+        w.send(c, &budgeted(3, &[(SPIN, 1)], b"in time", 50_000));
+        // The first hop starts at once, the second finds the budget spent.
+        w.send(
+            c,
+            &budgeted(4, &[(ECHO, 0), (SPIN, 1), (ECHO, 0)], b"x", 5_000),
+        );
+        w.run_for(100 * MS);
+        let a = w.answers_to(c, 2);
+        assert_eq!(a.len(), 1);
+        assert_eq!(
+            (a[0].header.status, a[0].header.hop_index),
+            (Status::Timeout, 0)
+        );
+        let a = w.answers_to(c, 3);
+        assert_eq!((a.len(), a[0].header.status), (1, Status::Ok));
+        let a = w.answers_to(c, 4);
+        assert_eq!(a.len(), 1);
+        assert_eq!(
+            (a[0].header.status, a[0].header.hop_index),
+            (Status::Timeout, 1)
+        );
+        let st = w.driver().engine().stats();
+        assert_eq!(st.expired, 2);
+        // Spins run: 1 and 3 only (2 and 4's spin hop never started).
+        assert_eq!(w.node(0).busy_ns[5], 20 * MS);
+    });
+}

@@ -303,3 +303,45 @@ fn random_chains_with_a_node_killed_get_exactly_one_answer_each() {
         }
     });
 }
+
+#[test]
+fn the_budget_travels_with_the_chain_and_every_node_honours_it() {
+    for_seeds(|seed| {
+        let mut w = cluster(seed, 2, |_, c| c.exec.fixed = vec![(SPIN, 5 * MS)]);
+        let c = w.connect();
+        let busy = w.connect_to(1);
+        w.run_for(MS);
+        let with_budget = |id, hops: &[(u8, u8, u64)], us: u32| {
+            let mut b = chain(id, hops, b"x");
+            b[21..24].copy_from_slice(&us.to_le_bytes()[..3]);
+            b
+        };
+        // Spent on node 0 (a 5 ms hop, 2 ms budget): refused before forwarding.
+        w.send(c, &with_budget(1, &[(SPIN, 0, 1), (ECHO, 1, 0)], 2_000));
+        w.run_for(20 * MS);
+        // Node 1's spin slot is busy for 5 ms: with 2 ms left the hop is refused there.
+        w.send(busy, &chain(100, &[(SPIN, 1, 1)], b"busy"));
+        w.run_for(MS / 10);
+        w.send(c, &with_budget(2, &[(ECHO, 0, 0), (SPIN, 1, 1)], 2_000));
+        w.run_for(20 * MS);
+        // Enough budget for both nodes.
+        w.send(c, &with_budget(3, &[(SPIN, 0, 1), (ECHO, 1, 0)], 50_000));
+        w.run_for(20 * MS);
+        let a = only_answer(&w, c, 1);
+        assert_eq!(a.header.status, Status::Timeout);
+        assert_eq!((a.header.hop_index, a.header.device), (1, 0));
+        let a = only_answer(&w, c, 2);
+        assert_eq!(a.header.status, Status::Timeout);
+        assert_eq!(
+            (a.header.hop_index, a.header.device),
+            (1, 1),
+            "node 1 refused it"
+        );
+        assert_eq!(only_answer(&w, c, 3).header.status, Status::Ok);
+        assert_eq!(
+            w.node(0).driver().link_stats().forwarded,
+            2,
+            "request 1 never left"
+        );
+    });
+}

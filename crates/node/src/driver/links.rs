@@ -246,6 +246,13 @@ impl Driver {
             bytes: job.payload.len(),
             deadline: now + self.cfg.forward_timeout,
         };
+        if job.expired(now) {
+            let msg = format!(
+                "the request's budget of {} µs ran out before hop {} was forwarded",
+                f.origin.budget_us, f.origin.hop_index
+            );
+            return self.fail_forwarded(now, f, Status::Timeout, 0, &msg);
+        }
         let Some(link) = self.link_of[device as usize] else {
             let msg = format!("device {device} is not in this node's device table");
             return self.fail_forwarded(now, f, Status::Unreachable, device as u64, &msg);
@@ -268,6 +275,11 @@ impl Driver {
         let mut header = job.header;
         header.request_id = id;
         header.payload_len = job.payload.len() as u32;
+        // What is left of the budget travels on (time on the wire is not charged).
+        if let Some(d) = job.deadline {
+            let left = d.saturating_since(now).as_micros().max(1);
+            header.budget_us = left.min(offrac_proto::MAX_BUDGET_US as u128) as u32;
+        }
         l.bytes += f.bytes;
         self.forward_deadlines.push(Reverse((f.deadline, link, id)));
         l.forwarded.insert(id, f);
