@@ -12,7 +12,7 @@ import queue
 import signal
 import subprocess
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -34,11 +34,17 @@ class Node:
     """One running ``offrac serve`` process."""
 
     def __init__(
-        self, binary: Path, workdir: Path, config: str | None = None, listen: str = "127.0.0.1:0"
+        self,
+        binary: Path,
+        workdir: Path,
+        config: str | None = None,
+        listen: str = "127.0.0.1:0",
+        prefix: Sequence[str] = (),
     ) -> None:
+        """``prefix`` runs the node under another command, e.g. ``ip netns exec NS``."""
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
-        args = [str(binary), "serve", "--listen", listen]
+        args = [*prefix, str(binary), "serve", "--listen", listen]
         if config is not None:
             cfg = workdir / "offrac.toml"
             cfg.write_text(config)
