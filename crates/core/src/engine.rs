@@ -129,6 +129,12 @@ impl Engine {
         &self.cfg
     }
 
+    /// The device table changed: hops to `peers` are forwarded from now on,
+    /// hops to any other device are answered `UNREACHABLE` at admission.
+    pub fn set_peers(&mut self, peers: Vec<u8>) {
+        self.cfg.peers = peers;
+    }
+
     /// A new connection; its handle is never reused.
     pub fn open(&mut self, now: Instant) -> ConnId {
         // Skip ids a driver already used implicitly through `handle_bytes`.

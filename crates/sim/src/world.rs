@@ -349,6 +349,13 @@ impl World {
         }
     }
 
+    /// `node`'s device table changes to `peers` (as a cluster store would tell it).
+    pub fn set_peers(&mut self, node: usize, peers: Vec<offrac_node::PeerConfig>) {
+        let now = self.instant();
+        self.nodes[node].driver.handle_peers(now, peers);
+        self.apply(node);
+    }
+
     /// Start a killed node afresh (a new driver, nothing remembered).
     pub fn restart(&mut self, node: usize) -> Result<(), DriverError> {
         let cfg = self.nodes[node].cfg.clone();

@@ -345,3 +345,49 @@ fn the_budget_travels_with_the_chain_and_every_node_honours_it() {
         );
     });
 }
+
+#[test]
+fn the_device_table_changes_at_run_time() {
+    for_seeds(|seed| {
+        // Node 0 starts knowing nobody; node 1 knows node 0.
+        let mut w = cluster(seed, 2, |i, c| {
+            c.exec.fixed = vec![(SPIN, 5 * MS)];
+            if i == 0 {
+                c.engine.peers.clear();
+                c.driver.peers.clear();
+            }
+        });
+        let c = w.connect();
+        w.run_for(MS);
+        w.send(c, &chain(1, &[(ECHO, 1, 0)], b"x"));
+        w.run_for(MS);
+        let a = only_answer(&w, c, 1);
+        assert_eq!((a.header.status, a.header.detail), (Status::Unreachable, 1));
+        // Node 1 joins: hops to it are forwarded.
+        let peer1 = vec![PeerConfig {
+            device: 1,
+            addr: node_addr(1),
+        }];
+        w.set_peers(0, peer1.clone());
+        w.run_for(MS);
+        w.send(c, &chain(2, &[(ECHO, 1, 0)], b"joined"));
+        w.run_for(5 * MS);
+        assert_eq!(only_answer(&w, c, 2).header.status, Status::Ok);
+        // The same table again changes nothing (no reconnect).
+        let connects = w.node(0).driver().link_stats().connects;
+        w.set_peers(0, peer1);
+        assert_eq!(w.node(0).driver().link_stats().connects, connects);
+        // Node 1 leaves while a hop runs there: that hop is answered once, UNREACHABLE.
+        w.send(c, &chain(3, &[(SPIN, 1, 1)], b"cut"));
+        w.run_for(2 * MS);
+        w.set_peers(0, Vec::new());
+        w.run_for(20 * MS);
+        let a = only_answer(&w, c, 3);
+        assert_eq!((a.header.status, a.header.detail), (Status::Unreachable, 1));
+        assert_eq!(w.node(0).driver().links().count(), 0);
+        w.send(c, &chain(4, &[(ECHO, 1, 0)], b"gone"));
+        w.run_for(MS);
+        assert_eq!(only_answer(&w, c, 4).header.status, Status::Unreachable);
+        assert_eq!(w.clients[c].answers.len(), 4);
+    });
+}

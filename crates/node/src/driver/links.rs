@@ -37,6 +37,8 @@ pub enum LinkState {
     Down {
         retry_at: Instant,
     },
+    /// Its peer left the device table: closed for good.
+    Retired,
 }
 
 /// A request forwarded on a link and not answered yet.
@@ -110,13 +112,74 @@ impl Driver {
         self.link_of[device as usize].map(|l| self.links[l].state)
     }
 
-    /// Every link: its peer's device id and state.
+    /// Every link in the device table: its peer's device id and state.
     pub fn links(&self) -> impl Iterator<Item = (u8, LinkState)> + '_ {
-        self.links.iter().map(|l| (l.device, l.state))
+        self.links
+            .iter()
+            .filter(|l| l.state != LinkState::Retired)
+            .map(|l| (l.device, l.state))
     }
 
     pub fn link_stats(&self) -> LinkStats {
         self.link_stats
+    }
+
+    /// The device table is now `peers` (a cluster store saw nodes join,
+    /// leave or move). New peers get a link; a peer that left has its link
+    /// closed and whatever was forwarded on it answered `UNREACHABLE`; a
+    /// peer at a new address is reconnected there. Link ids of removed
+    /// peers are not reused.
+    pub fn handle_peers(&mut self, now: Instant, peers: Vec<PeerConfig>) {
+        let me = self.engine.config().device_id;
+        let mut wanted: [Option<&PeerConfig>; 256] = [None; 256];
+        for p in peers
+            .iter()
+            .filter(|p| p.device != me && p.device != offrac_proto::DEVICE_SELF)
+        {
+            wanted[p.device as usize] = Some(p);
+        }
+        for device in 0..256 {
+            let old = self.link_of[device];
+            let new = wanted[device];
+            match (old, new) {
+                (None, None) => {}
+                (Some(link), Some(p)) if self.links[link].addr == p.addr => {}
+                (old, new) => {
+                    if let Some(link) = old {
+                        self.retire_link(now, link);
+                        self.link_of[device] = None;
+                    }
+                    if let Some(p) = new {
+                        let link = self.links.len();
+                        self.links.push(Link::new(p, self.cfg.reconnect_min));
+                        self.link_of[device] = Some(link);
+                        self.link_stats.connects += 1;
+                        self.out.push_back(self.links[link].connect_io(link));
+                    }
+                }
+            }
+        }
+        let listed: Vec<u8> = self.links().map(|(d, _)| d).collect();
+        self.engine.set_peers(listed);
+    }
+
+    /// A peer left the table: fail what was forwarded to it, close its link
+    /// for good.
+    fn retire_link(&mut self, now: Instant, link: LinkId) {
+        let l = &mut self.links[link];
+        let device = l.device;
+        l.state = LinkState::Retired;
+        l.waiting.clear();
+        l.rx.clear();
+        l.bytes = 0;
+        let mut lost: Vec<(u64, Forwarded)> = l.forwarded.drain().collect();
+        lost.sort_unstable_by_key(|(id, _)| *id);
+        self.out.push_back(Io::CloseLink { link });
+        let msg =
+            format!("device {device} left the device table before the hop's answer came back");
+        for (_, f) in lost {
+            self.fail_forwarded(now, f, Status::Unreachable, device as u64, &msg);
+        }
     }
 
     /// The connection of `link` is open: write what waited for it.
@@ -148,7 +211,7 @@ impl Driver {
         let Some(l) = self.links.get_mut(link) else {
             return;
         };
-        if matches!(l.state, LinkState::Down { .. }) {
+        if matches!(l.state, LinkState::Down { .. } | LinkState::Retired) {
             return;
         }
         let was_up = l.state == LinkState::Up;
