@@ -138,9 +138,8 @@ impl Driver {
         {
             wanted[p.device as usize] = Some(p);
         }
-        for device in 0..256 {
+        for (device, &new) in wanted.iter().enumerate() {
             let old = self.link_of[device];
-            let new = wanted[device];
             match (old, new) {
                 (None, None) => {}
                 (Some(link), Some(p)) if self.links[link].addr == p.addr => {}
