@@ -487,6 +487,27 @@ class Client:
         fut = self.submit(function, data, tenant=tenant, return_info=return_info, budget=budget, **params)
         return self._wait(fut, timeout)
 
+    def call_pipeline(
+        self,
+        name: str,
+        data: Data = b"",
+        *,
+        etcd: str = "127.0.0.1:2379",
+        prefix: str = "/offrac",
+        tenant: int | None = None,
+        timeout: float | None = -1.0,
+        return_info: bool = False,
+        budget: float | None = -1.0,
+    ) -> Any:
+        """Run the named pipeline stored in the cluster store (see :mod:`offrac.cluster`) on
+        ``data``: like :meth:`call_chain` with the pipeline's steps (fetched on each call)."""
+        from .cluster import get_pipeline
+
+        steps = get_pipeline(name, etcd=etcd, prefix=prefix)
+        return self.call_chain(
+            steps, data, tenant=tenant, timeout=timeout, return_info=return_info, budget=budget
+        )
+
     def submit_raw(
         self,
         function: int,

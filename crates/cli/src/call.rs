@@ -1,5 +1,7 @@
+use crate::pipeline::StoreArgs;
 use crate::CliError;
 use offrac_client::{Client, FunctionId, Hop};
+use offrac_proto::chain_spec;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -7,9 +9,16 @@ pub struct Args {
     #[arg(long, default_value = "127.0.0.1:7000")]
     addr: String,
     /// Function name: echo, topk, logit, minmax, matmul, spin. A chain is a
-    /// comma-separated list of NAME or NAME:PARAM, run in order on this node,
-    /// each hop's output the next one's input (e.g. minmax,logit or topk:64,topk:8).
-    function: String,
+    /// comma-separated list of NAME[:PARAM][@DEVICE], each hop's output the next
+    /// one's input (e.g. minmax,logit or topk:64@1,topk:8); without @DEVICE a hop
+    /// runs on the node addressed.
+    #[arg(required_unless_present = "pipeline")]
+    function: Option<String>,
+    /// Call the named pipeline stored in the cluster store instead (see `offrac pipeline`).
+    #[arg(long, conflicts_with = "function")]
+    pipeline: Option<String>,
+    #[command(flatten)]
+    store: StoreArgs,
     /// Comma-separated input values (int32 for topk, float32 for logit/minmax/matmul; text for
     /// echo/spin). Negative numbers work as they are: --data -5,-1.
     #[arg(long, conflicts_with = "file", allow_hyphen_values = true)]
@@ -26,11 +35,25 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<(), CliError> {
-    let hops = parse_chain(&a.function, a.param)?;
-    let first = hops[0].0;
-    let last = hops[hops.len() - 1].0;
-    let hops: Vec<Hop> = hops.iter().map(|&(f, p)| Hop::local(f.id(), p)).collect();
-    let f = first;
+    let hops = match (&a.function, &a.pipeline) {
+        (Some(spec), _) => parse_chain(spec, a.param)?,
+        (None, Some(name)) => {
+            if a.param.is_some() {
+                return Err(CliError::Usage(
+                    "-p does not apply to a pipeline: its hops carry their parameters".into(),
+                ));
+            }
+            a.store
+                .connect()?
+                .get_pipeline(name)?
+                .ok_or_else(|| CliError::Usage(format!("no pipeline named {name:?}")))?
+        }
+        (None, None) => return Err(CliError::Usage("give a FUNCTION or --pipeline NAME".into())),
+    };
+    // Input encoded for the first hop, output decoded for the last; functions
+    // this CLI does not know take and give bytes.
+    let f = FunctionId::from_id(hops[0].function).unwrap_or(FunctionId::Echo);
+    let last = FunctionId::from_id(hops[hops.len() - 1].function).unwrap_or(FunctionId::Echo);
     let payload = match (&a.data, &a.file) {
         (_, Some(path)) if path == "-" => {
             let mut b = Vec::new();
@@ -74,45 +97,31 @@ pub fn run(a: Args) -> Result<(), CliError> {
     Ok(())
 }
 
-/// `NAME[:PARAM],…` into (function, param) hops; `-p` sets the parameter of
-/// a single function.
-fn parse_chain(spec: &str, p: Option<u64>) -> Result<Vec<(FunctionId, u64)>, CliError> {
+/// `NAME[:PARAM][@DEVICE],…` into hops; `-p` sets the parameter of a single function.
+fn parse_chain(spec: &str, p: Option<u64>) -> Result<Vec<Hop>, CliError> {
     let usage = |m: String| CliError::Usage(m);
-    let parts: Vec<&str> = spec.split(',').map(str::trim).collect();
-    if parts.len() > 1 && p.is_some() {
+    let mut hops = chain_spec::parse(spec).map_err(|e| usage(e.to_string()))?;
+    match (hops.len(), p) {
+        (1, Some(p)) => hops[0].param = p,
+        (_, Some(_)) => {
+            return Err(usage(
+                "-p applies to a single function; give each hop's parameter as NAME:PARAM".into(),
+            ))
+        }
+        _ => {}
+    }
+    // K is required (0 is the node's to refuse): a topk hop written without ":K".
+    let without_k = spec
+        .split(',')
+        .zip(&hops)
+        .any(|(text, h)| h.function == FunctionId::TopK.id() && !text.contains(':'));
+    if without_k && !(hops.len() == 1 && p.is_some()) {
         return Err(usage(
-            "-p applies to a single function; give each hop's parameter as NAME:PARAM".into(),
+            "topk needs K: how many of the largest values to return (-p K, or topk:K in a chain)"
+                .into(),
         ));
     }
-    if parts.len() > offrac_proto::MAX_HOPS {
-        return Err(usage(format!(
-            "a chain has at most {} hops, not {}",
-            offrac_proto::MAX_HOPS,
-            parts.len()
-        )));
-    }
-    parts
-        .iter()
-        .map(|part| {
-            let (name, param) = match part.split_once(':') {
-                Some((n, v)) => {
-                    let v = v
-                        .parse::<u64>()
-                        .map_err(|_| usage(format!("{part:?}: the parameter after ':' is not a u64")))?;
-                    (n, Some(v))
-                }
-                None => (*part, p),
-            };
-            let f = FunctionId::from_name(name).ok_or_else(|| usage(format!("unknown function {name:?}")))?;
-            match (f, param) {
-                (FunctionId::TopK, None) => Err(usage(
-                    "topk needs K: how many of the largest values to return (-p K, or topk:K in a chain)"
-                        .into(),
-                )),
-                (_, param) => Ok((f, param.unwrap_or(0))),
-            }
-        })
-        .collect()
+    Ok(hops)
 }
 
 /// `--timeout` seconds as a duration (positive).

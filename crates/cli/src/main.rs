@@ -4,6 +4,7 @@ mod bench;
 mod call;
 mod config;
 mod demo;
+mod pipeline;
 mod serve;
 mod sim;
 mod status;
@@ -38,6 +39,8 @@ enum Command {
     Sim(sim::Args),
     /// Print the default configuration, or check a configuration file.
     Config(config::Args),
+    /// Named pipelines and cluster members in the cluster store (etcd).
+    Pipeline(pipeline::Args),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions {
         #[arg(value_enum)]
@@ -63,6 +66,7 @@ fn main() -> ExitCode {
         Command::Bench(a) => bench::run(a),
         Command::Sim(a) => sim::run(a),
         Command::Config(a) => config::run(a),
+        Command::Pipeline(a) => pipeline::run(a),
         Command::Completions { shell } => {
             let mut cmd = <Cli as clap::CommandFactory>::command();
             clap_complete::generate(shell, &mut cmd, "offrac", &mut std::io::stdout());
@@ -104,6 +108,8 @@ pub enum CliError {
     Usage(String),
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Cluster(#[from] offrac_cluster::ClusterError),
 }
 
 pub fn init_logs(json: bool, default_level: &str) {

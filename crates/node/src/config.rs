@@ -23,6 +23,8 @@ pub enum ConfigError {
     BadDeviceAddr { id: u8, addr: String },
     #[error("[[devices]]: device {0} is listed twice")]
     DuplicateDevice(u8),
+    #[error("[cluster]: {0}")]
+    BadCluster(String),
     #[error(transparent)]
     Engine(#[from] offrac_core::ConfigError),
 }
@@ -53,6 +55,7 @@ struct Raw {
     forward_timeout_ms: u64,
     #[serde(default)]
     devices: Vec<RawDevice>,
+    cluster: Option<RawCluster>,
     #[serde(default)]
     io: RawIo,
     #[serde(default)]
@@ -78,6 +81,32 @@ fn default_linger() -> u64 {
 }
 fn default_forward_timeout() -> u64 {
     DriverConfig::new(Vec::new()).forward_timeout.as_millis() as u64
+}
+
+/// The cluster store: nodes register there and learn the others.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCluster {
+    etcd: Vec<String>,
+    #[serde(default = "default_prefix")]
+    prefix: String,
+    #[serde(default = "default_lease")]
+    lease_ttl_s: i64,
+    advertise: Option<String>,
+}
+fn default_prefix() -> String {
+    offrac_cluster::DEFAULT_PREFIX.to_string()
+}
+fn default_lease() -> i64 {
+    5
+}
+
+/// What the TOML says about the cluster store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterSettings {
+    pub store: offrac_cluster::ClusterConfig,
+    /// The address other nodes reach this one at (default: the listen address).
+    pub advertise: Option<String>,
 }
 
 /// One row of the device table: a peer node chain hops can be forwarded to.
@@ -182,6 +211,8 @@ pub struct NodeConfig {
     pub forward_timeout_ms: u64,
     /// The device table: peers chain hops can be forwarded to.
     pub devices: Vec<PeerConfig>,
+    /// Register in a cluster store and learn the other nodes from it.
+    pub cluster: Option<ClusterSettings>,
     /// One per slot, in slot order (the engine's `slots` lists their functions).
     pub slots: Vec<SlotSettings>,
 }
@@ -193,6 +224,31 @@ pub struct SlotSettings {
     /// Run requests up to this many bytes on the I/O thread (`None`: the
     /// function's own default, see `Accelerator::inline_max_bytes`).
     pub inline_max_bytes: Option<usize>,
+}
+
+fn cluster_settings(raw: RawCluster) -> Result<ClusterSettings, ConfigError> {
+    if raw.etcd.is_empty() {
+        return Err(ConfigError::BadCluster("etcd lists no endpoint".into()));
+    }
+    if raw.lease_ttl_s < 1 {
+        return Err(ConfigError::BadCluster(
+            "lease_ttl_s must be at least 1".into(),
+        ));
+    }
+    if !raw.prefix.starts_with('/') {
+        return Err(ConfigError::BadCluster(format!(
+            "prefix {:?} must start with '/'",
+            raw.prefix
+        )));
+    }
+    Ok(ClusterSettings {
+        store: offrac_cluster::ClusterConfig {
+            endpoints: raw.etcd,
+            prefix: raw.prefix,
+            lease_ttl_s: raw.lease_ttl_s,
+        },
+        advertise: raw.advertise,
+    })
 }
 
 impl NodeConfig {
@@ -275,6 +331,7 @@ impl NodeConfig {
                     addr: d.addr.clone(),
                 })
                 .collect(),
+            cluster: raw.cluster.map(cluster_settings).transpose()?,
             slots: slot_settings,
         })
     }

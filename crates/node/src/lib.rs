@@ -50,6 +50,10 @@ pub enum NodeError {
     Driver(#[from] DriverError),
     #[error("the node thread panicked")]
     Panicked,
+    #[error("cluster store: {0}")]
+    Cluster(#[from] offrac_cluster::ClusterError),
+    #[error("listening on {0}: other nodes cannot reach that; set [cluster] advertise")]
+    NoAdvertise(SocketAddr),
 }
 
 /// Asks a running node to shut down gracefully; cheap to clone.
@@ -76,6 +80,8 @@ pub struct NodeHandle {
     http: Option<JoinHandle<()>>,
     /// Tells the HTTP thread the node has stopped.
     exited: Arc<AtomicBool>,
+    /// Registered in the cluster store: left when the node has stopped.
+    membership: Option<offrac_cluster::Membership>,
 }
 
 impl NodeHandle {
@@ -92,6 +98,9 @@ impl NodeHandle {
     /// Wait until the node stops (after a shutdown request).
     pub fn join(self) -> Result<(), NodeError> {
         let r = self.io.join().map_err(|_| NodeError::Panicked)?;
+        if let Some(m) = self.membership {
+            m.stop();
+        }
         self.exited.store(true, Ordering::SeqCst);
         if let Some(h) = self.http {
             let _ = h.join();
@@ -184,7 +193,7 @@ pub fn start(cfg: NodeConfig, listen: &str) -> Result<NodeHandle, NodeError> {
         None => (None, None),
     };
 
-    let reactor = reactor::Reactor::new(
+    let mut reactor = reactor::Reactor::new(
         poll,
         listener,
         driver,
@@ -198,6 +207,38 @@ pub fn start(cfg: NodeConfig, listen: &str) -> Result<NodeHandle, NodeError> {
         flag.clone(),
         clock,
     );
+    let membership = match &cfg.cluster {
+        Some(c) => {
+            let (tx, rx) = crossbeam_channel::unbounded();
+            reactor.set_membership(rx, cfg.devices.clone());
+            let advertise = match &c.advertise {
+                Some(a) => a.clone(),
+                None if addr.ip().is_unspecified() => return Err(NodeError::NoAdvertise(addr)),
+                None => addr.to_string(),
+            };
+            let me = offrac_cluster::Member {
+                device: cfg.engine.device_id,
+                addr: advertise,
+            };
+            let waker = waker.clone();
+            Some(offrac_cluster::spawn_membership(
+                c.store.clone(),
+                me,
+                move |members| {
+                    let peers = members
+                        .into_iter()
+                        .map(|m| PeerConfig {
+                            device: m.device,
+                            addr: m.addr,
+                        })
+                        .collect();
+                    let _ = tx.send(peers);
+                    waker.wake();
+                },
+            )?)
+        }
+        None => None,
+    };
     let io = std::thread::Builder::new()
         .name("offrac-io".into())
         .spawn(move || reactor.run())?;
@@ -215,6 +256,7 @@ pub fn start(cfg: NodeConfig, listen: &str) -> Result<NodeHandle, NodeError> {
         io,
         http: Some(http).flatten(),
         exited,
+        membership,
     })
 }
 

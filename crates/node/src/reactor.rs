@@ -5,7 +5,7 @@
 
 use crate::clock::NodeClock;
 use crate::conn_out::ConnOut;
-use crate::driver::{Driver, Io};
+use crate::driver::{Driver, Io, PeerConfig};
 use crate::metrics::Metrics;
 use crate::wake::IoWaker;
 use crate::worker::{Done, Executor, SlotWorker, Work};
@@ -73,6 +73,9 @@ pub struct Reactor {
     /// thread spins on it with plain reads instead of an epoll round trip.
     hot: Option<ConnId>,
     links: Vec<Option<LinkConn>>,
+    /// Member tables from the cluster store, and the static device table
+    /// they add to (a static entry wins over the store's for its device).
+    membership: Option<(Receiver<Vec<PeerConfig>>, Vec<PeerConfig>)>,
 }
 
 impl Reactor {
@@ -109,8 +112,33 @@ impl Reactor {
             buf: vec![0; READ_CHUNK],
             hot: None,
             links: Vec::new(),
+            membership: None,
             errors: crate::ratelog::RateLog::new(Status::ALL.len(), Duration::from_secs(1)),
         }
+    }
+
+    /// Take device tables from a cluster store as they come.
+    pub fn set_membership(&mut self, rx: Receiver<Vec<PeerConfig>>, static_peers: Vec<PeerConfig>) {
+        self.membership = Some((rx, static_peers));
+    }
+
+    /// The newest member table, merged with the static one, to the driver.
+    fn drain_membership(&mut self) -> bool {
+        let Some((rx, fixed)) = &self.membership else {
+            return false;
+        };
+        let Some(members) = rx.try_iter().last() else {
+            return false;
+        };
+        let mut peers = fixed.clone();
+        peers.extend(
+            members
+                .into_iter()
+                .filter(|m| !fixed.iter().any(|f| f.device == m.device)),
+        );
+        self.driver.handle_peers(self.clock.now(), peers);
+        self.apply();
+        true
     }
 
     pub fn run(mut self) -> std::io::Result<()> {
@@ -127,6 +155,7 @@ impl Reactor {
                 break;
             }
             let mut work = self.drain_completions();
+            work |= self.drain_membership();
             work |= self.read_turns();
             let spinning = self.io_mode == IoMode::Poll && last_work.elapsed() < self.spin;
             if spinning && !work {
@@ -215,7 +244,11 @@ impl Reactor {
     /// Announce sleep, then re-check inputs the workers may have added meanwhile.
     fn prepare_sleep(&self) -> Option<Duration> {
         self.waker.going_to_sleep();
-        if !self.done_rx.is_empty() || self.shutdown.load(Ordering::SeqCst) {
+        let members = self
+            .membership
+            .as_ref()
+            .is_some_and(|(rx, _)| !rx.is_empty());
+        if !self.done_rx.is_empty() || members || self.shutdown.load(Ordering::SeqCst) {
             return Some(Duration::ZERO);
         }
         let until_timer = self

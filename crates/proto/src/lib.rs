@@ -3,6 +3,7 @@
 //! Every request and response starts with a fixed 64-byte little-endian header
 //! followed by `payload_len` bytes of payload.
 
+pub mod chain_spec;
 mod function;
 mod request;
 mod response;
