@@ -423,10 +423,9 @@ class Client:
         status (after BUSY retries) or :class:`~offrac.errors.ConnectionClosedError`. Future
         callbacks run on the client's reader thread.
         """
-        fid = function_id(function)
-        payload, param, decode = prepare(fid, data, params)
-        hops = (Hop.local(fid, param),)
-        return self._send_new(hops, payload, tenant, decode, return_info, self.busy_retries, budget)
+        # A one-step chain: the same encoding, checks and decoding.
+        step = Step(function, **params)
+        return self.submit_chain([step], data, tenant=tenant, return_info=return_info, budget=budget)
 
     def submit_chain(
         self,

@@ -6,15 +6,8 @@
 
 mod common;
 
-use common::{floats, for_seeds, one_by_one, world};
-use offrac_proto::{FunctionId, Hop, RequestHeader, Status};
-
-const MS: u64 = 1_000_000;
-const ECHO: u8 = FunctionId::Echo as u8;
-const TOPK: u8 = FunctionId::TopK as u8;
-const LOGIT: u8 = FunctionId::Logit as u8;
-const MINMAX: u8 = FunctionId::MinMax as u8;
-const SPIN: u8 = FunctionId::Spin as u8;
+use common::{floats, for_seeds, one_by_one, world, ECHO, LOGIT, MINMAX, MS, SPIN, TOPK};
+use offrac_proto::{Hop, RequestHeader, Status};
 
 fn chain(id: u64, hops: &[(u8, u64)], payload: &[u8]) -> Vec<u8> {
     let hops: Vec<Hop> = hops.iter().map(|&(f, p)| Hop::local(f, p)).collect();

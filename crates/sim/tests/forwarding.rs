@@ -6,18 +6,11 @@
 
 mod common;
 
-use common::{floats, for_seeds, one_by_one};
+use common::{floats, for_seeds, one_by_one, ECHO, LOGIT, MINMAX, MS, SPIN, TOPK};
 use offrac_core::EngineConfig;
 use offrac_node::{LinkState, PeerConfig};
-use offrac_proto::{FunctionId, Hop, RequestHeader, Status};
+use offrac_proto::{Hop, RequestHeader, Status};
 use offrac_sim::world::{node_addr, World, WorldConfig};
-
-const MS: u64 = 1_000_000;
-const ECHO: u8 = FunctionId::Echo as u8;
-const TOPK: u8 = FunctionId::TopK as u8;
-const LOGIT: u8 = FunctionId::Logit as u8;
-const MINMAX: u8 = FunctionId::MinMax as u8;
-const SPIN: u8 = FunctionId::Spin as u8;
 
 /// `n` nodes, node `i` being device `i`, each with every other in its device table.
 fn cluster(seed: u64, n: usize, tweak: impl Fn(usize, &mut WorldConfig)) -> World {

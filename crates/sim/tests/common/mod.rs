@@ -4,6 +4,13 @@
 
 use offrac_core::EngineConfig;
 use offrac_proto::FunctionId;
+
+pub const MS: u64 = 1_000_000;
+pub const ECHO: u8 = FunctionId::Echo as u8;
+pub const TOPK: u8 = FunctionId::TopK as u8;
+pub const LOGIT: u8 = FunctionId::Logit as u8;
+pub const MINMAX: u8 = FunctionId::MinMax as u8;
+pub const SPIN: u8 = FunctionId::Spin as u8;
 use offrac_sim::world::{World, WorldConfig};
 
 /// The seeds to run: 0..24, or the one in `OFFRAC_SIM_SEED` to replay a failure.
