@@ -72,6 +72,12 @@ pub struct WorldConfig {
     pub driver: DriverConfig,
     /// One-way latency of every virtual link.
     pub link_ns: Nanos,
+    /// Serialization time per byte on a link (0: infinite bandwidth; 0.08 is 100 Gb/s).
+    pub ns_per_byte: f64,
+    /// Probability that a segment is lost; TCP then delivers it (and, in
+    /// order, everything behind it) one retransmission timeout later.
+    pub loss: f64,
+    pub rto_ns: Nanos,
     /// Hand-off from the I/O thread to a slot's worker thread.
     pub handoff_ns: Nanos,
     pub exec: ExecModel,
@@ -99,6 +105,9 @@ impl WorldConfig {
             engine,
             driver: DriverConfig::new(slots),
             link_ns: 5_000,
+            ns_per_byte: 0.0,
+            loss: 0.0,
+            rto_ns: 200_000_000,
             handoff_ns: 3_000,
             exec: ExecModel::default(),
             read_chunk: 64 * 1024,
@@ -142,6 +151,8 @@ pub struct Client {
     unread: usize,
     /// When the last segment sent reaches the node: a stream stays in order.
     last_arrival: Nanos,
+    /// When the last bytes from the node reach the client (same reason).
+    last_delivery: Nanos,
 }
 
 #[derive(Debug)]
@@ -297,11 +308,34 @@ impl World {
         while !rest.is_empty() {
             let n = 1 + (self.rng.next_u64() as usize) % self.cfg.max_segment.max(1);
             let (seg, tail) = rest.split_at(n.min(rest.len()));
+            t += self.wire_delay(seg.len());
             self.at(t, Ev::Segment(client, Some(seg.to_vec())));
             rest = tail;
             t += self.rng.next_u64() % 200;
         }
         self.clients[client].last_arrival = t;
+    }
+
+    /// Time a segment of `len` bytes adds on the wire: its serialization, and
+    /// a retransmission timeout if it is lost.
+    fn wire_delay(&mut self, len: usize) -> Nanos {
+        let mut d = (len as f64 * self.cfg.ns_per_byte).round() as Nanos;
+        if self.cfg.loss > 0.0 {
+            let u = (self.rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+            if u < self.cfg.loss {
+                d += self.cfg.rto_ns;
+            }
+        }
+        d
+    }
+
+    /// When bytes (or an end of stream) written by a node now reach client
+    /// `c`, in order after what was written before.
+    fn delivery_time(&mut self, c: usize, len: usize) -> Nanos {
+        let t =
+            (self.now + self.cfg.link_ns).max(self.clients[c].last_delivery) + self.wire_delay(len);
+        self.clients[c].last_delivery = t;
+        t
     }
 
     /// The client sends its end of stream.
@@ -341,10 +375,9 @@ impl World {
         self.nodes[node].by_conn.clear();
         for c in 0..self.clients.len() {
             if self.clients[c].node == node && self.clients[c].conn.take().is_some() {
-                self.at(self.now + self.cfg.link_ns, Ev::ToClient(c, None));
-                self.clients[c]
-                    .dropped_at
-                    .get_or_insert(self.now + self.cfg.link_ns);
+                let t = self.delivery_time(c, 0);
+                self.at(t, Ev::ToClient(c, None));
+                self.clients[c].dropped_at.get_or_insert(t);
             }
         }
     }
@@ -560,7 +593,8 @@ impl World {
                 } => self.write(node, conn, &header, &payload),
                 Io::ShutWrite { conn } => {
                     if let Some(&c) = self.nodes[node].by_conn.get(&conn) {
-                        self.at(self.now + self.cfg.link_ns, Ev::ToClient(c, None));
+                        let t = self.delivery_time(c, 0);
+                        self.at(t, Ev::ToClient(c, None));
                     }
                 }
                 Io::Drop { conn } => {
@@ -569,7 +603,8 @@ impl World {
                         client.dropped_at.get_or_insert(self.now);
                         client.conn = None;
                         if client.link.is_some() {
-                            self.at(self.now + self.cfg.link_ns, Ev::ToClient(c, None));
+                            let t = self.delivery_time(c, 0);
+                            self.at(t, Ev::ToClient(c, None));
                         }
                     }
                 }
@@ -681,7 +716,8 @@ impl World {
             let now = self.instant();
             self.nodes[node].driver.handle_backlog(now, conn, unread);
         }
-        self.at(self.now + self.cfg.link_ns, Ev::ToClient(c, Some(bytes)));
+        let t = self.delivery_time(c, bytes.len());
+        self.at(t, Ev::ToClient(c, Some(bytes)));
     }
 
     fn deliver(&mut self, c: usize, bytes: Option<Vec<u8>>) {

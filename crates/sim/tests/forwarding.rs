@@ -384,3 +384,36 @@ fn the_device_table_changes_at_run_time() {
         assert_eq!(w.clients[c].answers.len(), 4);
     });
 }
+
+#[test]
+fn lossy_slow_links_delay_answers_but_lose_none() {
+    for_seeds(|seed| {
+        // 1 Gb/s links (8 ns per byte) losing 5 % of segments, 20 ms retransmissions.
+        let mut w = cluster(seed, 3, |_, c| {
+            c.ns_per_byte = 8.0;
+            c.loss = 0.05;
+            c.rto_ns = 20 * MS;
+        });
+        let c = w.connect();
+        w.run_for(100 * MS);
+        let hops: &[(u8, u8, u64)] = &[(LOGIT, 0, 0), (ECHO, 1, 0), (MINMAX, 2, 0), (ECHO, 0, 0)];
+        let local: Vec<(u8, u64)> = hops.iter().map(|&(f, _, p)| (f, p)).collect();
+        let mut want = Vec::new();
+        for id in 0..40u64 {
+            let payload = floats(seed * 100 + id, 1000);
+            w.send(c, &chain(id, hops, &payload));
+            want.push(one_by_one(&local, &payload));
+        }
+        w.run_for(2_000 * MS);
+        for (id, bytes) in want.iter().enumerate() {
+            let a = only_answer(&w, c, id as u64);
+            assert_eq!(a.header.status, Status::Ok, "request {id}");
+            assert_eq!(&a.payload, bytes, "request {id}");
+        }
+        // 4 KB over 1 Gb/s is 32 us per transfer: the first answer took longer than the wires
+        let first = w.answers_to(c, 0)[0].at;
+        assert!(first > 100 * MS + 6 * 32_000, "bandwidth not modelled: {first}");
+        let last = w.clients[c].answers.iter().map(|a| a.at).max().unwrap_or(0);
+        assert!(last > 100 * MS + 20 * MS, "no segment was lost: {last}");
+    });
+}
