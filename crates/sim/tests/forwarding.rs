@@ -412,7 +412,10 @@ fn lossy_slow_links_delay_answers_but_lose_none() {
         }
         // 4 KB over 1 Gb/s is 32 us per transfer: the first answer took longer than the wires
         let first = w.answers_to(c, 0)[0].at;
-        assert!(first > 100 * MS + 6 * 32_000, "bandwidth not modelled: {first}");
+        assert!(
+            first > 100 * MS + 6 * 32_000,
+            "bandwidth not modelled: {first}"
+        );
         let last = w.clients[c].answers.iter().map(|a| a.at).max().unwrap_or(0);
         assert!(last > 100 * MS + 20 * MS, "no segment was lost: {last}");
     });
