@@ -95,7 +95,7 @@ def load(
     item_per_client: bool = False,
     label: str = "",
     protocol: str = "wire",
-    route: Sequence[int] = (),
+    chain: str = "",
 ) -> dict[str, Any]:
     """Run one `offrac bench load` and return its JSON report."""
     args = [
@@ -130,8 +130,8 @@ def load(
         args.append("--item-per-client")
     if rate is not None:
         args += ["--rate", str(rate)]
-    if route:
-        args += ["--route", ",".join(str(d) for d in route)]
+    if chain:
+        args += ["--chain", chain]
     out = subprocess.run(args, check=True, capture_output=True, text=True)
     report: dict[str, Any] = json.loads(out.stdout)
     return report

@@ -43,11 +43,11 @@ BUSY = "--poll" in sys.argv
 REPS = 2 if QUICK else 7
 DUR, WARM = (0.3, 0.1) if QUICK else (1.0, 0.3)
 SIZE = 1024
-CASES: dict[str, list[int]] = {
-    "1 hop": [],
-    "2 hops in A": [255, 255],
-    "A -> B": [255, 1],
-    "A -> B -> A": [255, 1, 0],
+CASES: dict[str, str] = {
+    "1 hop": "",
+    "2 hops in A": "echo,echo",
+    "A -> B": "echo,echo@1",
+    "A -> B -> A": "echo,echo@1,echo@0",
 }
 CLIENTS = [1, 2, 4, 8]
 FIELDS = ["kind", "round", "case", "clients", "p50_us", "p99_us", "req_per_s", "errors"]
@@ -72,9 +72,9 @@ def pair(tmp: Path) -> tuple[Server, Server]:
     return servers[0], servers[1]
 
 
-def measure(addr: str, clients: int, route: list[int], busy: bool) -> dict[str, Any]:
+def measure(addr: str, clients: int, chain: str, busy: bool) -> dict[str, Any]:
     r = run_load(
-        addr, clients=clients, mix=f"echo:{SIZE}", duration=DUR, warmup=WARM, busy_poll=busy, route=route
+        addr, clients=clients, mix=f"echo:{SIZE}", duration=DUR, warmup=WARM, busy_poll=busy, chain=chain
     )
     t = r["total"]
     return {"p50_us": t["p50_us"], "p99_us": t["p99_us"], "req_per_s": t["req_per_s"], "errors": t["errors"]}
@@ -85,17 +85,19 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         a, b = pair(Path(d))
         with a, b:
-            run_load(a.addr, clients=1, mix="echo:64", duration=0.2, warmup=0.5, route=[255, 1])  # links up
+            run_load(
+                a.addr, clients=1, mix="echo:64", duration=0.2, warmup=0.5, chain="echo,echo@1"
+            )  # links up
             for rnd in range(REPS):
                 with Server(["bench", "serve-floor", "--listen", "127.0.0.1:0"], "floor") as f:
                     rows.append(
                         {"kind": "latency", "round": rnd, "case": "floor", "clients": 1}
-                        | measure(f.addr, 1, [], BUSY)
+                        | measure(f.addr, 1, "", BUSY)
                     )
-                for case, route in CASES.items():
+                for case, chain in CASES.items():
                     rows.append(
                         {"kind": "latency", "round": rnd, "case": case, "clients": 1}
-                        | measure(a.addr, 1, route, BUSY)
+                        | measure(a.addr, 1, chain, BUSY)
                     )
                 log(f"round {rnd + 1}/{REPS} done")
             for clients in CLIENTS:

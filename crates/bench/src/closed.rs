@@ -21,7 +21,7 @@ pub fn run_closed_loop(spec: &BenchSpec) -> Result<BenchReport, BenchError> {
 pub fn connect_wire(spec: &BenchSpec) -> Result<Box<dyn Caller>, BenchError> {
     let mut c = WireConn::connect(&spec.addr, spec.busy_poll)?;
     c.set_fragments(spec.fragments, spec.fragment_gap);
-    c.set_route(&spec.route)?;
+    c.set_chain(&spec.chain)?;
     c.set_timeout(Some(spec.call_timeout))?;
     Ok(Box::new(c))
 }

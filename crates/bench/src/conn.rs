@@ -32,9 +32,9 @@ pub struct WireConn {
     gap: Duration,
     timeout: Option<Duration>,
     rx: Vec<u8>,
-    /// Devices of a chain each request runs its function on, hop by hop
-    /// (empty: one hop on the node addressed).
-    route: Vec<u8>,
+    /// The chain every request runs instead of its mix item's single
+    /// function (empty: the single function on the node addressed).
+    chain: Vec<Hop>,
 }
 
 impl WireConn {
@@ -53,7 +53,7 @@ impl WireConn {
             gap: Duration::ZERO,
             timeout: None,
             rx: Vec::new(),
-            route: Vec::new(),
+            chain: Vec::new(),
         })
     }
 
@@ -63,17 +63,17 @@ impl WireConn {
         self.gap = gap;
     }
 
-    /// Run every request's function as a chain, one hop on each of `devices`
-    /// in order (1..=8; empty: a single hop).
-    pub fn set_route(&mut self, devices: &[u8]) -> Result<(), BenchError> {
-        if devices.len() > offrac_proto::MAX_HOPS {
+    /// Send every request as this chain (1..=8 hops; empty: the mix item's
+    /// function alone). The payload is still the mix item's.
+    pub fn set_chain(&mut self, hops: &[Hop]) -> Result<(), BenchError> {
+        if hops.len() > offrac_proto::MAX_HOPS {
             return Err(BenchError::Config(format!(
-                "a route has at most {} hops, not {}",
+                "a chain has at most {} hops, not {}",
                 offrac_proto::MAX_HOPS,
-                devices.len()
+                hops.len()
             )));
         }
-        self.route = devices.to_vec();
+        self.chain = hops.to_vec();
         Ok(())
     }
 
@@ -95,7 +95,7 @@ impl WireConn {
             gap: self.gap,
             timeout: self.timeout,
             rx: Vec::new(),
-            route: self.route.clone(),
+            chain: self.chain.clone(),
         })
     }
 
@@ -109,19 +109,10 @@ impl WireConn {
     ) -> Result<Instant, BenchError> {
         let len = u32::try_from(payload.len())
             .map_err(|_| BenchError::Config(format!("payload of {} bytes", payload.len())))?;
-        let h = if self.route.is_empty() {
+        let h = if self.chain.is_empty() {
             RequestHeader::single(id, function, param, len)
         } else {
-            let hops: Vec<Hop> = self
-                .route
-                .iter()
-                .map(|&device| Hop {
-                    function,
-                    device,
-                    param,
-                })
-                .collect();
-            RequestHeader::chain(id, &hops, len).expect("route checked by set_route")
+            RequestHeader::chain(id, &self.chain, len).expect("length checked by set_chain")
         };
         let wire = h.encode_wire();
         let header = &wire[..h.wire_len()];

@@ -42,7 +42,7 @@ pub fn run_open_loop(spec: &BenchSpec) -> Result<BenchReport, BenchError> {
     for _ in 0..spec.clients {
         let mut tx = WireConn::connect(&spec.addr, spec.busy_poll)?;
         tx.set_fragments(spec.fragments, spec.fragment_gap);
-        tx.set_route(&spec.route)?;
+        tx.set_chain(&spec.chain)?;
         let rx = tx.try_clone()?;
         conns.push((tx, rx));
     }

@@ -141,7 +141,10 @@ pub struct ClientRow {
     pub ok: u64,
     pub errors: u64,
     pub req_per_s: f64,
+    /// 5th and 95th percentiles of this client's round trips (seed 001 Fig. 10).
+    pub p5_us: f64,
     pub p50_us: f64,
+    pub p95_us: f64,
     pub p99_us: f64,
 }
 
@@ -229,13 +232,23 @@ impl BenchReport {
         }
         let mut per_client = Vec::with_capacity(clients.len());
         for (i, c) in clients.iter().enumerate() {
-            let t = Row::build("client", "", 0, &c.total()?, w, false);
+            let stats = c.total()?;
+            let t = Row::build("client", "", 0, &stats, w, false);
+            let q = |x: f64| {
+                if stats.ok == 0 {
+                    0.0
+                } else {
+                    stats.rtt.value_at_quantile(x) as f64 / 1000.0
+                }
+            };
             per_client.push(ClientRow {
                 client: i,
                 ok: t.ok,
                 errors: t.errors,
                 req_per_s: t.req_per_s,
+                p5_us: q(0.05),
                 p50_us: t.p50_us,
+                p95_us: q(0.95),
                 p99_us: t.p99_us,
             });
         }

@@ -97,9 +97,9 @@ pub struct BenchSpec {
     /// Closed loop: client `i` always sends mix item `i % mix.len()` instead
     /// of picking one at random per request.
     pub item_per_client: bool,
-    /// Run each request as a chain of its function, one hop per device
-    /// listed (empty: one hop on the node addressed).
-    pub route: Vec<u8>,
+    /// Send each request as this chain, with its mix item's payload (empty:
+    /// the mix item's function alone, on the node addressed).
+    pub chain: Vec<offrac_proto::Hop>,
 }
 
 impl BenchSpec {
@@ -119,7 +119,7 @@ impl BenchSpec {
             call_timeout: Duration::from_secs(10),
             label: String::new(),
             item_per_client: false,
-            route: Vec::new(),
+            chain: Vec::new(),
         }
     }
 

@@ -93,10 +93,10 @@ struct LoadArgs {
     /// Closed loop: client i always sends mix item i mod (mix length) instead of a random one.
     #[arg(long)]
     item_per_client: bool,
-    /// Run each request as a chain: one hop of its function on each of these devices, in order
-    /// (e.g. 255,1 = here, then device 1; 255 means the node addressed). Empty: one hop.
-    #[arg(long, value_delimiter = ',')]
-    route: Vec<u8>,
+    /// Send each request as this chain, FUNCTION[:PARAM][@DEVICE],… (e.g. minmax,logit@1),
+    /// with its mix item's payload. Default: the mix item's function alone.
+    #[arg(long)]
+    chain: Option<String>,
     /// "wire" (the offrac framing: nodes, raw echo, CPU baseline) or "grpc" (closed loop only).
     #[arg(long, default_value = "wire")]
     protocol: String,
@@ -223,7 +223,10 @@ fn load(a: LoadArgs) -> Result<(), CliError> {
     spec.fragment_gap = Duration::from_secs_f64(a.gap_us.max(0.0) / 1e6);
     spec.busy_poll = a.busy_poll;
     spec.item_per_client = a.item_per_client;
-    spec.route = a.route;
+    if let Some(c) = &a.chain {
+        spec.chain =
+            offrac_proto::chain_spec::parse(c).map_err(|e| CliError::Usage(e.to_string()))?;
+    }
     spec.seed = a.seed;
     spec.progress = !a.out.no_progress;
     spec.label = a.out.label.clone();
