@@ -22,6 +22,7 @@ import numpy.typing as npt
 from .errors import ConnectionClosedError, OffracError, error_for_response
 from .protocol import (
     DEVICE_SELF,
+    FN_REGISTER_REPLY,
     HEADER_LEN,
     MAX_BUDGET_US,
     MAX_HOPS,
@@ -506,6 +507,16 @@ class Client:
         return self.call_chain(
             steps, data, tenant=tenant, timeout=timeout, return_info=return_info, budget=budget
         )
+
+    def register_reply(self, endpoint: int | None = None) -> int:
+        """Make this connection a reply endpoint on its node and return its id: requests sent
+        on any connection to the node with ``RequestHeader.reply_device`` = that id get their
+        answers here (raw framing; this client's own calls are unaffected)."""
+        wanted = DEVICE_SELF if endpoint is None else endpoint
+        header, payload = self.call_raw(FN_REGISTER_REPLY, b"", wanted)
+        if header.status != Status.OK:
+            raise error_for_response(header, payload)
+        return header.detail
 
     def submit_raw(
         self,

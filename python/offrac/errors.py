@@ -148,7 +148,7 @@ class ShuttingDownError(OffracError):
 
 
 class UnsupportedError(OffracError):
-    """UNSUPPORTED: a valid request the node cannot serve yet (e.g. a chain hop on another device)."""
+    """UNSUPPORTED: a valid request the node cannot serve (not sent by this version of the node)."""
 
     STATUS = Status.UNSUPPORTED
 

@@ -9,6 +9,7 @@ import pytest
 
 from offrac import (
     DEVICE_SELF,
+    FN_REGISTER_REPLY,
     BadInputError,
     Client,
     FunctionId,
@@ -138,3 +139,27 @@ def test_a_budget_spent_waiting_is_timeout_and_the_work_is_not_run(node: Node) -
         assert c.call("echo", b"in time", budget=1.0) == b"in time"
         with pytest.raises(ValueError, match="budget"):
             c.call("echo", b"x", budget=20.0)
+
+
+def test_answers_go_to_a_registered_reply_connection(node: Node) -> None:
+    with node.client() as receiver, RawConn(node.addr) as rx, RawConn(node.addr) as tx:
+        endpoint = receiver.register_reply()
+        assert receiver.register_reply(endpoint) == endpoint  # idempotent for its owner
+        # a second connection cannot take an endpoint that is in use
+        rx.send(RequestHeader.chain(1, [Hop.local(FN_REGISTER_REPLY, endpoint)]).encode())
+        h, _ = rx.read_response()
+        assert h.status == Status.BAD_INPUT
+        rx.send(RequestHeader.chain(2, [Hop.local(FN_REGISTER_REPLY, DEVICE_SELF)]).encode())
+        h, _ = rx.read_response()
+        assert h.status == Status.OK and h.detail != endpoint
+        mine = h.detail
+        tx.send(RequestHeader.chain(7, [Hop.local(ECHO)], 3, reply_device=mine).encode() + b"abc")
+        tx.send(
+            RequestHeader.chain(8, [Hop.local(ECHO), Hop.local(ECHO)], 2, reply_device=mine).encode() + b"hi"
+        )
+        got = {}
+        for _ in range(2):
+            h, p = rx.read_response()
+            got[h.request_id] = (h.status, p)
+        assert got == {7: (Status.OK, b"abc"), 8: (Status.OK, b"hi")}
+        assert not tx.has_data(0.3), "the sending connection got an answer"

@@ -122,13 +122,15 @@ def test_trickling_clients_cannot_hold_the_pool(start_node: StartNode) -> None:
             t.close()
 
 
-def test_unsupported_has_no_detail_and_an_early_stall_names_no_request(start_node: StartNode) -> None:
+def test_an_unregistered_reply_endpoint_is_named_and_an_early_stall_names_no_request(
+    start_node: StartNode,
+) -> None:
     n = start_node("stall_timeout_ms = 200\n")
     with RawConn(n.addr) as c:
-        # A reply device other than the caller: detail is defined for other codes only.
+        # A reply endpoint nobody registered: refused on this connection, naming it.
         c.send(header_with(3, ECHO, reply_device=3))
         h, _ = c.read_response()
-        assert (h.status, h.request_id, h.detail) == (Status.UNSUPPORTED, 3, 0)
+        assert (h.status, h.request_id, h.detail) == (Status.UNREACHABLE, 3, 3)
     with RawConn(n.addr) as c:
         c.send(header_with(0, ECHO, payload_len=8)[:10])
         h, _ = c.read_response(timeout=3)

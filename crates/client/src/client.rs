@@ -208,6 +208,8 @@ pub struct Client {
     read_timeout: Option<Duration>,
     /// Budget each request carries, µs (0: none).
     budget_us: u32,
+    /// Reply endpoint each request names (`DEVICE_SELF`: this connection).
+    reply_device: u8,
 }
 
 impl Client {
@@ -247,6 +249,7 @@ impl Client {
             busy_poll: false,
             read_timeout: None,
             budget_us: 0,
+            reply_device: offrac_proto::DEVICE_SELF,
         })
     }
 
@@ -292,6 +295,27 @@ impl Client {
             },
         };
         Ok(())
+    }
+
+    /// Make this connection a reply endpoint on its node: answers to
+    /// requests that name it (see [`Client::set_reply_device`]), sent on any
+    /// connection to this node, arrive here; read them with [`Client::recv`].
+    /// `wanted`: an endpoint id (0..=254), or `None` for any free one.
+    /// Returns the id.
+    pub fn register_reply(&mut self, wanted: Option<u8>) -> Result<u8, ClientError> {
+        let param = wanted.map_or(offrac_proto::DEVICE_SELF as u64, u64::from);
+        let hop = Hop::local(offrac_proto::FN_REGISTER_REPLY, param);
+        let r = self.call_chain(&[hop], &[])?;
+        u8::try_from(r.header.detail)
+            .map_err(|_| ClientError::Config(format!("node gave endpoint {}", r.header.detail)))
+    }
+
+    /// Send requests whose answers go to reply endpoint `endpoint` (`None`:
+    /// back on this connection). The endpoint must be registered on the
+    /// node this client talks to; use [`Client::send`] / [`Client::send_chain`]
+    /// (a `call` would wait here for an answer that goes elsewhere).
+    pub fn set_reply_device(&mut self, endpoint: Option<u8>) {
+        self.reply_device = endpoint.unwrap_or(offrac_proto::DEVICE_SELF);
     }
 
     pub fn set_read_timeout(&mut self, timeout: Option<Duration>) -> Result<(), ClientError> {
@@ -399,6 +423,7 @@ impl Client {
         let mut h = RequestHeader::chain(request_id, hops, len)
             .ok_or(ClientError::ChainLength(hops.len()))?;
         h.budget_us = self.budget_us;
+        h.reply_device = self.reply_device;
         // The header, and the hop extension for chains of more than four hops.
         let wire = h.encode_wire();
         write_all_vectored(&mut self.stream, &wire[..h.wire_len()], payload)?;

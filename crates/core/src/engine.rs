@@ -6,7 +6,7 @@ use crate::connection::{Connection, Rx};
 use crate::{EngineConfig, EngineStats, Instant, Job, ReassemblyPool, Selector, SlotId, SlotQueue};
 use offrac_proto::{
     HeaderError, RequestHeader, ResponseHeader, Status, DEVICE_SELF, EXT_LEN, FLAG_HOP_EXT,
-    HEADER_LEN, REQUEST_ID_NONE, VERSION,
+    FN_REGISTER_REPLY, HEADER_LEN, REQUEST_ID_NONE, VERSION,
 };
 use rustc_hash::FxHashMap;
 use std::cmp::Reverse;
@@ -60,6 +60,8 @@ pub struct Engine {
     stats: EngineStats,
     shutting_down: bool,
     drain_from: usize,
+    /// Reply endpoints: the connection registered under each id.
+    reply_endpoints: Box<[Option<ConnId>; 256]>,
 }
 
 impl Engine {
@@ -121,6 +123,7 @@ impl Engine {
             stats: EngineStats::default(),
             shutting_down: false,
             drain_from: 0,
+            reply_endpoints: Box::new([None; 256]),
             cfg,
         })
     }
@@ -197,11 +200,26 @@ impl Engine {
         }
     }
 
-    /// The connection is gone: collect its partial request, if any.
+    /// The connection is gone: collect its partial request, if any, and
+    /// forget it as a reply endpoint.
     pub fn handle_close(&mut self, _now: Instant, conn: ConnId) {
         if let Some(c) = self.conns.remove(&conn) {
             self.collect(c.rx);
         }
+        for e in self.reply_endpoints.iter_mut() {
+            if *e == Some(conn) {
+                *e = None;
+            }
+        }
+    }
+
+    /// Where the answer to request `h`, received on `conn`, goes: its reply
+    /// endpoint if it names one that is registered, else `conn`.
+    pub fn answer_conn(&self, conn: ConnId, h: &RequestHeader) -> ConnId {
+        if h.reply_device == DEVICE_SELF {
+            return conn;
+        }
+        self.reply_endpoints[h.reply_device as usize].unwrap_or(conn)
     }
 
     /// `slot` finished the job it was dispatched (its answer is the driver's to write).
@@ -537,9 +555,21 @@ impl Engine {
         if self.shutting_down {
             return refuse(self, Status::ShuttingDown, 0, "node is shutting down");
         }
-        if h.reply_device != DEVICE_SELF {
-            let msg = "a reply device other than the caller is not supported yet";
-            return refuse(self, Status::Unsupported, 0, msg);
+        if hop.function == FN_REGISTER_REPLY {
+            return self.register_reply(now, conn, &h);
+        }
+        if h.reply_device != DEVICE_SELF && self.reply_endpoints[h.reply_device as usize].is_none()
+        {
+            let rd = h.reply_device;
+            self.reply(
+                conn,
+                Status::Unreachable,
+                h.request_id,
+                h.tenant,
+                rd as u64,
+                &format!("reply endpoint {rd} is not registered on this node"),
+            );
+            return discard(len, now);
         }
         if let Err(e) = self.check_chain(&h) {
             let mut at = h;
@@ -588,6 +618,46 @@ impl Engine {
             buffer,
             first_byte_at,
         }
+    }
+
+    /// A `FN_REGISTER_REPLY` request: make `conn` the reply endpoint asked
+    /// for (or any free one) and answer `OK` with its id in `detail`.
+    fn register_reply(&mut self, now: Instant, conn: ConnId, h: &RequestHeader) -> Rx {
+        let len = h.payload_len as u64;
+        let taken = |e: &Engine, id: u8| {
+            id == DEVICE_SELF
+                || id == e.cfg.device_id
+                || e.cfg.peers.contains(&id)
+                || e.reply_endpoints[id as usize].is_some_and(|c| c != conn)
+        };
+        let wanted = h.current_hop().param;
+        let id = if h.hop_count != 1 || len != 0 {
+            Err("a registration is a single hop with no payload".to_string())
+        } else if wanted == DEVICE_SELF as u64 {
+            (0..=254u8)
+                .find(|&i| !taken(self, i))
+                .ok_or_else(|| "every reply endpoint id is in use".to_string())
+        } else if wanted > 254 || taken(self, wanted as u8) {
+            Err(format!(
+                "endpoint {wanted} is not free: a device id, another connection's endpoint, or not 0..=254"
+            ))
+        } else {
+            Ok(wanted as u8)
+        };
+        match id {
+            Ok(id) => {
+                self.reply_endpoints[id as usize] = Some(conn);
+                let mut header = ResponseHeader::answer(h, Status::Ok, self.cfg.device_id, 0);
+                header.detail = id as u64;
+                self.actions.push_back(Action::Reply {
+                    conn,
+                    header,
+                    message: String::new(),
+                });
+            }
+            Err(msg) => self.reply_to(conn, h, Status::BadInput, 0, &msg),
+        }
+        discard(len, now)
     }
 
     /// Every hop this node will run before the chain leaves it must be one
@@ -759,6 +829,7 @@ impl Engine {
         detail: u64,
         msg: &str,
     ) {
+        let conn = self.answer_conn(conn, h);
         let mut header = ResponseHeader::answer(h, status, self.cfg.device_id, msg.len() as u32);
         header.detail = detail;
         let code = status.code();

@@ -571,7 +571,8 @@ impl Reactor {
             match io {
                 Io::Run { slot, job, inline } => {
                     let conn = job.conn;
-                    let out = self.out_of(conn).cloned();
+                    let to = self.driver.engine().answer_conn(conn, &job.header);
+                    let out = self.out_of(to).cloned();
                     let work = Work { job, out };
                     match (&mut self.inline[slot], inline) {
                         // Short enough to run here: no thread hand-off, no wake-up.

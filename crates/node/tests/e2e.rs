@@ -462,3 +462,59 @@ fn a_budget_spent_in_the_queue_is_timeout_and_not_run() {
     ));
     n.shutdown().unwrap();
 }
+
+#[test]
+fn answers_go_to_a_registered_reply_connection() {
+    let (a, b) = two_nodes();
+    let addr = a.addr.to_string();
+    let mut rx = Client::connect(&addr).unwrap();
+    let endpoint = rx.register_reply(None).unwrap();
+    assert!(
+        endpoint != 0 && endpoint != 1,
+        "not a device id: {endpoint}"
+    );
+    let mut tx = Client::connect(&addr)
+        .unwrap()
+        .with_retry_policy(RetryPolicy::NONE);
+    tx.set_reply_device(Some(endpoint));
+    // plain, failing, and cross-node requests: every answer arrives on rx
+    for id in 1..=50u64 {
+        tx.send(id, FunctionId::Echo, 0, &id.to_le_bytes()).unwrap();
+    }
+    tx.send(51, FunctionId::TopK, 0, &ints(&[1, 2])).unwrap();
+    tx.send_chain(
+        52,
+        &[hop(FunctionId::Echo, 0, 0), hop(FunctionId::Echo, 1, 0)],
+        b"far",
+    )
+    .unwrap();
+    let mut seen = std::collections::BTreeMap::new();
+    rx.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    while seen.len() < 52 {
+        let (h, p) = rx.recv().unwrap();
+        assert!(
+            seen.insert(h.request_id, (h.status, p)).is_none(),
+            "two answers"
+        );
+    }
+    for id in 1..=50u64 {
+        assert_eq!(seen[&id], (Status::Ok, id.to_le_bytes().to_vec()));
+    }
+    assert_eq!(seen[&51].0, Status::BadInput);
+    assert_eq!(seen[&52], (Status::Ok, b"far".to_vec()));
+    // nothing came back on the sending connection
+    tx.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    assert!(matches!(tx.recv(), Err(ClientError::Io(_))));
+    // an endpoint nobody registered is refused on the sending connection
+    tx.set_reply_device(Some(200));
+    tx.send(60, FunctionId::Echo, 0, b"x").unwrap();
+    tx.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let (h, _) = tx.recv().unwrap();
+    assert_eq!(
+        (h.request_id, h.status, h.detail),
+        (60, Status::Unreachable, 200)
+    );
+    a.shutdown().unwrap();
+    b.shutdown().unwrap();
+}

@@ -26,6 +26,11 @@ pub const REQUEST_MAGIC: u16 = 0x4F51;
 pub const RESPONSE_MAGIC: u16 = 0x5352;
 /// Device id meaning "this node" in a hop, or "the caller" as reply device.
 pub const DEVICE_SELF: u8 = 0xFF;
+/// Control function: register the connection this request arrives on as a
+/// reply endpoint. `param`: the endpoint id wanted (0..=254), or 255 for any
+/// free one; answered `OK` with the endpoint id in `detail`. Requests whose
+/// `reply_device` names the endpoint get their answers there.
+pub const FN_REGISTER_REPLY: u8 = 0xFE;
 /// Request id of a response that answers no request the node could identify
 /// (a wrong magic, or a stall before the id's bytes arrived). Clients must not
 /// use it for requests; a response carrying it is about the connection.

@@ -677,7 +677,11 @@ impl World {
         h.reassembly_ns = job.reassembly_ns();
         h.queue_ns = job.earlier_queue_ns + queue_ns;
         h.exec_ns = job.earlier_exec_ns + exec_ns;
-        self.write(node, conn, &h, &payload);
+        let to = self.nodes[node]
+            .driver
+            .engine()
+            .answer_conn(conn, &job.header);
+        self.write(node, to, &h, &payload);
         self.nodes[node].driver.handle_answered(now, conn);
         self.apply(node);
     }

@@ -420,3 +420,54 @@ fn lossy_slow_links_delay_answers_but_lose_none() {
         assert!(last > 100 * MS + 20 * MS, "no segment was lost: {last}");
     });
 }
+
+/// A request answered to reply endpoint `to`.
+fn to_endpoint(id: u64, hops: &[(u8, u8, u64)], payload: &[u8], to: u8) -> Vec<u8> {
+    let mut b = chain(id, hops, payload);
+    b[20] = to;
+    b
+}
+
+#[test]
+fn answers_go_to_the_reply_endpoint_or_back_to_the_sender_once_it_is_gone() {
+    for_seeds(|seed| {
+        let mut w = cluster(seed, 2, |_, c| c.exec.fixed = vec![(SPIN, 5 * MS)]);
+        let (rx, tx) = (w.connect(), w.connect());
+        w.run_for(MS);
+        w.send(
+            rx,
+            &chain(900, &[(offrac_proto::FN_REGISTER_REPLY, 255, 255)], b""),
+        );
+        w.run_for(MS);
+        let reg = only_answer(&w, rx, 900);
+        assert_eq!(reg.header.status, Status::Ok);
+        let e = reg.header.detail as u8;
+        assert!(e > 1, "endpoint {e} must not be a device id");
+        w.send(tx, &to_endpoint(1, &[(ECHO, 0, 0)], b"one", e));
+        w.send(
+            tx,
+            &to_endpoint(2, &[(ECHO, 0, 0), (ECHO, 1, 0)], b"two", e),
+        );
+        w.send(tx, &to_endpoint(3, &[(TOPK, 0, 0)], &[0; 8], e));
+        w.run_for(10 * MS);
+        assert_eq!(only_answer(&w, rx, 1).payload, b"one");
+        assert_eq!(only_answer(&w, rx, 2).payload, b"two");
+        assert_eq!(only_answer(&w, rx, 3).header.status, Status::BadInput);
+        assert!(w.clients[tx].answers.is_empty(), "the sender got an answer");
+        // In flight when the endpoint goes: the answer falls back to the sender.
+        w.send(tx, &to_endpoint(4, &[(SPIN, 1, 1)], b"late", e));
+        w.run_for(MS);
+        w.close(rx);
+        w.run_for(20 * MS);
+        assert_eq!(only_answer(&w, tx, 4).payload, b"late");
+        // Gone: refused on the sending connection.
+        w.send(tx, &to_endpoint(5, &[(ECHO, 0, 0)], b"x", e));
+        w.run_for(MS);
+        let a = only_answer(&w, tx, 5);
+        assert_eq!(
+            (a.header.status, a.header.detail),
+            (Status::Unreachable, e as u64)
+        );
+        assert_eq!(w.clients[rx].answers.len(), 4);
+    });
+}

@@ -200,7 +200,7 @@ fn trickling_clients_cannot_hold_the_pool() {
 }
 
 #[test]
-fn unsupported_has_no_detail_and_an_early_stall_names_no_request() {
+fn an_unregistered_reply_endpoint_is_named_and_an_early_stall_names_no_request() {
     for_seeds(|seed| {
         let mut w = world(seed, |c| c.engine.stall_timeout = Duration::from_millis(10));
         let c = w.connect();
@@ -210,8 +210,8 @@ fn unsupported_has_no_detail_and_an_early_stall_names_no_request() {
         w.run_for(MS);
         let a = w.answers_to(c, 1);
         assert_eq!(a.len(), 1);
-        assert_eq!(a[0].header.status, Status::Unsupported);
-        assert_eq!(a[0].header.detail, 0);
+        assert_eq!(a[0].header.status, Status::Unreachable);
+        assert_eq!(a[0].header.detail, 3, "the endpoint is named");
 
         let d = w.connect();
         w.send(d, &RequestHeader::single(0, ECHO, 0, 8).encode()[..10]);

@@ -337,6 +337,8 @@ impl Driver {
         let mut header = job.header;
         header.request_id = id;
         header.payload_len = job.payload.len() as u32;
+        // The answer comes back on the link; a reply endpoint is this node's to honour.
+        header.reply_device = offrac_proto::DEVICE_SELF;
         // What is left of the budget travels on (time on the wire is not charged).
         if let Some(d) = job.deadline {
             let left = d.saturating_since(now).as_micros().max(1);
@@ -435,7 +437,7 @@ impl Driver {
         h.reassembly_ns = h.reassembly_ns.saturating_add(f.reassembly_ns);
         h.queue_ns = h.queue_ns.saturating_add(f.queue_ns);
         h.exec_ns = h.exec_ns.saturating_add(f.exec_ns);
-        self.answer_forwarded(now, f.conn, h, payload);
+        self.answer_forwarded(now, &f, h, payload);
     }
 
     /// Answer a forwarded request here, naming its hop.
@@ -455,25 +457,30 @@ impl Driver {
             msg.len() as u32,
         );
         h.detail = detail;
-        self.answer_forwarded(now, f.conn, h, msg.as_bytes().to_vec());
+        self.answer_forwarded(now, &f, h, msg.as_bytes().to_vec());
     }
 
+    /// Write the answer of forwarded request `f` (to its reply endpoint, if
+    /// it has one) and settle what its connection is owed.
     fn answer_forwarded(
         &mut self,
         now: Instant,
-        conn: ConnId,
+        f: &Forwarded,
         header: ResponseHeader,
         payload: Vec<u8>,
     ) {
-        let Some(c) = self.conns.get_mut(&conn) else {
+        let Some(c) = self.conns.get_mut(&f.conn) else {
             return; // the caller is gone
         };
         c.answering -= 1;
-        self.out.push_back(Io::Send {
-            conn,
-            header,
-            payload,
-        });
-        self.maybe_shut(now, conn);
+        let to = self.engine.answer_conn(f.conn, &f.origin);
+        if self.conns.contains_key(&to) {
+            self.out.push_back(Io::Send {
+                conn: to,
+                header,
+                payload,
+            });
+        }
+        self.maybe_shut(now, f.conn);
     }
 }
