@@ -27,6 +27,7 @@ from .errors import (
 )
 from .protocol import (
     DEVICE_SELF,
+    FN_DESCRIBE,
     FN_REGISTER_REPLY,
     FUNCTION_IDS,
     FUNCTION_NAMES,
@@ -51,6 +52,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DEVICE_SELF",
+    "FN_DESCRIBE",
     "FN_REGISTER_REPLY",
     "FUNCTION_IDS",
     "FUNCTION_NAMES",

@@ -7,6 +7,7 @@ import contextlib
 import heapq
 import io
 import itertools
+import json
 import math
 import random
 import socket
@@ -22,6 +23,7 @@ import numpy.typing as npt
 from .errors import ConnectionClosedError, OffracError, error_for_response
 from .protocol import (
     DEVICE_SELF,
+    FN_DESCRIBE,
     FN_REGISTER_REPLY,
     HEADER_LEN,
     MAX_BUDGET_US,
@@ -507,6 +509,16 @@ class Client:
         return self.call_chain(
             steps, data, tenant=tenant, timeout=timeout, return_info=return_info, budget=budget
         )
+
+    def describe(self, timeout: float | None = -1.0) -> dict[str, Any]:
+        """What the node serves: ``{"device", "version", "functions": [{"id", "name", "slots"}],
+        "slots": [...], "peers": [{"device", "addr", "up"}], "metrics", "max_payload", ...}``
+        (``docs/protocol.md``, "Describe"). Also a ping."""
+        header, payload = self.call_raw(FN_DESCRIBE, b"", 0, timeout=timeout)
+        if header.status != Status.OK:
+            raise error_for_response(header, payload)
+        description: dict[str, Any] = json.loads(payload)
+        return description
 
     def register_reply(self, endpoint: int | None = None) -> int:
         """Make this connection a reply endpoint on its node and return its id: requests sent

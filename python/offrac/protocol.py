@@ -15,6 +15,7 @@ __all__ = [
     "DEVICE_SELF",
     "EXT_LEN",
     "FLAG_HOP_EXT",
+    "FN_DESCRIBE",
     "FN_REGISTER_REPLY",
     "FUNCTION_IDS",
     "FUNCTION_NAMES",
@@ -59,6 +60,8 @@ DEVICE_SELF: Final = 0xFF
 #: Control function: register the connection as a reply endpoint (param: the id wanted, or 255
 #: for any free one); answered OK with the endpoint id in ``detail``.
 FN_REGISTER_REPLY: Final = 0xFE
+#: Control function: the node describes itself (functions, slots, peers, metrics) as JSON.
+FN_DESCRIBE: Final = 0xFD
 #: Request id of a response that answers no identifiable request (a wrong magic, or a stall
 #: before the id arrived); reserved: clients never send it.
 REQUEST_ID_NONE: Final = 0xFFFF_FFFF_FFFF_FFFF

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import numpy as np
@@ -9,6 +10,7 @@ import pytest
 
 from offrac import (
     DEVICE_SELF,
+    FN_DESCRIBE,
     FN_REGISTER_REPLY,
     BadInputError,
     Client,
@@ -163,3 +165,19 @@ def test_answers_go_to_a_registered_reply_connection(node: Node) -> None:
             got[h.request_id] = (h.status, p)
         assert got == {7: (Status.OK, b"abc"), 8: (Status.OK, b"hi")}
         assert not tx.has_data(0.3), "the sending connection got an answer"
+
+
+def test_describe_says_what_the_node_serves(node: Node) -> None:
+    with node.client() as c:
+        d = c.describe()
+    assert d["device"] == 0 and d["protocol"] == 1 and d["max_hops"] == 8
+    assert [f["name"] for f in d["functions"]] == ["echo", "topk", "logit", "minmax", "matmul", "spin"]
+    assert [s["slot"] for s in d["slots"]] == list(range(6))
+    assert d["metrics"] == node.metrics
+    assert d["peers"] == []
+    with RawConn(node.addr) as raw:  # a describe with a payload is refused, the connection kept
+        raw.send(RequestHeader.chain(5, [Hop.local(FN_DESCRIBE)], 2).encode() + b"no")
+        assert raw.read_response()[0].status == Status.BAD_INPUT
+        raw.send(RequestHeader.chain(6, [Hop.local(FN_DESCRIBE)]).encode())
+        h, p = raw.read_response()
+        assert h.status == Status.OK and json.loads(p)["device"] == 0

@@ -201,3 +201,10 @@ def test_call_runs_a_chain(node_bin: Path, node: Node) -> None:
     assert b"BAD_INPUT at hop 1" in r.stderr
     r = offrac(node_bin, "call", "--addr", addr, "echo,echo", "-p", "3", "--data", "x")
     assert r.returncode == 1 and b"NAME:PARAM" in r.stderr
+
+
+def test_status_finds_the_metrics_through_describe(node_bin: Path, node: Node) -> None:
+    r = offrac(node_bin, "status", "--addr", node.address)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout.decode()
+    assert f"metrics at {node.metrics}" in out and "slot  function" in out

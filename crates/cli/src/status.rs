@@ -3,9 +3,12 @@ use std::io::{Read, Write};
 
 #[derive(clap::Args)]
 pub struct Args {
+    /// The node's request address: its metrics address is asked for (describe).
+    #[arg(long, required_unless_present = "metrics", conflicts_with = "metrics")]
+    addr: Option<String>,
     /// The node's metrics address (printed by `offrac serve` at start).
     #[arg(long)]
-    metrics: String,
+    metrics: Option<String>,
     /// Give up after this many seconds (connect and read).
     #[arg(long, default_value_t = 5.0)]
     timeout: f64,
@@ -13,15 +16,70 @@ pub struct Args {
 
 pub fn run(a: Args) -> Result<(), CliError> {
     let timeout = crate::call::timeout_arg(a.timeout)?;
-    let text = fetch_metrics_within(&a.metrics, timeout).map_err(|e| match e {
+    let quiet = |what: &str, e: CliError| match e {
         CliError::Io(io) if crate::call::is_timeout(&io) => CliError::Usage(format!(
-            "no answer from {} within {} s (--timeout)",
-            a.metrics, a.timeout
+            "no answer from {what} within {} s (--timeout)",
+            a.timeout
         )),
         e => e,
-    })?;
+    };
+    let metrics = match (&a.metrics, &a.addr) {
+        (Some(m), _) => m.clone(),
+        (None, Some(addr)) => {
+            let ask = || -> Result<serde_json::Value, CliError> {
+                let mut c = offrac_client::Client::connect_timeout(addr, timeout)?;
+                c.set_read_timeout(Some(timeout))?;
+                Ok(c.describe()?)
+            };
+            let d = ask().map_err(|e| match e {
+                CliError::Client(offrac_client::ClientError::Io(io)) => {
+                    quiet(addr, CliError::Io(io))
+                }
+                e => e,
+            })?;
+            println!("{}", describe_line(&d));
+            d["metrics"].as_str().map(str::to_string).ok_or_else(|| {
+                CliError::Usage(format!(
+                    "{addr} serves no metrics endpoint ([metrics] listen = \"\")"
+                ))
+            })?
+        }
+        (None, None) => return Err(CliError::Usage("give --addr or --metrics".into())),
+    };
+    let text = fetch_metrics_within(&metrics, timeout).map_err(|e| quiet(&metrics, e))?;
     print!("{}", summarize(&text));
     Ok(())
+}
+
+/// "device 0, offrac 0.1.0, 6 slots, peers: 1 (up), metrics at …".
+fn describe_line(d: &serde_json::Value) -> String {
+    let peers: Vec<String> = d["peers"]
+        .as_array()
+        .map(|ps| {
+            ps.iter()
+                .map(|p| {
+                    let up = if p["up"].as_bool() == Some(true) {
+                        "up"
+                    } else {
+                        "down"
+                    };
+                    format!("{} ({up})", p["device"])
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    format!(
+        "device {}, offrac {}, {} slots, peers: {}, metrics at {}",
+        d["device"],
+        d["version"].as_str().unwrap_or("?"),
+        d["slots"].as_array().map_or(0, Vec::len),
+        if peers.is_empty() {
+            "none".to_string()
+        } else {
+            peers.join(", ")
+        },
+        d["metrics"].as_str().unwrap_or("(off)")
+    )
 }
 
 /// GET /metrics over plain HTTP/1.0.

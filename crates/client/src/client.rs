@@ -297,6 +297,15 @@ impl Client {
         Ok(())
     }
 
+    /// Ask the node what it serves (functions, slots, peers, metrics
+    /// address; `docs/protocol.md`, "Describe"). Also a ping.
+    pub fn describe(&mut self) -> Result<serde_json::Value, ClientError> {
+        let hop = Hop::local(offrac_proto::FN_DESCRIBE, 0);
+        let r = self.call_chain(&[hop], &[])?;
+        serde_json::from_slice(&r.payload)
+            .map_err(|e| ClientError::Config(format!("the node's description is not JSON: {e}")))
+    }
+
     /// Make this connection a reply endpoint on its node: answers to
     /// requests that name it (see [`Client::set_reply_device`]), sent on any
     /// connection to this node, arrive here; read them with [`Client::recv`].

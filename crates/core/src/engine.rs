@@ -6,7 +6,7 @@ use crate::connection::{Connection, Rx};
 use crate::{EngineConfig, EngineStats, Instant, Job, ReassemblyPool, Selector, SlotId, SlotQueue};
 use offrac_proto::{
     HeaderError, RequestHeader, ResponseHeader, Status, DEVICE_SELF, EXT_LEN, FLAG_HOP_EXT,
-    FN_REGISTER_REPLY, HEADER_LEN, REQUEST_ID_NONE, VERSION,
+    FN_DESCRIBE, FN_REGISTER_REPLY, HEADER_LEN, REQUEST_ID_NONE, VERSION,
 };
 use rustc_hash::FxHashMap;
 use std::cmp::Reverse;
@@ -31,6 +31,9 @@ pub enum Action {
     /// still owes it ([`Engine::held`]) and everything queued for it has been
     /// written, then reports the end with [`Engine::handle_close`].
     Close { conn: ConnId },
+    /// Answer the describe request `header` on `conn` (the node's driver
+    /// knows what to say).
+    Describe { conn: ConnId, header: RequestHeader },
     /// Send `job` to the device of its current hop ([`Job::function`]'s
     /// device, one of the configured peers). The engine no longer holds it:
     /// its answer — the one relayed back, or an error if the hop cannot be
@@ -557,6 +560,14 @@ impl Engine {
         }
         if hop.function == FN_REGISTER_REPLY {
             return self.register_reply(now, conn, &h);
+        }
+        if hop.function == FN_DESCRIBE {
+            if h.hop_count != 1 || len != 0 {
+                let msg = "a describe request is a single hop with no payload";
+                return refuse(self, Status::BadInput, 0, msg);
+            }
+            self.actions.push_back(Action::Describe { conn, header: h });
+            return discard(len, now);
         }
         if h.reply_device != DEVICE_SELF && self.reply_endpoints[h.reply_device as usize].is_none()
         {

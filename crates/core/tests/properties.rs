@@ -193,6 +193,7 @@ impl Harness {
                         .handle_close(Instant::from_nanos(self.now), conn);
                 }
                 Action::Forward { .. } => panic!("no peers are configured: nothing is forwarded"),
+                Action::Describe { .. } => panic!("the generated requests never ask to describe"),
             }
         }
     }

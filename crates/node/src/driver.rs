@@ -68,6 +68,8 @@ pub struct DriverConfig {
     /// minimum up to the maximum, back to the minimum once it is up.
     pub reconnect_min: Duration,
     pub reconnect_max: Duration,
+    /// Where the node serves its metrics, told to clients that describe it.
+    pub metrics_addr: Option<String>,
 }
 
 impl DriverConfig {
@@ -84,6 +86,7 @@ impl DriverConfig {
             relay_max_payload: 256 << 20,
             reconnect_min: Duration::from_millis(100),
             reconnect_max: Duration::from_secs(5),
+            metrics_addr: None,
         }
     }
 }
@@ -467,6 +470,58 @@ impl Driver {
         self.shutdown.is_some()
     }
 
+    /// The answer to a describe request: what this node serves, as JSON
+    /// (`docs/protocol.md`, "Describe").
+    pub fn describe(&self) -> String {
+        let e = self.engine.config();
+        let name = |f: u8| offrac_proto::FunctionId::from_id(f).map(|f| f.name());
+        let slots: Vec<serde_json::Value> = self
+            .engine
+            .slots()
+            .iter()
+            .enumerate()
+            .map(|(i, q)| {
+                serde_json::json!({
+                    "slot": i,
+                    "function": q.function,
+                    "name": name(q.function),
+                    "queue_depth": q.depth(),
+                    "busy": q.is_busy(),
+                })
+            })
+            .collect();
+        let mut functions: Vec<u8> = e.slots.clone();
+        functions.sort_unstable();
+        functions.dedup();
+        let functions: Vec<serde_json::Value> = functions
+            .iter()
+            .map(|&f| {
+                let hosted: Vec<usize> = (0..e.slots.len()).filter(|&i| e.slots[i] == f).collect();
+                serde_json::json!({ "id": f, "name": name(f), "slots": hosted })
+            })
+            .collect();
+        let peers: Vec<serde_json::Value> = self
+            .links
+            .iter()
+            .filter(|l| l.is_listed())
+            .map(|l| serde_json::json!({ "device": l.device(), "addr": l.addr(), "up": l.is_up() }))
+            .collect();
+        serde_json::json!({
+            "protocol": offrac_proto::VERSION,
+            "version": env!("CARGO_PKG_VERSION"),
+            "device": e.device_id,
+            "max_payload": e.max_payload,
+            "max_hops": offrac_proto::MAX_HOPS,
+            "functions": functions,
+            "slots": slots,
+            "peers": peers,
+            "metrics": self.cfg.metrics_addr,
+            "connections": self.conns.len(),
+            "shutting_down": self.shutdown.is_some(),
+        })
+        .to_string()
+    }
+
     /// Turn the engine's actions into I/O.
     fn pump(&mut self, now: Instant) {
         while let Some(action) = self.engine.poll_action() {
@@ -495,6 +550,22 @@ impl Driver {
                     }
                 }
                 Action::Forward { job } => self.forward(now, job),
+                Action::Describe { conn, header } => {
+                    if self.conns.contains_key(&conn) {
+                        let payload = self.describe().into_bytes();
+                        let header = ResponseHeader::answer(
+                            &header,
+                            offrac_proto::Status::Ok,
+                            self.engine.config().device_id,
+                            payload.len() as u32,
+                        );
+                        self.out.push_back(Io::Send {
+                            conn,
+                            header,
+                            payload,
+                        });
+                    }
+                }
                 Action::Close { conn } => {
                     if let Some(c) = self.conns.get_mut(&conn) {
                         c.closing = true;

@@ -182,7 +182,6 @@ pub fn start(cfg: NodeConfig, listen: &str) -> Result<NodeHandle, NodeError> {
     driver_cfg.close_linger = Duration::from_millis(cfg.close_linger_ms);
     driver_cfg.forward_timeout = Duration::from_millis(cfg.forward_timeout_ms);
     driver_cfg.peers = cfg.devices.clone();
-    let driver = Driver::new(cfg.engine.clone(), driver_cfg)?;
 
     let exited = Arc::new(AtomicBool::new(false));
     let (http, metrics_addr) = match &cfg.metrics_listen {
@@ -192,6 +191,10 @@ pub fn start(cfg: NodeConfig, listen: &str) -> Result<NodeHandle, NodeError> {
         }
         None => (None, None),
     };
+    driver_cfg.metrics_addr = metrics_addr.map(|a| a.to_string());
+    let driver = Driver::new(cfg.engine.clone(), driver_cfg).inspect_err(|_| {
+        exited.store(true, Ordering::SeqCst); // stop the metrics thread
+    })?;
 
     let mut reactor = reactor::Reactor::new(
         poll,

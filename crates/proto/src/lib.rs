@@ -31,6 +31,9 @@ pub const DEVICE_SELF: u8 = 0xFF;
 /// free one; answered `OK` with the endpoint id in `detail`. Requests whose
 /// `reply_device` names the endpoint get their answers there.
 pub const FN_REGISTER_REPLY: u8 = 0xFE;
+/// Control function: describe the node (its functions, slots, peers and
+/// metrics address) as a UTF-8 JSON payload; no input. Also a ping.
+pub const FN_DESCRIBE: u8 = 0xFD;
 /// Request id of a response that answers no request the node could identify
 /// (a wrong magic, or a stall before the id's bytes arrived). Clients must not
 /// use it for requests; a response carrying it is about the connection.

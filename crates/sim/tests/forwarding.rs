@@ -471,3 +471,28 @@ fn answers_go_to_the_reply_endpoint_or_back_to_the_sender_once_it_is_gone() {
         assert_eq!(w.clients[rx].answers.len(), 4);
     });
 }
+
+#[test]
+fn describe_lists_functions_slots_and_peers() {
+    for_seeds(|seed| {
+        let mut w = cluster(seed, 2, |_, _| {});
+        let c = w.connect();
+        w.run_for(MS);
+        w.send(c, &chain(1, &[(offrac_proto::FN_DESCRIBE, 255, 0)], b""));
+        w.send(c, &chain(2, &[(offrac_proto::FN_DESCRIBE, 255, 0)], b"x"));
+        w.send(c, &chain(3, &[(ECHO, 0, 0)], b"after"));
+        w.run_for(MS);
+        let a = only_answer(&w, c, 1);
+        assert_eq!(a.header.status, Status::Ok);
+        let text = String::from_utf8(a.payload).expect("UTF-8");
+        for part in [
+            r#""device":0"#,
+            r#""name":"topk""#,
+            r#""peers":[{"addr":"sim:1","device":1,"up":true}]"#,
+        ] {
+            assert!(text.contains(part), "{part} not in {text}");
+        }
+        assert_eq!(only_answer(&w, c, 2).header.status, Status::BadInput);
+        assert_eq!(only_answer(&w, c, 3).payload, b"after");
+    });
+}

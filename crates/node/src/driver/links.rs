@@ -98,6 +98,23 @@ impl Link {
         }
     }
 
+    pub(super) fn device(&self) -> u8 {
+        self.device
+    }
+
+    pub(super) fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    pub(super) fn is_up(&self) -> bool {
+        self.state == LinkState::Up
+    }
+
+    /// Still in the device table (not retired).
+    pub(super) fn is_listed(&self) -> bool {
+        self.state != LinkState::Retired
+    }
+
     pub(super) fn connect_io(&self, link: LinkId) -> Io {
         Io::Connect {
             link,
