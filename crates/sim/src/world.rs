@@ -389,6 +389,11 @@ impl World {
         self.apply(node);
     }
 
+    /// `node` was killed and not restarted.
+    pub fn is_down(&self, node: usize) -> bool {
+        self.nodes[node].down
+    }
+
     /// Start a killed node afresh (a new driver, nothing remembered).
     pub fn restart(&mut self, node: usize) -> Result<(), DriverError> {
         let cfg = self.nodes[node].cfg.clone();

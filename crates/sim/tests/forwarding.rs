@@ -496,3 +496,126 @@ fn describe_lists_functions_slots_and_peers() {
         assert_eq!(only_answer(&w, c, 3).payload, b"after");
     });
 }
+
+/// Many seeds of everything at once: random chains of 1-8 hops over four
+/// nodes (and an unknown device), budgets, reply endpoints, lossy links, a
+/// small link limit, nodes killed and restarted, a peer dropped from the
+/// table and an endpoint closed mid-run. Clients enter at node 0, which never
+/// dies: every request gets exactly one answer, on its sender or its endpoint.
+#[test]
+fn fuzz_every_request_gets_exactly_one_answer_whatever_happens() {
+    let seeds: Vec<u64> = match std::env::var("OFFRAC_SIM_SEED") {
+        Ok(s) => vec![s.parse().expect("a number")],
+        Err(_) => (0..300).collect(),
+    };
+    for seed in seeds {
+        let run = std::panic::catch_unwind(|| fuzz_one(seed));
+        if let Err(e) = run {
+            eprintln!("failed with seed {seed}: replay with OFFRAC_SIM_SEED={seed}");
+            std::panic::resume_unwind(e);
+        }
+    }
+}
+
+fn fuzz_one(seed: u64) {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut next = move |n: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % n
+    };
+    let lossy = next(2) == 0;
+    let tight = next(3) == 0;
+    let mut w = cluster(seed, 4, |i, c| {
+        c.exec.fixed = vec![(SPIN, 400_000)];
+        c.driver.forward_timeout = std::time::Duration::from_millis(60);
+        c.driver.reconnect_min = std::time::Duration::from_millis(5);
+        if lossy {
+            c.loss = 0.02;
+            c.rto_ns = 10 * MS;
+        }
+        if tight && i == 0 {
+            c.driver.link_max_bytes = 2_000;
+        }
+    });
+    let senders: Vec<usize> = (0..3).map(|_| w.connect()).collect();
+    let receivers: Vec<usize> = (0..2).map(|_| w.connect()).collect();
+    w.run_for(MS);
+    let mut endpoints = Vec::new();
+    for (k, &r) in receivers.iter().enumerate() {
+        let id = 1_000_000 + k as u64;
+        w.send(
+            r,
+            &chain(id, &[(offrac_proto::FN_REGISTER_REPLY, 255, 255)], b""),
+        );
+        w.run_for(50 * MS); // a lost segment waits out a retransmission
+        let a = only_answer(&w, r, id);
+        assert_eq!(a.header.status, Status::Ok);
+        endpoints.push(a.header.detail as u8);
+    }
+    let fs = [ECHO, SPIN, MINMAX, ECHO];
+    let mut ids = Vec::new();
+    for id in 0..120u64 {
+        let len = 1 + next(8) as usize;
+        let hops: Vec<(u8, u8, u64)> = (0..len)
+            .map(|_| {
+                let device = if next(40) == 0 { 9 } else { next(4) as u8 };
+                (fs[next(4) as usize], device, 1)
+            })
+            .collect();
+        let mut bytes = chain(id, &hops, &floats(id, 1 + next(300) as usize));
+        if next(4) == 0 {
+            let budget = 100 + next(3_000) as u32;
+            bytes[21..24].copy_from_slice(&budget.to_le_bytes()[..3]);
+        }
+        if next(3) == 0 {
+            bytes[20] = endpoints[next(2) as usize];
+        }
+        w.send(senders[next(3) as usize], &bytes);
+        ids.push(id);
+        match next(40) {
+            0 => w.kill(1 + next(3) as usize),
+            1..=5 => {
+                let n = 1 + next(3) as usize;
+                if w.is_down(n) {
+                    w.restart(n).expect("restart");
+                }
+            }
+            6 => {
+                // node 0 forgets a peer, then learns it again
+                let gone = 1 + next(3) as u8;
+                let peers: Vec<PeerConfig> = (1..4u8)
+                    .filter(|&d| d != gone)
+                    .map(|d| PeerConfig {
+                        device: d,
+                        addr: node_addr(d as usize),
+                    })
+                    .collect();
+                w.set_peers(0, peers);
+            }
+            7 | 8 => {
+                let all = (1..4u8)
+                    .map(|d| PeerConfig {
+                        device: d,
+                        addr: node_addr(d as usize),
+                    })
+                    .collect();
+                w.set_peers(0, all);
+            }
+            9 => w.close(receivers[1]),
+            _ => {}
+        }
+        w.run_for(next(400_000));
+    }
+    w.run_for(5_000 * MS);
+    let mut count = std::collections::HashMap::<u64, usize>::new();
+    for c in senders.iter().chain(&receivers) {
+        for a in &w.clients[*c].answers {
+            *count.entry(a.header.request_id).or_default() += 1;
+        }
+    }
+    for id in ids {
+        assert_eq!(count.get(&id).copied().unwrap_or(0), 1, "request {id}");
+    }
+}
