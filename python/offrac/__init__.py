@@ -27,6 +27,7 @@ from .errors import (
 )
 from .protocol import (
     DEVICE_SELF,
+    FLAG_TRACE,
     FN_DESCRIBE,
     FN_REGISTER_REPLY,
     FUNCTION_IDS,
@@ -40,6 +41,7 @@ from .protocol import (
     FunctionId,
     HeaderError,
     Hop,
+    HopTime,
     RequestHeader,
     ResponseHeader,
     Status,
@@ -52,6 +54,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DEVICE_SELF",
+    "FLAG_TRACE",
     "FN_DESCRIBE",
     "FN_REGISTER_REPLY",
     "FUNCTION_IDS",
@@ -69,6 +72,7 @@ __all__ = [
     "FunctionId",
     "HeaderError",
     "Hop",
+    "HopTime",
     "InternalError",
     "MalformedError",
     "OffracError",

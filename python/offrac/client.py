@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import dataclasses
 import heapq
 import io
 import itertools
@@ -31,6 +32,7 @@ from .protocol import (
     FunctionId,
     HeaderError,
     Hop,
+    HopTime,
     RequestHeader,
     ResponseHeader,
     Status,
@@ -350,6 +352,8 @@ class Client:
       ``uniform(low, high) * 2**i``, capped at ``busy_backoff_max``. The default 80-120 us start
       follows the OffRAC paper (Appendix B).
     * ``tenant``: default tenant id of requests.
+    * ``trace``: ask for per-hop timings; with ``return_info=True`` the header's ``hop_times``
+      says which device ran each hop, how long it queued and ran.
     * ``budget``: default time budget of requests, in seconds (None: none). A hop not started
       within it of the request reaching the node is not run: the call raises
       :class:`~offrac.errors.RequestTimeoutError` naming the hop. Also a keyword of each call.
@@ -369,6 +373,7 @@ class Client:
         busy_backoff_max: float = 0.05,
         tenant: int = 0,
         budget: float | None = None,
+        trace: bool = False,
         nodelay: bool = True,
     ) -> None:
         if busy_retries < 0:
@@ -383,6 +388,7 @@ class Client:
         self.busy_backoff_max = float(busy_backoff_max)
         self.tenant = tenant
         self.budget = budget
+        self.trace = trace
         _budget_us(budget)  # checked now, not at the first call
         self.busy_retries_done = 0
         self.last_response: ResponseHeader | None = None
@@ -619,7 +625,9 @@ class Client:
             rid = next(self._ids)
             fut.request_id = rid
             tenant_id = self.tenant if tenant is None else tenant
-            header = RequestHeader.chain(rid, hops, len(payload), tenant_id, budget_us=budget_us).encode()
+            header = RequestHeader.chain(
+                rid, hops, len(payload), tenant_id, budget_us=budget_us, trace=self.trace
+            ).encode()
             pending = _Pending(fut, header + payload, decode, return_info, retries)
             self._pending[rid] = pending
         self._transmit(pending)
@@ -670,6 +678,12 @@ class Client:
                 except HeaderError as e:
                     reason = ConnectionClosedError(f"protocol error from the node: {e}")
                     break
+                if header.has_hop_times:
+                    block = self._read_exact(64)
+                    if block is None:
+                        reason = ConnectionClosedError("the node closed the connection mid-response")
+                        break
+                    header = dataclasses.replace(header, hop_times=HopTime.decode_block(block))
                 payload = self._read_exact(header.payload_len) if header.payload_len else bytearray()
                 if payload is None:
                     reason = ConnectionClosedError("the node closed the connection mid-response")

@@ -15,6 +15,7 @@ __all__ = [
     "DEVICE_SELF",
     "EXT_LEN",
     "FLAG_HOP_EXT",
+    "FLAG_TRACE",
     "FN_DESCRIBE",
     "FN_REGISTER_REPLY",
     "FUNCTION_IDS",
@@ -31,6 +32,7 @@ __all__ = [
     "FunctionId",
     "HeaderError",
     "Hop",
+    "HopTime",
     "RequestHeader",
     "ResponseHeader",
     "Status",
@@ -55,6 +57,11 @@ HEADER_HOPS: Final = 4
 FLAG_HOP_EXT: Final = 0x01
 #: Length of the hop extension.
 EXT_LEN: Final = 64
+#: ``flags`` bit 1: answer with per-hop timings (a 64-byte block after the response header).
+FLAG_TRACE: Final = 0x02
+#: Response ``flags`` bit 0: the per-hop timings block follows the header.
+RESP_FLAG_HOP_TIMES: Final = 0x01
+_HOP_TIME = struct.Struct("<BBHI")  # device, ran, queue µs (u16), exec ns (u32)
 #: Device id meaning "this node" in a hop, or "back to the caller" as reply device.
 DEVICE_SELF: Final = 0xFF
 #: Control function: register the connection as a reply endpoint (param: the id wanted, or 255
@@ -275,13 +282,14 @@ class RequestHeader:
         reply_device: int = DEVICE_SELF,
         *,
         budget_us: int = 0,
+        trace: bool = False,
     ) -> RequestHeader:
         """A request running ``hops`` in order (1 to 8; more than 4 ride in the hop
         extension), the last hop's result going to ``reply_device`` (the caller by default)."""
         if not 1 <= len(hops) <= MAX_HOPS:
             raise ValueError(f"a chain has 1 to {MAX_HOPS} hops, got {len(hops)}")
         return cls(
-            flags=FLAG_HOP_EXT if len(hops) > HEADER_HOPS else 0,
+            flags=(FLAG_HOP_EXT if len(hops) > HEADER_HOPS else 0) | (FLAG_TRACE if trace else 0),
             request_id=request_id,
             payload_len=payload_len,
             tenant=tenant,
@@ -365,12 +373,9 @@ class RequestHeader:
         hops = tuple(Hop(*_HOP.unpack_from(b, _HOPS_OFFSET + i * _HOP.size)) for i in range(HEADER_HOPS))
         if ext:
             hops += tuple(Hop(*_HOP.unpack_from(b, HEADER_LEN + i * _HOP.size)) for i in range(HEADER_HOPS))
-        if flags & ~FLAG_HOP_EXT:
-            raise HeaderError(
-                "ReservedFlags",
-                f"reserved flag bits set: 0x{flags & ~FLAG_HOP_EXT:02x}",
-                request_id=request_id,
-            )
+        if flags & ~(FLAG_HOP_EXT | FLAG_TRACE):
+            bits = flags & ~(FLAG_HOP_EXT | FLAG_TRACE)
+            raise HeaderError("ReservedFlags", f"reserved flag bits set: 0x{bits:02x}", request_id=request_id)
         most = MAX_HOPS if ext else HEADER_HOPS
         if not 1 <= hop_count <= most:
             raise HeaderError(
@@ -421,6 +426,28 @@ def encode_request(
 
 
 @dataclass(frozen=True)
+class HopTime:
+    """What one hop of a chain cost (from an answer to a request flagged ``FLAG_TRACE``)."""
+
+    device: int
+    ran: bool
+    queue_ns: int
+    exec_ns: int
+
+    @classmethod
+    def decode_block(cls, buf: bytes | bytearray | memoryview) -> tuple[HopTime, ...]:
+        """The 64-byte per-hop timings block: eight hops."""
+        b = bytes(buf)
+        if len(b) != 64:
+            raise HeaderError("ShortHeader", f"a timings block is 64 bytes, got {len(b)}")
+        out = []
+        for i in range(MAX_HOPS):
+            device, ran, queue_us, exec_ns = _HOP_TIME.unpack_from(b, i * 8)
+            out.append(cls(device, bool(ran), queue_us * 1000, exec_ns))
+        return tuple(out)
+
+
+@dataclass(frozen=True)
 class ResponseHeader:
     """A response header, including the node's timing of the request (nanoseconds).
 
@@ -440,6 +467,15 @@ class ResponseHeader:
     queue_ns: int = 0
     exec_ns: int = 0
     detail: int = 0
+    #: Response flags as received (bit 0: a per-hop timings block follows).
+    flags: int = 0
+    #: Per-hop timings, when the request asked for them (``FLAG_TRACE``).
+    hop_times: tuple[HopTime, ...] | None = None
+
+    @property
+    def has_hop_times(self) -> bool:
+        """A per-hop timings block follows this header on the wire (64 bytes, before the payload)."""
+        return bool(self.flags & RESP_FLAG_HOP_TIMES) and self.hop_times is None
 
     @property
     def node_ns(self) -> int:
@@ -480,7 +516,7 @@ class ResponseHeader:
         (
             magic,
             version,
-            _flags,
+            flags,
             status,
             hop_index,
             device,
@@ -517,4 +553,5 @@ class ResponseHeader:
             queue_ns=queue_ns,
             exec_ns=exec_ns,
             detail=detail,
+            flags=flags,
         )

@@ -121,3 +121,17 @@ def test_a_silent_peer_is_answered_timeout_naming_the_hop(start_node: StartNode)
         time.sleep(1.0)
         assert c.call_chain([Step("echo", device=1)], b"next") == b"next"
         assert c.outstanding == 0
+
+
+def test_a_traced_call_reports_each_hops_device_and_times(start_node: StartNode) -> None:
+    a, _b, _ = pair(start_node)
+    with Client(a.address, timeout=10, trace=True) as c:
+        out, info = c.call_chain(
+            [Step("spin", device=1, us=2000), Step("echo", device=0), Step("spin", device=1, us=1000)],
+            b"t",
+            return_info=True,
+        )
+    assert out == b"t"
+    assert info.hop_times is not None
+    assert [(h.device, h.ran) for h in info.hop_times[:4]] == [(1, True), (0, True), (1, True), (0, False)]
+    assert info.hop_times[0].exec_ns >= 2_000_000 and info.hop_times[2].exec_ns >= 1_000_000

@@ -210,6 +210,8 @@ pub struct Client {
     budget_us: u32,
     /// Reply endpoint each request names (`DEVICE_SELF`: this connection).
     reply_device: u8,
+    /// Ask for per-hop timings in every answer.
+    trace: bool,
 }
 
 impl Client {
@@ -250,6 +252,7 @@ impl Client {
             read_timeout: None,
             budget_us: 0,
             reply_device: offrac_proto::DEVICE_SELF,
+            trace: false,
         })
     }
 
@@ -304,6 +307,12 @@ impl Client {
         let r = self.call_chain(&[hop], &[])?;
         serde_json::from_slice(&r.payload)
             .map_err(|e| ClientError::Config(format!("the node's description is not JSON: {e}")))
+    }
+
+    /// Ask for per-hop timings (`ResponseHeader::hop_times`) in the answers
+    /// to requests sent from now on.
+    pub fn set_trace(&mut self, on: bool) {
+        self.trace = on;
     }
 
     /// Make this connection a reply endpoint on its node: answers to
@@ -433,6 +442,9 @@ impl Client {
             .ok_or(ClientError::ChainLength(hops.len()))?;
         h.budget_us = self.budget_us;
         h.reply_device = self.reply_device;
+        if self.trace {
+            h.flags |= offrac_proto::FLAG_TRACE;
+        }
         // The header, and the hop extension for chains of more than four hops.
         let wire = h.encode_wire();
         write_all_vectored(&mut self.stream, &wire[..h.wire_len()], payload)?;
@@ -452,7 +464,12 @@ impl Client {
     fn read_response(&mut self) -> Result<(ResponseHeader, Vec<u8>), ClientError> {
         let mut buf = [0u8; HEADER_LEN];
         self.read_exact(&mut buf)?;
-        let header = ResponseHeader::decode(&buf)?;
+        let mut header = ResponseHeader::decode(&buf)?;
+        if header.has_hop_times() {
+            let mut times = [0u8; offrac_proto::HOP_TIMES_LEN];
+            self.read_exact(&mut times)?;
+            header.decode_hop_times(&times);
+        }
         let len = header.payload_len as usize;
         if len > self.max_response_payload {
             return Err(ClientError::ResponseTooLarge {

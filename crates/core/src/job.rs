@@ -1,5 +1,5 @@
 use crate::{nanos, ConnId, Instant};
-use offrac_proto::RequestHeader;
+use offrac_proto::{HopTime, RequestHeader, ResponseHeader, MAX_HOPS};
 use std::time::Duration;
 
 /// A complete request on its way to, or in, a slot.
@@ -21,6 +21,8 @@ pub struct Job {
     /// The request's budget runs out here (from its header's `budget_us`,
     /// counted from the first byte): a hop not started by then is not run.
     pub deadline: Option<Instant>,
+    /// What each hop run so far cost (for answers with per-hop timings).
+    pub times: [HopTime; MAX_HOPS],
 }
 
 impl Job {
@@ -43,6 +45,7 @@ impl Job {
             earlier_exec_ns: 0,
             deadline: (header.budget_us > 0)
                 .then(|| first_byte_at + Duration::from_micros(header.budget_us as u64)),
+            times: [HopTime::default(); MAX_HOPS],
         }
     }
 
@@ -61,7 +64,14 @@ impl Job {
         now: Instant,
         queue_ns: u64,
         exec_ns: u64,
+        device: u8,
     ) -> Vec<u8> {
+        self.times[self.header.hop_index as usize % MAX_HOPS] = HopTime {
+            device,
+            ran: true,
+            queue_ns,
+            exec_ns,
+        };
         self.header.hop_index += 1;
         self.earlier_queue_ns = self.earlier_queue_ns.saturating_add(queue_ns);
         self.earlier_exec_ns = self.earlier_exec_ns.saturating_add(exec_ns);
@@ -73,6 +83,25 @@ impl Job {
     /// Its budget has run out at `now`.
     pub fn expired(&self, now: Instant) -> bool {
         self.deadline.is_some_and(|d| now > d)
+    }
+
+    /// Time the answer `h` of the hop that just ran on `device` after
+    /// queueing `queue_ns` and running `exec_ns`: the sums over the chain's
+    /// hops, and per hop when the request asked for it.
+    pub fn time_answer(&self, h: &mut ResponseHeader, device: u8, queue_ns: u64, exec_ns: u64) {
+        h.reassembly_ns = self.reassembly_ns();
+        h.queue_ns = self.earlier_queue_ns + queue_ns;
+        h.exec_ns = self.earlier_exec_ns + exec_ns;
+        if self.header.traced() {
+            let mut times = self.times;
+            times[self.header.hop_index as usize % MAX_HOPS] = HopTime {
+                device,
+                ran: true,
+                queue_ns,
+                exec_ns,
+            };
+            h.hop_times = Some(times);
+        }
     }
 
     /// Bytes this job is charged for in the pool and the queues: its payload.

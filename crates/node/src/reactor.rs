@@ -600,7 +600,7 @@ impl Reactor {
                 } => {
                     self.log_refusal(conn, &header, &payload);
                     if let Some(out) = self.out_of(conn) {
-                        out.send(&header.encode(), &payload);
+                        out.send(&header.encode_wire()[..header.wire_len()], &payload);
                         self.report_backlog(conn);
                     }
                 }

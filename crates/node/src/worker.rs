@@ -112,7 +112,7 @@ impl Executor {
             self.metrics
                 .record_run(self.slot, job.function(), exec_ns, Status::Ok, self.inline);
             let output = std::mem::take(&mut self.scratch);
-            self.scratch = job.advance(output, self.clock.now(), queue_ns, exec_ns);
+            self.scratch = job.advance(output, self.clock.now(), queue_ns, exec_ns, self.device);
             return Some(job);
         }
         let (status, payload): (Status, &[u8]) = match &result {
@@ -120,11 +120,9 @@ impl Executor {
             Err(e) => (e.status(), e.message().as_bytes()),
         };
         let mut h = ResponseHeader::answer(&job.header, status, self.device, payload.len() as u32);
-        h.reassembly_ns = job.reassembly_ns();
-        h.queue_ns = job.earlier_queue_ns + queue_ns;
-        h.exec_ns = job.earlier_exec_ns + exec_ns;
+        job.time_answer(&mut h, self.device, queue_ns, exec_ns);
         release();
-        out.send(&h.encode(), payload);
+        out.send(&h.encode_wire()[..h.wire_len()], payload);
         self.metrics
             .record_run(self.slot, job.function(), exec_ns, status, self.inline);
         self.metrics.record_answer(job.function(), &h);

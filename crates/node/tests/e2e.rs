@@ -518,3 +518,29 @@ fn answers_go_to_a_registered_reply_connection() {
     a.shutdown().unwrap();
     b.shutdown().unwrap();
 }
+
+#[test]
+fn a_traced_chain_across_nodes_names_each_hops_device() {
+    let (a, b) = two_nodes();
+    let mut c = Client::connect(&a.addr.to_string()).unwrap();
+    c.set_trace(true);
+    let chain = [
+        hop(FunctionId::Spin, 1, 2_000),
+        hop(FunctionId::Echo, 0, 0),
+        hop(FunctionId::Spin, 1, 1_000),
+    ];
+    let r = c.call_chain(&chain, b"traced").unwrap();
+    assert_eq!(r.payload, b"traced");
+    let t = r.header.hop_times.expect("per-hop timings");
+    let devices: Vec<(u8, bool)> = t.iter().map(|h| (h.device, h.ran)).collect();
+    assert_eq!(devices[..3], [(1, true), (0, true), (1, true)]);
+    assert!(
+        t[0].exec_ns >= 2_000_000 && t[2].exec_ns >= 1_000_000,
+        "{t:?}"
+    );
+    assert!(t[3..].iter().all(|h| !h.ran));
+    c.set_trace(false);
+    assert_eq!(c.call_chain(&chain, b"x").unwrap().header.hop_times, None);
+    a.shutdown().unwrap();
+    b.shutdown().unwrap();
+}

@@ -11,9 +11,10 @@ mod status;
 
 pub use function::FunctionId;
 pub use request::{
-    HeaderError, Hop, RequestHeader, EXT_LEN, FLAG_HOP_EXT, HEADER_HOPS, MAX_BUDGET_US, MAX_HOPS,
+    HeaderError, Hop, RequestHeader, EXT_LEN, FLAG_HOP_EXT, FLAG_TRACE, HEADER_HOPS, MAX_BUDGET_US,
+    MAX_HOPS,
 };
-pub use response::{ResponseError, ResponseHeader};
+pub use response::{HopTime, ResponseError, ResponseHeader, HOP_TIMES_LEN, RESP_FLAG_HOP_TIMES};
 pub use status::Status;
 
 /// Size of every header, request or response: one 512-bit beat.

@@ -9,6 +9,8 @@ pub const HEADER_HOPS: usize = 4;
 pub const FLAG_HOP_EXT: u8 = 0x01;
 /// Length of the hop extension.
 pub const EXT_LEN: usize = 64;
+/// `flags` bit 1: answer with per-hop timings (the response's timings block).
+pub const FLAG_TRACE: u8 = 0x02;
 const HOPS_OFFSET: usize = 24;
 const HOP_LEN: usize = 10;
 
@@ -121,6 +123,11 @@ impl RequestHeader {
         self.flags & FLAG_HOP_EXT != 0
     }
 
+    /// The answer is to carry per-hop timings.
+    pub fn traced(&self) -> bool {
+        self.flags & FLAG_TRACE != 0
+    }
+
     /// Bytes before the payload on the wire: the header, and the extension if any.
     pub fn wire_len(&self) -> usize {
         if self.has_ext() {
@@ -222,8 +229,10 @@ impl RequestHeader {
             budget_us: u32::from_le_bytes([b[21], b[22], b[23], 0]),
             hops,
         };
-        if h.flags & !FLAG_HOP_EXT != 0 {
-            return Err(HeaderError::ReservedFlags(h.flags & !FLAG_HOP_EXT));
+        if h.flags & !(FLAG_HOP_EXT | FLAG_TRACE) != 0 {
+            return Err(HeaderError::ReservedFlags(
+                h.flags & !(FLAG_HOP_EXT | FLAG_TRACE),
+            ));
         }
         let max = if h.has_ext() { MAX_HOPS } else { HEADER_HOPS };
         if h.hop_count == 0 || h.hop_count as usize > max {

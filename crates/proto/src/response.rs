@@ -1,4 +1,42 @@
-use crate::{u16_at, u32_at, u64_at, Status, HEADER_LEN, RESPONSE_MAGIC, VERSION};
+use crate::{u16_at, u32_at, u64_at, Status, HEADER_LEN, MAX_HOPS, RESPONSE_MAGIC, VERSION};
+
+/// Response `flags` bit 0: a 64-byte block of per-hop timings follows the
+/// header (before the payload; `payload_len` does not count it). Sent for
+/// requests flagged [`crate::FLAG_TRACE`].
+pub const RESP_FLAG_HOP_TIMES: u8 = 0x01;
+/// Length of the per-hop timings block.
+pub const HOP_TIMES_LEN: usize = 64;
+
+/// What one hop of a chain cost: which device ran it, how long it waited
+/// and how long it ran. 8 bytes on the wire: device u8, ran u8 (1 if the
+/// hop ran), queue µs u16 (saturating), exec ns u32 (saturating).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HopTime {
+    pub device: u8,
+    pub ran: bool,
+    pub queue_ns: u64,
+    pub exec_ns: u64,
+}
+
+impl HopTime {
+    fn encode(&self, b: &mut [u8]) {
+        b[0] = self.device;
+        b[1] = u8::from(self.ran);
+        let q = (self.queue_ns / 1000).min(u16::MAX as u64) as u16;
+        b[2..4].copy_from_slice(&q.to_le_bytes());
+        let e = self.exec_ns.min(u32::MAX as u64) as u32;
+        b[4..8].copy_from_slice(&e.to_le_bytes());
+    }
+
+    fn decode(b: &[u8]) -> HopTime {
+        HopTime {
+            device: b[0],
+            ran: b[1] != 0,
+            queue_ns: u16::from_le_bytes([b[2], b[3]]) as u64 * 1000,
+            exec_ns: u32::from_le_bytes([b[4], b[5], b[6], b[7]]) as u64,
+        }
+    }
+}
 
 /// A decoded response header, including the node's timing of the request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -13,6 +51,13 @@ pub struct ResponseHeader {
     pub queue_ns: u64,
     pub exec_ns: u64,
     pub detail: u64,
+    /// Per-hop timings (hop *i* at index *i*), sent after the header when
+    /// set; [`ResponseHeader::decode`] only says they follow
+    /// ([`ResponseHeader::has_hop_times`]), [`ResponseHeader::decode_hop_times`]
+    /// reads them.
+    pub hop_times: Option<[HopTime; MAX_HOPS]>,
+    /// The decoded header announced the block (until it is read).
+    pending_times: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -39,6 +84,8 @@ impl ResponseHeader {
             queue_ns: 0,
             exec_ns: 0,
             detail: 0,
+            hop_times: None,
+            pending_times: false,
         }
     }
 
@@ -71,7 +118,47 @@ impl ResponseHeader {
         b[32..40].copy_from_slice(&self.queue_ns.to_le_bytes());
         b[40..48].copy_from_slice(&self.exec_ns.to_le_bytes());
         b[48..56].copy_from_slice(&self.detail.to_le_bytes());
+        if self.hop_times.is_some() {
+            b[3] = RESP_FLAG_HOP_TIMES;
+        }
         b
+    }
+
+    /// Bytes before the payload: 64, or 128 with the per-hop timings.
+    pub fn wire_len(&self) -> usize {
+        if self.hop_times.is_some() {
+            HEADER_LEN + HOP_TIMES_LEN
+        } else {
+            HEADER_LEN
+        }
+    }
+
+    /// The header and, when set, the timings block: the first
+    /// [`ResponseHeader::wire_len`] bytes go before the payload.
+    pub fn encode_wire(&self) -> [u8; HEADER_LEN + HOP_TIMES_LEN] {
+        let mut b = [0u8; HEADER_LEN + HOP_TIMES_LEN];
+        b[..HEADER_LEN].copy_from_slice(&self.encode());
+        if let Some(times) = &self.hop_times {
+            for (i, t) in times.iter().enumerate() {
+                t.encode(&mut b[HEADER_LEN + i * 8..]);
+            }
+        }
+        b
+    }
+
+    /// The decoded header says a timings block follows it.
+    pub fn has_hop_times(&self) -> bool {
+        self.pending_times || self.hop_times.is_some()
+    }
+
+    /// Read the timings block that followed this header.
+    pub fn decode_hop_times(&mut self, b: &[u8; HOP_TIMES_LEN]) {
+        let mut times = [HopTime::default(); MAX_HOPS];
+        for (i, t) in times.iter_mut().enumerate() {
+            *t = HopTime::decode(&b[i * 8..]);
+        }
+        self.hop_times = Some(times);
+        self.pending_times = false;
     }
 
     pub fn decode(b: &[u8; HEADER_LEN]) -> Result<ResponseHeader, ResponseError> {
@@ -95,6 +182,8 @@ impl ResponseHeader {
             queue_ns: u64_at(b, 32),
             exec_ns: u64_at(b, 40),
             detail: u64_at(b, 48),
+            hop_times: None,
+            pending_times: b[3] & RESP_FLAG_HOP_TIMES != 0,
         })
     }
 }

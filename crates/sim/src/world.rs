@@ -665,7 +665,8 @@ impl World {
         let exec_ns = self.now - started;
         let now = self.instant();
         if status == Status::Ok && !job.is_last_hop() {
-            job.advance(payload, now, queue_ns, exec_ns);
+            let device = self.nodes[node].cfg.engine.device_id;
+            job.advance(payload, now, queue_ns, exec_ns, device);
             self.nodes[node].driver.handle_hop_done(now, slot, job);
             self.apply(node);
             return;
@@ -679,9 +680,12 @@ impl World {
             self.nodes[node].cfg.engine.device_id,
             payload.len() as u32,
         );
-        h.reassembly_ns = job.reassembly_ns();
-        h.queue_ns = job.earlier_queue_ns + queue_ns;
-        h.exec_ns = job.earlier_exec_ns + exec_ns;
+        job.time_answer(
+            &mut h,
+            self.nodes[node].cfg.engine.device_id,
+            queue_ns,
+            exec_ns,
+        );
         let to = self.nodes[node]
             .driver
             .engine()
@@ -716,7 +720,7 @@ impl World {
             return; // gone: the answer is dropped with the connection
         };
         self.log.push((c, h.request_id, h.status));
-        let mut bytes = h.encode().to_vec();
+        let mut bytes = h.encode_wire()[..h.wire_len()].to_vec();
         bytes.extend_from_slice(payload);
         let client = &mut self.clients[c];
         if !client.reading {
@@ -757,12 +761,22 @@ impl World {
                 while client.from_node.len() >= HEADER_LEN {
                     let mut hb = [0u8; HEADER_LEN];
                     hb.copy_from_slice(&client.from_node[..HEADER_LEN]);
-                    let h = ResponseHeader::decode(&hb).expect("the node writes valid headers");
-                    let end = HEADER_LEN + h.payload_len as usize;
+                    let mut h = ResponseHeader::decode(&hb).expect("the node writes valid headers");
+                    let head = if h.has_hop_times() {
+                        HEADER_LEN + offrac_proto::HOP_TIMES_LEN
+                    } else {
+                        HEADER_LEN
+                    };
+                    let end = head + h.payload_len as usize;
                     if client.from_node.len() < end {
                         break;
                     }
-                    let payload = client.from_node[HEADER_LEN..end].to_vec();
+                    if head > HEADER_LEN {
+                        let mut t = [0u8; offrac_proto::HOP_TIMES_LEN];
+                        t.copy_from_slice(&client.from_node[HEADER_LEN..head]);
+                        h.decode_hop_times(&t);
+                    }
+                    let payload = client.from_node[head..end].to_vec();
                     client.from_node.drain(..end);
                     client.answers.push(Received {
                         at: now,

@@ -619,3 +619,45 @@ fn fuzz_one(seed: u64) {
         assert_eq!(count.get(&id).copied().unwrap_or(0), 1, "request {id}");
     }
 }
+
+#[test]
+fn a_traced_chain_answers_with_each_hops_device_and_times() {
+    for_seeds(|seed| {
+        let mut w = cluster(seed, 3, |i, c| {
+            c.exec.fixed = vec![(SPIN, (i as u64 + 1) * 100_000)];
+        });
+        let c = w.connect();
+        w.run_for(MS);
+        // spin on node 1, then 2, then 0, then 1 again: 200 + 300 + 100 + 200 us
+        let hops: &[(u8, u8, u64)] = &[(SPIN, 1, 1), (SPIN, 2, 1), (SPIN, 0, 1), (SPIN, 1, 1)];
+        let mut traced = chain(1, hops, b"t");
+        traced[3] |= offrac_proto::FLAG_TRACE;
+        w.send(c, &traced);
+        w.send(c, &chain(2, hops, b"plain"));
+        w.run_for(30 * MS);
+        let a = only_answer(&w, c, 1);
+        assert_eq!(
+            (a.header.status, a.payload.as_slice()),
+            (Status::Ok, &b"t"[..])
+        );
+        let times = a.header.hop_times.expect("per-hop timings");
+        let got: Vec<(u8, bool, u64)> =
+            times.iter().map(|t| (t.device, t.ran, t.exec_ns)).collect();
+        assert_eq!(
+            got[..4],
+            [
+                (1, true, 200_000),
+                (2, true, 300_000),
+                (0, true, 100_000),
+                (1, true, 200_000)
+            ]
+        );
+        assert!(times[4..].iter().all(|t| !t.ran));
+        assert_eq!(a.header.exec_ns, 800_000, "the sum is still in the header");
+        assert_eq!(
+            only_answer(&w, c, 2).header.hop_times,
+            None,
+            "only when asked"
+        );
+    });
+}

@@ -12,7 +12,9 @@
 
 use super::{Driver, Io};
 use offrac_core::{nanos, ConnId, Instant, Job};
-use offrac_proto::{RequestHeader, ResponseHeader, Status, HEADER_LEN};
+use offrac_proto::{
+    HopTime, RequestHeader, ResponseHeader, Status, HEADER_LEN, HOP_TIMES_LEN, MAX_HOPS,
+};
 use rustc_hash::FxHashMap;
 use std::cmp::Reverse;
 use std::collections::VecDeque;
@@ -53,6 +55,8 @@ struct Forwarded {
     exec_ns: u64,
     bytes: usize,
     deadline: Instant,
+    /// Hops this node ran before forwarding (for per-hop timings).
+    times: [HopTime; MAX_HOPS],
 }
 
 #[derive(Debug)]
@@ -267,7 +271,7 @@ impl Driver {
         let mut broken = false;
         while l.rx.len() - at >= HEADER_LEN {
             let head: &[u8; HEADER_LEN] = l.rx[at..at + HEADER_LEN].try_into().expect("64 bytes");
-            let h = match ResponseHeader::decode(head) {
+            let mut h = match ResponseHeader::decode(head) {
                 Ok(h) => h,
                 Err(e) => {
                     tracing::warn!(device = l.device, error = %e, "peer sent a bad response");
@@ -285,11 +289,18 @@ impl Driver {
                 broken = true;
                 break;
             }
-            if l.rx.len() - at < HEADER_LEN + len {
+            let times = if h.has_hop_times() { HOP_TIMES_LEN } else { 0 };
+            let start = at + HEADER_LEN + times;
+            if l.rx.len() < start + len {
                 break;
             }
-            let payload = l.rx[at + HEADER_LEN..at + HEADER_LEN + len].to_vec();
-            at += HEADER_LEN + len;
+            if times > 0 {
+                let block: &[u8; HOP_TIMES_LEN] =
+                    l.rx[at + HEADER_LEN..start].try_into().expect("64 bytes");
+                h.decode_hop_times(block);
+            }
+            let payload = l.rx[start..start + len].to_vec();
+            at = start + len;
             match l.forwarded.remove(&h.request_id) {
                 Some(f) => {
                     l.bytes -= f.bytes;
@@ -324,6 +335,7 @@ impl Driver {
             exec_ns: job.earlier_exec_ns,
             bytes: job.payload.len(),
             deadline: now + self.cfg.forward_timeout,
+            times: job.times,
         };
         if job.expired(now) {
             let msg = format!(
@@ -454,6 +466,9 @@ impl Driver {
         h.reassembly_ns = h.reassembly_ns.saturating_add(f.reassembly_ns);
         h.queue_ns = h.queue_ns.saturating_add(f.queue_ns);
         h.exec_ns = h.exec_ns.saturating_add(f.exec_ns);
+        if f.origin.traced() {
+            h.hop_times = Some(merge_times(h.hop_times, &f.times));
+        }
         self.answer_forwarded(now, &f, h, payload);
     }
 
@@ -474,6 +489,9 @@ impl Driver {
             msg.len() as u32,
         );
         h.detail = detail;
+        if f.origin.traced() {
+            h.hop_times = Some(f.times);
+        }
         self.answer_forwarded(now, &f, h, msg.as_bytes().to_vec());
     }
 
@@ -500,4 +518,18 @@ impl Driver {
         }
         self.maybe_shut(now, f.conn);
     }
+}
+
+/// A peer's per-hop timings with the hops this node ran filled in.
+fn merge_times(
+    peer: Option<[HopTime; MAX_HOPS]>,
+    mine: &[HopTime; MAX_HOPS],
+) -> [HopTime; MAX_HOPS] {
+    let mut t = peer.unwrap_or_default();
+    for (slot, m) in t.iter_mut().zip(mine) {
+        if m.ran {
+            *slot = *m;
+        }
+    }
+    t
 }
