@@ -11,6 +11,7 @@ import csv
 import json
 import os
 import platform
+import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterable, Sequence
@@ -65,6 +66,28 @@ class Server:
 
 def node(config: Path, name: str = "node", listen: str = "127.0.0.1:0") -> Server:
     return Server(["serve", "--listen", listen, "--config", str(config)], name)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def node_pair(tmp: Path, io: str, functions: Sequence[str]) -> tuple[Server, Server]:
+    """Nodes A (device 0) and B (device 1) on loopback, each in the other's device table,
+    hosting one slot per function, no metrics."""
+    pa, pb = free_port(), free_port()
+    slots = "".join(f'[[slots]]\nfunction = "{f}"\n' for f in functions)
+    out = []
+    for me, port, peer in ((0, pa, pb), (1, pb, pa)):
+        cfg = tmp / f"node{me}.toml"
+        cfg.write_text(
+            f'device_id = {me}\n[io]\nmode = "{io}"\nspin_us = 100\n[metrics]\nlisten = ""\n{slots}'
+            f'[[devices]]\nid = {1 - me}\naddr = "127.0.0.1:{peer}"\n'
+        )
+        out.append(node(cfg, f"node{me}", f"127.0.0.1:{port}"))
+    return out[0], out[1]
 
 
 def raw_echo(io: str, name: str = "raw") -> Server:

@@ -18,7 +18,6 @@ logit stand in for them here.
 
 from __future__ import annotations
 
-import socket
 import sys
 import tempfile
 from pathlib import Path
@@ -30,7 +29,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-from _bench import Server, finish, log, machine, md_table, median, node
+from _bench import finish, log, machine, md_table, median, node_pair
 from _bench import load as run_load
 
 HERE = Path(__file__).resolve().parent
@@ -47,30 +46,10 @@ CASES: dict[str, tuple[str, str]] = {
 FIELDS = ["case", "client", "ok", "req_per_s", "p5_us", "p50_us", "p95_us", "p99_us"]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def pair(tmp: Path) -> tuple[Server, Server]:
-    pa, pb = free_port(), free_port()
-    out = []
-    for me, port, peer in ((0, pa, pb), (1, pb, pa)):
-        cfg = tmp / f"node{me}.toml"
-        cfg.write_text(
-            f'device_id = {me}\n[io]\nmode = "blocking"\n[metrics]\nlisten = ""\n'
-            f'[[slots]]\nfunction = "minmax"\n[[slots]]\nfunction = "logit"\n'
-            f'[[devices]]\nid = {1 - me}\naddr = "127.0.0.1:{peer}"\n'
-        )
-        out.append(node(cfg, f"node{me}", f"127.0.0.1:{port}"))
-    return out[0], out[1]
-
-
 def main() -> None:
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as d:
-        a, b = pair(Path(d))
+        a, b = node_pair(Path(d), "blocking", ["minmax", "logit"])
         with a, b:
             run_load(a.addr, clients=1, mix="minmax:64", duration=0.2, warmup=0.5, chain="minmax,logit@1")
             for case, (function, chain) in CASES.items():

@@ -18,7 +18,6 @@ same rounds. Then closed-loop throughput at 1-8 clients (no busy-poll) for `1 ho
 
 from __future__ import annotations
 
-import socket
 import sys
 import tempfile
 from pathlib import Path
@@ -30,7 +29,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-from _bench import Server, finish, log, machine, md_table, median, node
+from _bench import Server, finish, log, machine, md_table, median, node_pair
 from _bench import load as run_load
 
 HERE = Path(__file__).resolve().parent
@@ -53,25 +52,6 @@ CLIENTS = [1, 2, 4, 8]
 FIELDS = ["kind", "round", "case", "clients", "p50_us", "p99_us", "req_per_s", "errors"]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def pair(tmp: Path) -> tuple[Server, Server]:
-    pa, pb = free_port(), free_port()
-    servers = []
-    for me, port, peer in ((0, pa, pb), (1, pb, pa)):
-        cfg = tmp / f"node{me}.toml"
-        cfg.write_text(
-            f'device_id = {me}\n[io]\nmode = "{IO}"\nspin_us = 100\n[metrics]\nlisten = ""\n'
-            f'[[slots]]\nfunction = "echo"\n[[devices]]\nid = {1 - me}\naddr = "127.0.0.1:{peer}"\n'
-        )
-        servers.append(node(cfg, f"node{me}", f"127.0.0.1:{port}"))
-    return servers[0], servers[1]
-
-
 def measure(addr: str, clients: int, chain: str, busy: bool) -> dict[str, Any]:
     r = run_load(
         addr, clients=clients, mix=f"echo:{SIZE}", duration=DUR, warmup=WARM, busy_poll=busy, chain=chain
@@ -83,7 +63,7 @@ def measure(addr: str, clients: int, chain: str, busy: bool) -> dict[str, Any]:
 def main() -> None:
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as d:
-        a, b = pair(Path(d))
+        a, b = node_pair(Path(d), IO, ["echo"])
         with a, b:
             run_load(
                 a.addr, clients=1, mix="echo:64", duration=0.2, warmup=0.5, chain="echo,echo@1"
