@@ -9,7 +9,14 @@ from typing import Any
 
 from offrac import HEADER_LEN, Hop, RequestHeader, ResponseHeader, encode_request
 
-__all__ = ["RawConn", "encode_request", "header_with", "parse_prometheus"]
+__all__ = ["RawConn", "encode_request", "free_port", "header_with", "parse_prometheus"]
+
+
+def free_port() -> int:
+    """A loopback port free right now (for nodes that must know each other's address)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def header_with(

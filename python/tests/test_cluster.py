@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import time
 import urllib.request
@@ -20,15 +19,10 @@ import pytest
 from offrac import Client, Step, UnreachableError
 from offrac import cluster as store
 
+from _util import free_port
 from conftest import Node
 
 StartNode = Callable[..., Node]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Etcd:

@@ -3,7 +3,6 @@ answers a caller gets when the peer is killed (-9) or silent."""
 
 from __future__ import annotations
 
-import socket
 import time
 import urllib.request
 from collections.abc import Callable
@@ -13,16 +12,10 @@ import pytest
 
 from offrac import Client, RequestTimeoutError, Step, UnreachableError
 
-from _util import parse_prometheus
+from _util import free_port, parse_prometheus
 from conftest import Node
 
 StartNode = Callable[..., Node]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def pair(start_node: StartNode, extra_a: str = "") -> tuple[Node, Node, int]:

@@ -186,19 +186,26 @@ impl Driver {
     /// A peer left the table: fail what was forwarded to it, close its link
     /// for good.
     fn retire_link(&mut self, now: Instant, link: LinkId) {
+        self.links[link].state = LinkState::Retired;
+        let device = self.links[link].device;
+        let msg =
+            format!("device {device} left the device table before the hop's answer came back");
+        self.close_link(now, link, &msg);
+    }
+
+    /// Close `link`'s connection and answer `UNREACHABLE` (with `msg`) for
+    /// everything forwarded on it, in the order it was sent.
+    fn close_link(&mut self, now: Instant, link: LinkId, msg: &str) {
         let l = &mut self.links[link];
         let device = l.device;
-        l.state = LinkState::Retired;
         l.waiting.clear();
         l.rx.clear();
         l.bytes = 0;
         let mut lost: Vec<(u64, Forwarded)> = l.forwarded.drain().collect();
         lost.sort_unstable_by_key(|(id, _)| *id);
         self.out.push_back(Io::CloseLink { link });
-        let msg =
-            format!("device {device} left the device table before the hop's answer came back");
         for (_, f) in lost {
-            self.fail_forwarded(now, f, Status::Unreachable, device as u64, &msg);
+            self.fail_forwarded(now, f, Status::Unreachable, device as u64, msg);
         }
     }
 
@@ -239,21 +246,13 @@ impl Driver {
             retry_at: now + l.backoff,
         };
         l.backoff = (l.backoff * 2).min(max);
-        l.waiting.clear();
-        l.rx.clear();
-        l.bytes = 0;
         let device = l.device;
-        let mut lost: Vec<(u64, Forwarded)> = l.forwarded.drain().collect();
-        lost.sort_unstable_by_key(|(id, _)| *id);
-        self.out.push_back(Io::CloseLink { link });
         let msg = if was_up {
             format!("the link to device {device} broke before the hop's answer came back; the hop may have run")
         } else {
             format!("cannot connect to device {device}")
         };
-        for (_, f) in lost {
-            self.fail_forwarded(now, f, Status::Unreachable, device as u64, &msg);
-        }
+        self.close_link(now, link, &msg);
     }
 
     /// Response bytes arrived on `link`.
