@@ -39,6 +39,7 @@ from .protocol import (
     function_id,
     function_name,
 )
+from .registry import FUNCTIONS, FunctionSpec, decode_output, encode_input, pack_params
 
 __all__ = ["Client", "RequestFuture", "Step", "parse_address"]
 
@@ -50,10 +51,22 @@ _I32 = np.iinfo(np.int32)
 Result = npt.NDArray[Any] | bytes
 #: Input accepted by :meth:`Client.call`.
 Data = bytes | bytearray | memoryview | npt.ArrayLike | tuple[npt.ArrayLike, npt.ArrayLike]
-#: Parameter keyword each function accepts (besides the generic ``param=``).
-PARAM_NAMES: Mapping[int, str] = {FunctionId.TOPK: "k", FunctionId.MATMUL: "n", FunctionId.SPIN: "us"}
 
 _T = TypeVar("_T")
+
+#: Functions whose output has the shape of their input (results are reshaped like it).
+_ELEMENTWISE = frozenset(
+    {
+        FunctionId.LOGIT,
+        FunctionId.MINMAX,
+        FunctionId.ECHO,
+        FunctionId.MAPID,
+        FunctionId.BUCKETIZE,
+        FunctionId.SIGRIDHASH,
+        FunctionId.GETLOCALHOUR,
+        FunctionId.BOXCOX,
+    }
+)
 
 
 class RequestFuture(concurrent.futures.Future[_T]):
@@ -92,65 +105,8 @@ def parse_address(address: str | tuple[str, int]) -> tuple[str, int]:
 # Input encoding and output decoding
 
 
-def _int32_bytes(data: Any) -> tuple[bytes, tuple[int, ...]]:
-    arr = np.asarray(data)
-    kind = arr.dtype.kind
-    if kind in "biu":
-        if arr.size and kind != "b" and (arr.min() < _I32.min or arr.max() > _I32.max):
-            raise ValueError(f"topk input has values outside the int32 range (dtype {arr.dtype})")
-    elif kind == "f":
-        if arr.size and not bool(np.all(np.isfinite(arr))):
-            raise ValueError("topk input must be integers; got non-finite floats")
-        if arr.size and not bool(np.all(arr == np.trunc(arr))):
-            raise ValueError("topk input must be integers; got floats with a fractional part")
-        if arr.size and (arr.min() < _I32.min or arr.max() > _I32.max):
-            raise ValueError("topk input has values outside the int32 range")
-    else:
-        raise TypeError(f"topk input must be an integer array (int32 on the wire), not dtype {arr.dtype}")
-    return np.ascontiguousarray(arr, dtype="<i4").tobytes(), arr.shape
-
-
-def _float32_bytes(data: Any, what: str) -> tuple[bytes, tuple[int, ...]]:
-    arr = np.asarray(data)
-    if arr.dtype.kind not in "biuf":
-        raise TypeError(
-            f"{what} input must be a real numeric array (float32 on the wire), not dtype {arr.dtype}"
-        )
-    return np.ascontiguousarray(arr, dtype="<f4").tobytes(), arr.shape
-
-
 def _is_raw(data: object) -> TypeGuard[bytes | bytearray | memoryview]:
     return isinstance(data, (bytes, bytearray, memoryview))
-
-
-def _decode_int32(buf: bytearray) -> npt.NDArray[np.int32]:
-    if len(buf) % 4:
-        raise OffracError(f"node returned {len(buf)} bytes, not a whole number of int32")
-    return np.frombuffer(buf, dtype="<i4").astype(np.int32, copy=False)
-
-
-def _decode_float32(shape: tuple[int, ...] | None) -> _Decoder:
-    def decode(buf: bytearray) -> npt.NDArray[np.float32]:
-        if len(buf) % 4:
-            raise OffracError(f"node returned {len(buf)} bytes, not a whole number of float32")
-        out = np.frombuffer(buf, dtype="<f4").astype(np.float32, copy=False)
-        if shape is not None and len(shape) > 1 and math.prod(shape) == out.size:
-            out = out.reshape(shape)
-        return out
-
-    return decode
-
-
-def _decode_matrix(buf: bytearray) -> npt.NDArray[np.float32]:
-    count = len(buf) // 4
-    n = math.isqrt(count)
-    if len(buf) % 4 or n * n != count:
-        raise OffracError(f"matmul returned {len(buf)} bytes, not an n x n float32 matrix")
-    return np.frombuffer(buf, dtype="<f4").astype(np.float32, copy=False).reshape(n, n)
-
-
-def _decode_bytes(buf: bytearray) -> bytes:
-    return bytes(buf)
 
 
 def _u64_param(name: str, value: object) -> int:
@@ -162,27 +118,18 @@ def _u64_param(name: str, value: object) -> int:
     return v
 
 
-def param_of(fid: int, params: Mapping[str, object]) -> int:
-    """The u64 wire parameter of function ``fid`` from its keyword parameters.
+def _spec(fid: int) -> FunctionSpec | None:
+    return FUNCTIONS[fid] if fid < len(FUNCTIONS) else None
 
-    Values are not range-checked beyond u64: the node is the judge (e.g. ``k=0`` gets
-    ``BAD_INPUT``).
+
+def param_of(fid: int, params: Mapping[str, object]) -> int:
+    """The u64 wire parameter of function ``fid`` from its keyword fields (the registry's,
+    e.g. ``k=`` for topk, ``max_value=``/``salt=`` for sigridhash) or a raw ``param=``.
+
+    Fields are range-checked against their width; what a value means is the node's to judge
+    (e.g. ``k=0`` gets ``BAD_INPUT``).
     """
-    params = dict(params)
-    param = 0
-    named = PARAM_NAMES.get(fid)
-    if "param" in params:
-        if named is not None and named in params:
-            raise TypeError(f"pass either {named}= or param=, not both")
-        param = _u64_param("param", params.pop("param"))
-    elif named is not None and named in params:
-        param = _u64_param(named, params.pop(named))
-    elif fid == FunctionId.TOPK:
-        raise TypeError("topk needs k= (how many of the largest values to return)")
-    if params:
-        allowed = ", ".join(f"{k}=" for k in (named, "param") if k)
-        raise TypeError(f"unexpected keyword(s) {sorted(params)} for this function (accepted: {allowed})")
-    return param
+    return pack_params(_spec(fid), params)
 
 
 def prepare(fid: int, data: Data, params: Mapping[str, object]) -> tuple[bytes, int, _Decoder]:
@@ -191,50 +138,51 @@ def prepare(fid: int, data: Data, params: Mapping[str, object]) -> tuple[bytes, 
     Returns ``(payload, param, decoder)``.
     """
     param = param_of(fid, params)
-    shape: tuple[int, ...] | None = None
-    if fid == FunctionId.TOPK:
-        payload, _ = (bytes(data), ()) if _is_raw(data) else _int32_bytes(data)
-        return payload, param, output_decoder(fid, shape)
-    if fid in (FunctionId.LOGIT, FunctionId.MINMAX):
+    spec = _spec(fid)
+    pair = isinstance(data, (tuple, list)) and len(data) == 2
+    if fid == FunctionId.MATMUL and pair and all(np.ndim(m) == 2 for m in data):
+        a, b = (np.asarray(m) for m in data)
+        if a.shape != b.shape or a.shape[0] != a.shape[1]:
+            raise ValueError(f"matmul needs two n x n matrices, got shapes {a.shape} and {b.shape}")
+        n = a.shape[0]
+        if param not in (0, n):
+            raise ValueError(f"n={param} does not match the {n} x {n} matrices")
+        enc = [np.ascontiguousarray(m, dtype="<f4").tobytes() for m in (a, b)]
+        return enc[0] + enc[1], n, output_decoder(fid)
+    if spec is None:
+        # A function this client does not know: bytes in, bytes out.
         if _is_raw(data):
-            payload = bytes(data)
-        else:
-            payload, shape = _float32_bytes(data, FunctionId(fid).name.lower())
-        return payload, param, output_decoder(fid, shape)
-    if fid == FunctionId.MATMUL:
-        if _is_raw(data):
-            payload = bytes(data)
-        elif isinstance(data, (tuple, list)) and len(data) == 2 and all(np.ndim(m) == 2 for m in data):
-            a, b = (np.asarray(m) for m in data)
-            if a.shape != b.shape or a.shape[0] != a.shape[1]:
-                raise ValueError(f"matmul needs two n x n matrices, got shapes {a.shape} and {b.shape}")
-            n = a.shape[0]
-            if param not in (0, n):
-                raise ValueError(f"n={param} does not match the {n} x {n} matrices")
-            param = n
-            payload = _float32_bytes(a, "matmul")[0] + _float32_bytes(b, "matmul")[0]
-        else:
-            payload, _ = _float32_bytes(data, "matmul")
-        return payload, param, output_decoder(fid, shape)
-    # echo, spin and functions this client does not know: bytes in, bytes out.
-    if _is_raw(data):
-        payload = bytes(data)
-    elif isinstance(data, np.ndarray):
-        payload = np.ascontiguousarray(data).tobytes()
-    else:
+            return bytes(data), param, output_decoder(fid)
+        if isinstance(data, np.ndarray):
+            return np.ascontiguousarray(data).tobytes(), param, output_decoder(fid)
         raise TypeError(f"{type(data).__name__} input: pass bytes, bytearray, memoryview or a numpy array")
-    return payload, param, output_decoder(fid, shape)
+    payload, shape = encode_input(spec, data)
+    return payload, param, output_decoder(fid, shape if fid in _ELEMENTWISE else None)
+
+
+def _decode_matrix(buf: bytearray) -> npt.NDArray[np.float32]:
+    count = len(buf) // 4
+    n = math.isqrt(count)
+    if len(buf) % 4 or n * n != count:
+        raise OffracError(f"matmul returned {len(buf)} bytes, not an n x n float32 matrix")
+    return np.frombuffer(buf, dtype="<f4").astype(np.float32, copy=False).reshape(n, n)
 
 
 def output_decoder(fid: int, shape: tuple[int, ...] | None = None) -> _Decoder:
-    """How to decode what function ``fid`` returns (``shape`` reshapes element-wise results)."""
-    if fid == FunctionId.TOPK:
-        return _decode_int32
-    if fid in (FunctionId.LOGIT, FunctionId.MINMAX):
-        return _decode_float32(shape)
+    """How to decode what function ``fid`` returns, from its output layout in the registry
+    (``shape`` reshapes element-wise results)."""
     if fid == FunctionId.MATMUL:
         return _decode_matrix
-    return _decode_bytes
+    spec = _spec(fid)
+    layout = spec.output if spec else "bytes"
+
+    def decode(buf: bytearray) -> Any:
+        try:
+            return decode_output(layout, buf, shape)
+        except ValueError as e:
+            raise OffracError(f"node returned a payload that is not {layout}: {e}") from None
+
+    return decode
 
 
 class Step:
@@ -260,9 +208,6 @@ class Step:
 
 #: A chain step: a function name or id (no parameters) or a :class:`Step`.
 StepLike = str | int | Step
-
-#: Functions whose output has the shape of their input.
-_ELEMENTWISE = frozenset({FunctionId.LOGIT, FunctionId.MINMAX, FunctionId.ECHO})
 
 
 def prepare_chain(steps: Sequence[StepLike], data: Data) -> tuple[bytes, tuple[Hop, ...], _Decoder]:

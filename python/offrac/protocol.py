@@ -115,7 +115,8 @@ class Status(enum.IntEnum):
 
 
 class FunctionId(enum.IntEnum):
-    """Built-in function ids (version 1)."""
+    """Built-in function ids (version 1); the registry (``offrac.registry``) has each one's
+    layouts and parameters, and must agree with this list (checked on import)."""
 
     ECHO = 0
     TOPK = 1
@@ -123,6 +124,29 @@ class FunctionId(enum.IntEnum):
     MINMAX = 3
     MATMUL = 4
     SPIN = 5
+    MAPID = 6
+    SPARSETRANSFORM = 7
+    BUCKETIZE = 8
+    SIGRIDHASH = 9
+    FIRSTX = 10
+    IDLISTTRANSFORM = 11
+    CARTESIAN = 12
+    NGRAM = 13
+    GETLOCALHOUR = 14
+    ONEHOT = 15
+    BOXCOX = 16
+
+
+def _check_against_registry() -> None:
+    from .registry import FUNCTIONS
+
+    ours = {f.name.lower(): int(f) for f in FunctionId}
+    theirs = {f.name: f.id for f in FUNCTIONS}
+    if ours != theirs:
+        raise ImportError(f"offrac.protocol.FunctionId disagrees with functions.json: {ours} != {theirs}")
+
+
+_check_against_registry()
 
 
 #: Function name -> id.

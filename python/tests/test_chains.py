@@ -23,6 +23,7 @@ from offrac import (
     UnknownFunctionError,
     UnreachableError,
 )
+from offrac.registry import FUNCTIONS
 
 from _util import RawConn
 from conftest import Node
@@ -171,8 +172,9 @@ def test_describe_says_what_the_node_serves(node: Node) -> None:
     with node.client() as c:
         d = c.describe()
     assert d["device"] == 0 and d["protocol"] == 1 and d["max_hops"] == 8
-    assert [f["name"] for f in d["functions"]] == ["echo", "topk", "logit", "minmax", "matmul", "spin"]
-    assert [s["slot"] for s in d["slots"]] == list(range(6))
+    assert [f["name"] for f in d["functions"]] == [f.name for f in FUNCTIONS]
+    assert d["functions"][7]["output"] == "ragged<uint32,float32>"
+    assert [s["slot"] for s in d["slots"]] == list(range(len(FUNCTIONS)))
     assert d["metrics"] == node.metrics
     assert d["peers"] == []
     with RawConn(node.addr) as raw:  # a describe with a payload is refused, the connection kept

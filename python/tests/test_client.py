@@ -208,8 +208,18 @@ def test_input_validation_raises_before_sending(fake: Callable[[Handler], FakeNo
             c.call("logit", np.array([1 + 2j]))
         with pytest.raises(TypeError, match="unexpected keyword"):
             c.call("logit", [0.5], k=3)
-        with pytest.raises(ValueError, match="u64"):
+        with pytest.raises(ValueError, match=r"us=-1 outside 0\.\.="):
             c.call("spin", b"", us=-1)
+        with pytest.raises(ValueError, match="u64"):
+            c.call("spin", b"", param=-1)
+        with pytest.raises(ValueError, match=r"salt=2147483648 outside -2147483648..=2147483647"):
+            c.call("sigridhash", [1], max_value=10, salt=2**31)
+        with pytest.raises(TypeError, match="sigridhash needs max_value="):
+            c.call("sigridhash", [1], salt=1)
+        with pytest.raises(ValueError, match="uint32 range"):
+            c.call("mapid", [-1])
+        with pytest.raises(TypeError, match="either param= or the named"):
+            c.call("topk", [1], k=1, param=1)
         with pytest.raises(ValueError, match="n x n"):
             c.call("matmul", (np.zeros((2, 2)), np.zeros((3, 3))))
         with pytest.raises(ValueError, match="does not match"):

@@ -24,6 +24,7 @@ from offrac import (
     function_id,
 )
 from offrac.protocol import HEADER_ERROR_KINDS
+from offrac.registry import FUNCTIONS
 
 REPO = Path(__file__).resolve().parents[2]
 VECTORS = json.loads((REPO / "docs" / "vectors" / "headers.json").read_text())
@@ -241,7 +242,15 @@ def test_status_and_function_tables() -> None:
         "UNREACHABLE",
     ]
     assert [int(s) for s in Status] == list(range(12))
-    assert FUNCTION_IDS == {"echo": 0, "topk": 1, "logit": 2, "minmax": 3, "matmul": 4, "spin": 5}
+    assert list(FUNCTION_IDS.items())[:6] == [
+        ("echo", 0),
+        ("topk", 1),
+        ("logit", 2),
+        ("minmax", 3),
+        ("matmul", 4),
+        ("spin", 5),
+    ]
+    assert {f.name: f.id for f in FUNCTIONS} == FUNCTION_IDS
     assert function_id("TopK") == 1
     assert function_id(200) == 200
     with pytest.raises(ValueError):

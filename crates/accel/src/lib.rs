@@ -8,11 +8,13 @@
 
 use offrac_proto::FunctionId;
 
+pub mod dlrm;
 mod echo;
 mod elems;
 mod logit;
 mod matmul;
 mod minmax;
+pub mod ragged;
 mod spin;
 mod topk;
 
@@ -22,6 +24,12 @@ pub use matmul::{MatMul, MATMUL_MAX_N};
 pub use minmax::MinMax;
 pub use spin::{Spin, SPIN_MAX_MICROS};
 pub use topk::TopK;
+
+pub use dlrm::state::FunctionState;
+use dlrm::{
+    BoxCox, Bucketize, Cartesian, FirstX, GetLocalHour, IdListTransform, MapId, NGram, Onehot,
+    SigridHash, SparseTransform,
+};
 
 /// Why a function refused or failed a call.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -67,8 +75,15 @@ pub trait Accelerator: Send {
     }
 }
 
-/// A fresh instance of a built-in function.
+/// A fresh instance of a built-in function with the built-in state (the
+/// synthetic MapId dictionary, the default Bucketize borders).
 pub fn builtin(f: FunctionId) -> Box<dyn Accelerator> {
+    builtin_with(f, &FunctionState::default())
+}
+
+/// A fresh instance of a built-in function holding `state` (shared, not
+/// copied, between the instances of a node).
+pub fn builtin_with(f: FunctionId, state: &FunctionState) -> Box<dyn Accelerator> {
     match f {
         FunctionId::Echo => Box::new(Echo),
         FunctionId::TopK => Box::new(TopK::new()),
@@ -76,6 +91,17 @@ pub fn builtin(f: FunctionId) -> Box<dyn Accelerator> {
         FunctionId::MinMax => Box::new(MinMax),
         FunctionId::MatMul => Box::new(MatMul::new()),
         FunctionId::Spin => Box::new(Spin),
+        FunctionId::MapId => Box::new(MapId::new(state.dictionary.clone())),
+        FunctionId::SparseTransform => Box::new(SparseTransform::default()),
+        FunctionId::Bucketize => Box::new(Bucketize::new(state.borders.clone())),
+        FunctionId::SigridHash => Box::new(SigridHash),
+        FunctionId::FirstX => Box::new(FirstX::default()),
+        FunctionId::IdListTransform => Box::new(IdListTransform::default()),
+        FunctionId::Cartesian => Box::new(Cartesian::default()),
+        FunctionId::NGram => Box::new(NGram::default()),
+        FunctionId::GetLocalHour => Box::new(GetLocalHour),
+        FunctionId::Onehot => Box::new(Onehot),
+        FunctionId::BoxCox => Box::new(BoxCox),
     }
 }
 

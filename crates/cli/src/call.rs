@@ -1,3 +1,4 @@
+use crate::payload_text;
 use crate::pipeline::StoreArgs;
 use crate::CliError;
 use offrac_client::{Client, FunctionId, Hop};
@@ -29,6 +30,15 @@ pub struct Args {
     /// The per-hop parameter: K for topk (required), n for matmul, microseconds for spin.
     #[arg(long, short = 'p')]
     param: Option<u64>,
+    /// One named parameter field of a single function, e.g. --set max_value=1000 --set salt=7
+    /// for sigridhash (repeatable; `offrac functions` lists each function's fields).
+    #[arg(
+        long = "set",
+        value_name = "FIELD=VALUE",
+        conflicts_with = "param",
+        allow_hyphen_values = true
+    )]
+    set: Vec<String>,
     /// Give up after this many seconds without an answer (connect included).
     #[arg(long, default_value_t = 10.0)]
     timeout: f64,
@@ -36,9 +46,9 @@ pub struct Args {
 
 pub fn run(a: Args) -> Result<(), CliError> {
     let hops = match (&a.function, &a.pipeline) {
-        (Some(spec), _) => parse_chain(spec, a.param)?,
+        (Some(spec), _) => parse_chain(spec, named_param(spec, &a.set)?.or(a.param))?,
         (None, Some(name)) => {
-            if a.param.is_some() {
+            if a.param.is_some() || !a.set.is_empty() {
                 return Err(CliError::Usage(
                     "-p does not apply to a pipeline: its hops carry their parameters".into(),
                 ));
@@ -69,7 +79,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
             path: path.clone(),
             source,
         })?,
-        (Some(d), None) => encode(f, d)?,
+        (Some(d), None) => payload_text::encode(f.spec().input, d)?,
         (None, None) => Vec::new(),
     };
     let timeout = timeout_arg(a.timeout)?;
@@ -85,7 +95,10 @@ pub fn run(a: Args) -> Result<(), CliError> {
     let t = std::time::Instant::now();
     let reply = c.call_chain(&hops, &payload).map_err(silent)?;
     let rtt = t.elapsed();
-    println!("{}", decode(last, &reply.payload));
+    println!(
+        "{}",
+        payload_text::decode(last.spec().output, &reply.payload)
+    );
     let h = reply.header;
     eprintln!(
         "round trip {:.1} µs (node: reassembly {:.1} µs, queue {:.1} µs, exec {:.1} µs)",
@@ -110,18 +123,61 @@ fn parse_chain(spec: &str, p: Option<u64>) -> Result<Vec<Hop>, CliError> {
         }
         _ => {}
     }
-    // K is required (0 is the node's to refuse): a topk hop written without ":K".
-    let without_k = spec
-        .split(',')
-        .zip(&hops)
-        .any(|(text, h)| h.function == FunctionId::TopK.id() && !text.contains(':'));
-    if without_k && !(hops.len() == 1 && p.is_some()) {
-        return Err(usage(
-            "topk needs K: how many of the largest values to return (-p K, or topk:K in a chain)"
-                .into(),
-        ));
+    // A required parameter (topk's K, firstx's X, …) written without ":PARAM":
+    // 0 is the node's to refuse, so say which one is missing here.
+    if !(hops.len() == 1 && p.is_some()) {
+        for (text, h) in spec.split(',').zip(&hops) {
+            let needs = FunctionId::from_id(h.function)
+                .and_then(|f| f.spec().params.iter().find(|f| f.required));
+            if let (Some(field), false) = (needs, text.contains(':')) {
+                return Err(usage(format!(
+                    "{} needs {}: {} (-p for a single function, or {}:PARAM in a chain; `offrac functions` lists the fields)",
+                    FunctionId::from_id(h.function).map_or("?", |f| f.name()),
+                    field.name,
+                    field.doc,
+                    FunctionId::from_id(h.function).map_or("?", |f| f.name()),
+                )));
+            }
+        }
     }
     Ok(hops)
+}
+
+/// The parameter `--set FIELD=VALUE …` packs for the single function `spec`
+/// (None without `--set`).
+fn named_param(spec: &str, set: &[String]) -> Result<Option<u64>, CliError> {
+    if set.is_empty() {
+        return Ok(None);
+    }
+    let usage = |m: String| CliError::Usage(m);
+    let f = FunctionId::from_name(spec.trim()).ok_or_else(|| {
+        usage(format!(
+            "--set applies to one function by name, not {spec:?}"
+        ))
+    })?;
+    let fields = f.spec().params;
+    let mut param = 0u64;
+    for kv in set {
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| usage(format!("--set {kv:?}: want FIELD=VALUE")))?;
+        let field = fields.iter().find(|p| p.name == k.trim()).ok_or_else(|| {
+            let names: Vec<&str> = fields.iter().map(|p| p.name).collect();
+            usage(format!(
+                "{} has no parameter {k:?} (its fields: {})",
+                f.name(),
+                names.join(", ")
+            ))
+        })?;
+        let bits = field.pack_text(v.trim()).ok_or_else(|| {
+            usage(format!(
+                "--set {kv}: {v:?} does not fit {} ({})",
+                field.name, field.doc
+            ))
+        })?;
+        param |= bits;
+    }
+    Ok(Some(param))
 }
 
 /// `--timeout` seconds as a duration (positive).
@@ -138,35 +194,4 @@ pub fn is_timeout(e: &std::io::Error) -> bool {
         e.kind(),
         std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
     )
-}
-
-fn encode(f: FunctionId, data: &str) -> Result<Vec<u8>, CliError> {
-    let items = || data.split(',').map(str::trim).filter(|s| !s.is_empty());
-    let bad = |s: &str| CliError::Usage(format!("cannot parse {s:?} as a number"));
-    Ok(match f {
-        FunctionId::TopK => items()
-            .map(|s| s.parse::<i32>().map(i32::to_le_bytes).map_err(|_| bad(s)))
-            .collect::<Result<Vec<_>, _>>()?
-            .concat(),
-        FunctionId::Logit | FunctionId::MinMax | FunctionId::MatMul => items()
-            .map(|s| s.parse::<f32>().map(f32::to_le_bytes).map_err(|_| bad(s)))
-            .collect::<Result<Vec<_>, _>>()?
-            .concat(),
-        FunctionId::Echo | FunctionId::Spin => data.as_bytes().to_vec(),
-    })
-}
-
-fn decode(f: FunctionId, b: &[u8]) -> String {
-    let words = b.chunks_exact(4).map(|c| [c[0], c[1], c[2], c[3]]);
-    match f {
-        FunctionId::TopK => words
-            .map(|w| i32::from_le_bytes(w).to_string())
-            .collect::<Vec<_>>()
-            .join(","),
-        FunctionId::Logit | FunctionId::MinMax | FunctionId::MatMul => words
-            .map(|w| f32::from_le_bytes(w).to_string())
-            .collect::<Vec<_>>()
-            .join(","),
-        FunctionId::Echo | FunctionId::Spin => String::from_utf8_lossy(b).into_owned(),
-    }
 }

@@ -4,6 +4,8 @@ mod bench;
 mod call;
 mod config;
 mod demo;
+mod functions;
+mod payload_text;
 mod pipeline;
 mod serve;
 mod sim;
@@ -29,6 +31,8 @@ enum Command {
     Serve(serve::Args),
     /// Call one function on a node and print the result.
     Call(call::Args),
+    /// List the built-in functions: ids, layouts, parameters and slot state (the registry).
+    Functions(functions::Args),
     /// Show a node's slots, queues and refusals (from its metrics endpoint).
     Status(status::Args),
     /// Start a node and drive a short mixed load at it; print throughput and latency.
@@ -61,6 +65,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(a) => serve::run(a),
         Command::Call(a) => call::run(a),
+        Command::Functions(a) => functions::run(a),
         Command::Status(a) => status::run(a),
         Command::Demo(a) => demo::run(a),
         Command::Bench(a) => bench::run(a),

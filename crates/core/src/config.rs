@@ -131,7 +131,10 @@ impl Default for EngineConfig {
             slot_queue_bytes: 2 << 20,
             stall_timeout: Duration::from_secs(5),
             reassembly_timeout: Duration::from_secs(2),
-            slots: vec![0, 1, 2, 3, 4, 5],
+            slots: offrac_proto::FunctionId::ALL
+                .iter()
+                .map(|f| f.id())
+                .collect(),
             device_id: 0,
             peers: Vec::new(),
         }

@@ -1,9 +1,12 @@
 //! The node's TOML configuration and its translation to the engine's.
 
 use crate::driver::{DriverConfig, PeerConfig};
+use offrac_accel::dlrm::state::{check_borders, Dictionary};
+use offrac_accel::FunctionState;
 use offrac_core::{BufferPolicy, EngineConfig, SlotPolicy};
 use offrac_proto::FunctionId;
 use serde::Deserialize;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The configuration used when none is given.
@@ -13,10 +16,13 @@ pub const DEFAULT_CONFIG: &str = include_str!("../default.toml");
 pub enum ConfigError {
     #[error("cannot parse configuration: {0}")]
     Parse(#[from] toml::de::Error),
-    #[error(
-        "unknown function {0:?} in [[slots]] (known: echo, topk, logit, minmax, matmul, spin)"
-    )]
+    #[error("unknown function {0:?} in [[slots]] (known: {known})", known = FunctionId::known_names())]
     UnknownFunction(String),
+    #[error("[functions.{function}]: {message}")]
+    BadFunctionState {
+        function: &'static str,
+        message: String,
+    },
     #[error("io.mode must be \"poll\" or \"blocking\", not {0:?}")]
     BadIoMode(String),
     #[error("[[devices]] entry {id}: addr {addr:?} is not host:port")]
@@ -65,6 +71,32 @@ struct Raw {
     #[serde(default)]
     selector: RawSelector,
     slots: Option<Vec<RawSlot>>,
+    #[serde(default)]
+    functions: RawFunctions,
+}
+
+/// `[functions.NAME]`: the state of the functions that hold some
+/// (`SlotState` in the registry).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFunctions {
+    mapid: Option<RawMapId>,
+    bucketize: Option<RawBucketize>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMapId {
+    /// A file of keys, one per line in hex (Criteo's form, `0x` optional).
+    dictionary: Option<String>,
+    /// Or the keys inline.
+    keys: Option<Vec<u32>>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBucketize {
+    borders: Vec<Vec<f32>>,
 }
 
 fn default_stall() -> u64 {
@@ -215,6 +247,63 @@ pub struct NodeConfig {
     pub cluster: Option<ClusterSettings>,
     /// One per slot, in slot order (the engine's `slots` lists their functions).
     pub slots: Vec<SlotSettings>,
+    /// What the functions hold (MapId's dictionary, Bucketize's borders).
+    pub state: FunctionState,
+}
+
+/// Reads a MapId key file: one hex key per line (`a73ee510` or
+/// `0xa73ee510`), blank lines and `#` comments ignored.
+pub fn read_key_file(path: &str) -> Result<Vec<u32>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {path:?}: {e}"))?;
+    let mut keys = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let t = line.split('#').next().unwrap_or("").trim();
+        if t.is_empty() {
+            continue;
+        }
+        let h = t.strip_prefix("0x").unwrap_or(t);
+        keys.push(
+            u32::from_str_radix(h, 16)
+                .map_err(|_| format!("{path}:{}: {t:?} is not a 32-bit hex key", i + 1))?,
+        );
+    }
+    Ok(keys)
+}
+
+fn function_state(raw: &RawFunctions) -> Result<FunctionState, ConfigError> {
+    let mut state = FunctionState::default();
+    if let Some(m) = &raw.mapid {
+        let bad = |message: String| ConfigError::BadFunctionState {
+            function: "mapid",
+            message,
+        };
+        let keys = match (&m.dictionary, &m.keys) {
+            (Some(path), None) => read_key_file(path).map_err(bad)?,
+            (None, Some(keys)) => keys.clone(),
+            _ => {
+                return Err(bad(
+                    "give exactly one of dictionary = FILE or keys = [...]".into()
+                ))
+            }
+        };
+        state.dictionary = Arc::new(Dictionary::from_keys(keys));
+    }
+    if let Some(b) = &raw.bucketize {
+        for (i, set) in b.borders.iter().enumerate() {
+            check_borders(set).map_err(|m| ConfigError::BadFunctionState {
+                function: "bucketize",
+                message: format!("border set {i}: {m}"),
+            })?;
+        }
+        if b.borders.is_empty() {
+            return Err(ConfigError::BadFunctionState {
+                function: "bucketize",
+                message: "borders lists no set".into(),
+            });
+        }
+        state.borders = Arc::new(b.borders.clone());
+    }
+    Ok(state)
 }
 
 /// What the TOML says about one slot.
@@ -333,6 +422,7 @@ impl NodeConfig {
                 .collect(),
             cluster: raw.cluster.map(cluster_settings).transpose()?,
             slots: slot_settings,
+            state: function_state(&raw.functions)?,
         })
     }
 
@@ -346,9 +436,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn embedded_default_parses_with_six_slots() {
+    fn embedded_default_hosts_every_builtin_function() {
         let c = NodeConfig::default_config();
-        assert_eq!(c.engine.slots, vec![0, 1, 2, 3, 4, 5]);
+        let all: Vec<u8> = FunctionId::ALL.iter().map(|f| f.id()).collect();
+        assert_eq!(c.engine.slots, all);
         assert_eq!(c.io_mode, IoMode::Poll);
         assert_eq!(c.engine.max_payload, c.engine.buffer_bytes);
     }
@@ -356,7 +447,7 @@ mod tests {
     #[test]
     fn empty_file_means_defaults() {
         let c = NodeConfig::parse("").unwrap();
-        assert_eq!(c.engine.slots.len(), 6);
+        assert_eq!(c.engine.slots.len(), FunctionId::ALL.len());
     }
 
     #[test]
@@ -390,6 +481,39 @@ mod tests {
         assert!(NodeConfig::parse("[pool]\npolicy = \"naive_rr\"").is_err());
         for p in BufferPolicy::ALL {
             assert_eq!(p.name().parse::<BufferPolicy>(), Ok(*p));
+        }
+    }
+
+    #[test]
+    fn function_state_is_read_and_checked() {
+        let c = NodeConfig::parse("[functions.mapid]\nkeys = [5, 9]\n[functions.bucketize]\nborders = [[1.0, 2.0], [0.5]]").unwrap();
+        assert_eq!(c.state.dictionary.lookup(9), 1);
+        assert_eq!(c.state.dictionary.missing(), 2);
+        assert_eq!(c.state.borders.len(), 2);
+        let dir = std::env::temp_dir().join(format!("offrac-keys-{}", std::process::id()));
+        std::fs::write(&dir, "# Criteo C9\na73ee510\n\n0x7e0ccccf  # second\n").unwrap();
+        let text = format!(
+            "[functions.mapid]\ndictionary = {:?}",
+            dir.display().to_string()
+        );
+        let c = NodeConfig::parse(&text).unwrap();
+        assert_eq!(c.state.dictionary.lookup(0xa73e_e510), 0);
+        assert_eq!(c.state.dictionary.lookup(0x7e0c_cccf), 1);
+        std::fs::write(&dir, "zz\n").unwrap();
+        let e = NodeConfig::parse(&text).unwrap_err().to_string();
+        assert!(e.contains(":1: \"zz\" is not a 32-bit hex key"), "{e}");
+        std::fs::remove_file(&dir).ok();
+        for (bad, want) in [
+            (
+                "[functions.bucketize]\nborders = [[2.0, 1.0]]",
+                "border set 0: borders must be strictly ascending",
+            ),
+            ("[functions.bucketize]\nborders = []", "no set"),
+            ("[functions.mapid]\n", "exactly one of"),
+            ("[functions.topk]\nk = 1", "topk"),
+        ] {
+            let e = NodeConfig::parse(bad).unwrap_err().to_string();
+            assert!(e.contains(want), "{bad}: {e}");
         }
     }
 

@@ -497,7 +497,14 @@ impl Driver {
             .iter()
             .map(|&f| {
                 let hosted: Vec<usize> = (0..e.slots.len()).filter(|&i| e.slots[i] == f).collect();
-                serde_json::json!({ "id": f, "name": name(f), "slots": hosted })
+                let spec = offrac_proto::FunctionId::from_id(f).map(|f| f.spec());
+                serde_json::json!({
+                    "id": f,
+                    "name": name(f),
+                    "slots": hosted,
+                    "input": spec.map(|s| s.input.describe()),
+                    "output": spec.map(|s| s.output.describe()),
+                })
             })
             .collect();
         let peers: Vec<serde_json::Value> = self

@@ -150,7 +150,7 @@ pub fn start(cfg: NodeConfig, listen: &str) -> Result<NodeHandle, NodeError> {
         let executor = worker::Executor::new(
             slot,
             device,
-            offrac_accel::builtin(function),
+            offrac_accel::builtin_with(function, &cfg.state),
             metrics.clone(),
             false,
             clock,
@@ -162,7 +162,7 @@ pub fn start(cfg: NodeConfig, listen: &str) -> Result<NodeHandle, NodeError> {
             spin: worker_spin,
         })?);
         // A second instance, run by the I/O thread for requests small enough to finish in microseconds.
-        let accel = offrac_accel::builtin(function);
+        let accel = offrac_accel::builtin_with(function, &cfg.state);
         let limit = cfg
             .slots
             .get(slot)

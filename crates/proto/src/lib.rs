@@ -9,7 +9,10 @@ mod request;
 mod response;
 mod status;
 
-pub use function::FunctionId;
+pub use function::{
+    Elem, FunctionId, FunctionSpec, Granularity, Layout, ParamField, ParamKind, SlotState,
+    FUNCTIONS,
+};
 pub use request::{
     HeaderError, Hop, RequestHeader, EXT_LEN, FLAG_HOP_EXT, FLAG_TRACE, HEADER_HOPS, MAX_BUDGET_US,
     MAX_HOPS,
