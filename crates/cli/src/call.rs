@@ -177,6 +177,19 @@ fn named_param(spec: &str, set: &[String]) -> Result<Option<u64>, CliError> {
         })?;
         param |= bits;
     }
+    if let Some(missing) = fields.iter().find(|p| {
+        p.required
+            && !set
+                .iter()
+                .any(|kv| kv.split('=').next().map(str::trim) == Some(p.name))
+    }) {
+        return Err(usage(format!(
+            "{} needs {}: {}",
+            f.name(),
+            missing.name,
+            missing.doc
+        )));
+    }
     Ok(Some(param))
 }
 
