@@ -1,5 +1,6 @@
 //! Micro-benchmark of the built-in kernels, side by side with the FPGA
-//! latencies of OffRAC Table 5.
+//! latencies of OffRAC Table 5 ("T5") and, for the DLRM operators, seed 001
+//! Table II ("II": T_acc at 1 KB, 250 MHz).
 //!
 //! ```text
 //! cargo run --release -p offrac-accel --example kernel_bench
@@ -50,8 +51,10 @@ struct Case {
     f: FunctionId,
     param: u64,
     input: Vec<u8>,
-    /// OffRAC Table 5 FPGA latency, µs.
+    /// The FPGA latency, µs (NaN: none published).
     fpga_us: f64,
+    /// Where `fpga_us` comes from: "T5" (OffRAC Table 5), "II" (seed 001 Table II).
+    source: &'static str,
 }
 
 fn ints(rng: &mut XorShift, n: usize) -> Vec<u8> {
@@ -75,6 +78,7 @@ fn cases() -> Vec<Case> {
             param: 16,
             input: ints(&mut rng, n),
             fpga_us: 1.6,
+            source: "T5",
         });
         v.push(Case {
             name: "logit",
@@ -85,6 +89,7 @@ fn cases() -> Vec<Case> {
                 (rng.unit() + 1.0 / (1u64 << 25) as f32).min(0.999_999)
             }),
             fpga_us: 2.3,
+            source: "T5",
         });
         v.push(Case {
             name: "minmax",
@@ -92,6 +97,7 @@ fn cases() -> Vec<Case> {
             param: 0,
             input: floats(n, || rng.normalish()),
             fpga_us: 5.4,
+            source: "T5",
         });
     }
     // Input order must not matter (issue #10): sorted inputs beside random ones.
@@ -112,6 +118,7 @@ fn cases() -> Vec<Case> {
                 param: 16,
                 input: ints(&mut rng, bytes / 4),
                 fpga_us: f64::NAN,
+                source: "",
             });
         }
         for (name, input) in [(name_asc, asc), (name_desc, desc)] {
@@ -121,6 +128,7 @@ fn cases() -> Vec<Case> {
                 param: 16,
                 input,
                 fpga_us: if bytes == 4096 { 1.6 } else { f64::NAN },
+                source: "T5",
             });
         }
     }
@@ -131,8 +139,141 @@ fn cases() -> Vec<Case> {
         param: 64,
         input: floats(2 * 64 * 64, || rng.normalish()),
         fpga_us: 80.0,
+        source: "T5",
     });
+    dlrm_cases(&mut rng, &mut v);
     v
+}
+
+/// The DLRM operators at 1 KiB: the four of seed 001 Table II, then the rest
+/// of Table I (no FPGA figure published).
+fn dlrm_cases(rng: &mut XorShift, v: &mut Vec<Case>) {
+    use offrac_accel::dlrm::state::{default_dictionary_key, DEFAULT_DICTIONARY_KEYS};
+    use offrac_accel::ragged::encode_id_lists;
+    let n = 256;
+    let mut case = |name, f, param, input, fpga_us: f64| {
+        let source = if fpga_us.is_nan() { "" } else { "II" };
+        v.push(Case {
+            name,
+            f,
+            param,
+            input,
+            fpga_us,
+            source,
+        });
+    };
+    // 90 % of the ids in the dictionary, as in generated load.
+    let ids: Vec<u8> = (0..n)
+        .flat_map(|_| {
+            let r = rng.next();
+            if r % 10 == 0 {
+                r as u32 >> 3
+            } else {
+                default_dictionary_key((r >> 8) % DEFAULT_DICTIONARY_KEYS as u64)
+            }
+            .to_le_bytes()
+        })
+        .collect();
+    case("mapid", FunctionId::MapId, 0, ids.clone(), 0.692);
+    // Dense counts, half of them zero.
+    let counts = floats(n, || {
+        let u = rng.unit();
+        if u < 0.5 {
+            0.0
+        } else {
+            (u * 1e4).floor()
+        }
+    });
+    case(
+        "sparsetransform",
+        FunctionId::SparseTransform,
+        0,
+        counts.clone(),
+        1.240,
+    );
+    let probs = floats(n, || {
+        (rng.unit() + 1.0 / (1u64 << 25) as f32).min(0.999_999)
+    });
+    case("logit", FunctionId::Logit, 0, probs, 1.092);
+    case(
+        "normalization",
+        FunctionId::MinMax,
+        0,
+        floats(n, || rng.normalish()),
+        4.092,
+    );
+    let positive = floats(n, || 1.0 + (rng.unit() * 1e4).floor());
+    case(
+        "bucketize",
+        FunctionId::Bucketize,
+        0,
+        positive.clone(),
+        f64::NAN,
+    );
+    case(
+        "sigridhash",
+        FunctionId::SigridHash,
+        100_000 | (7 << 32),
+        ids.clone(),
+        f64::NAN,
+    );
+    case(
+        "getlocalhour",
+        FunctionId::GetLocalHour,
+        3600,
+        ids.clone(),
+        f64::NAN,
+    );
+    case(
+        "boxcox (l=0.5)",
+        FunctionId::BoxCox,
+        u64::from(0.5f32.to_bits()),
+        positive,
+        f64::NAN,
+    );
+    case(
+        "onehot (C=16)",
+        FunctionId::Onehot,
+        16,
+        floats(64, || (rng.next() % 16) as f32)
+            .chunks(4)
+            .flat_map(|c| (f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as u32).to_le_bytes())
+            .collect(),
+        f64::NAN,
+    );
+    // Id lists: 1 KiB of rows of 0-7 ids from a vocabulary of 64.
+    let mut lists = Vec::new();
+    let mut words = 2;
+    while words < n || lists.len() % 2 == 1 {
+        let row: Vec<u32> = (0..rng.next() % 8)
+            .map(|_| (rng.next() % 64) as u32)
+            .collect();
+        words += 1 + row.len();
+        lists.push(row);
+    }
+    let lists = encode_id_lists(&lists);
+    case(
+        "firstx (X=2)",
+        FunctionId::FirstX,
+        2,
+        lists.clone(),
+        f64::NAN,
+    );
+    case(
+        "idlisttransform",
+        FunctionId::IdListTransform,
+        0,
+        lists.clone(),
+        f64::NAN,
+    );
+    case(
+        "cartesian",
+        FunctionId::Cartesian,
+        0,
+        lists.clone(),
+        f64::NAN,
+    );
+    case("ngram (n=2)", FunctionId::NGram, 2, lists, f64::NAN);
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -147,8 +288,8 @@ fn main() {
         BATCH_TIME.as_millis()
     );
     println!(
-        "{:<14} {:>7} {:>11} {:>11} {:>11} {:>10} {:>10}",
-        "function", "bytes", "median ns", "p10 ns", "p90 ns", "FPGA ns", "ours/FPGA"
+        "{:<16} {:>7} {:>11} {:>11} {:>11} {:>10} {:>4} {:>10}",
+        "function", "bytes", "median ns", "p10 ns", "p90 ns", "FPGA ns", "ref", "ours/FPGA"
     );
     for case in cases() {
         let mut acc = builtin(case.f);
@@ -184,13 +325,14 @@ fn main() {
         let med = percentile(&means, 0.5);
         let fpga_ns = case.fpga_us * 1000.0;
         println!(
-            "{:<14} {:>7} {:>11.0} {:>11.0} {:>11.0} {:>10.0} {:>10.3}",
+            "{:<16} {:>7} {:>11.0} {:>11.0} {:>11.0} {:>10.0} {:>4} {:>10.3}",
             case.name,
             case.input.len(),
             med,
             percentile(&means, 0.1),
             percentile(&means, 0.9),
             fpga_ns,
+            case.source,
             med / fpga_ns
         );
     }

@@ -10,6 +10,10 @@ use offrac_proto::FunctionId;
 use crate::elems::{element_count, ELEM};
 use crate::{AccelError, Accelerator};
 
+/// Border sets up to this long are counted linearly (compares that
+/// vectorise, no mispredicted branches); longer ones binary-searched.
+const LINEAR_MAX: usize = 64;
+
 pub struct Bucketize {
     sets: Arc<Vec<Vec<f32>>>,
 }
@@ -44,9 +48,16 @@ impl Accelerator for Bucketize {
             )));
         }
         out.reserve(input.len());
+        let small = borders.len() <= LINEAR_MAX;
         for w in words {
             let x = f32::from_le_bytes(*w);
-            let b = borders.partition_point(|&b| b < x) as u32;
+            let b = if small {
+                // Branch-free count; vectorises (borders are sorted, so it
+                // equals the binary search's answer).
+                borders.iter().map(|&b| u32::from(b < x)).sum::<u32>()
+            } else {
+                borders.partition_point(|&b| b < x) as u32
+            };
             out.extend_from_slice(&b.to_le_bytes());
         }
         Ok(())
@@ -82,5 +93,25 @@ mod tests {
         assert!(
             matches!(b.run(0, &nan, &mut out), Err(AccelError::BadInput(m)) if m.contains("index 1"))
         );
+    }
+
+    #[test]
+    fn linear_count_and_binary_search_agree() {
+        let short: Vec<f32> = (0..LINEAR_MAX).map(|i| i as f32 * 1.5 - 10.0).collect();
+        let long: Vec<f32> = (0..LINEAR_MAX * 3).map(|i| i as f32 * 0.5 - 10.0).collect();
+        let mut b = Bucketize::new(Arc::new(vec![short.clone(), long.clone()]));
+        let xs: Vec<f32> = (0..2000)
+            .map(|i| i as f32 * 0.07 - 20.0)
+            .chain([-0.0, 0.0, f32::INFINITY, f32::NEG_INFINITY])
+            .collect();
+        let inp: Vec<u8> = xs.iter().flat_map(|v| v.to_le_bytes()).collect();
+        for (set, borders) in [short, long].iter().enumerate() {
+            let mut out = Vec::new();
+            b.run(set as u64, &inp, &mut out).unwrap();
+            for (x, c) in xs.iter().zip(out.chunks(4)) {
+                let got = u32::from_le_bytes(c.try_into().unwrap()) as usize;
+                assert_eq!(got, borders.partition_point(|b| b < x), "x = {x}");
+            }
+        }
     }
 }
