@@ -166,7 +166,7 @@ fn dlrm_cases(rng: &mut XorShift, v: &mut Vec<Case>) {
     let ids: Vec<u8> = (0..n)
         .flat_map(|_| {
             let r = rng.next();
-            if r % 10 == 0 {
+            if r.is_multiple_of(10) {
                 r as u32 >> 3
             } else {
                 default_dictionary_key((r >> 8) % DEFAULT_DICTIONARY_KEYS as u64)
