@@ -174,6 +174,8 @@ struct Shutdown {
 
 pub struct Driver {
     engine: Engine,
+    /// The node's live T_oh / T_acc, as last published (describe answers).
+    estimates: crate::provision::Estimates,
     cfg: DriverConfig,
     conns: FxHashMap<ConnId, Conn>,
     read_queue: VecDeque<ConnId>,
@@ -223,6 +225,7 @@ impl Driver {
             .collect();
         let engine = Engine::new(engine)?;
         Ok(Driver {
+            estimates: Default::default(),
             link_stats: LinkStats {
                 connects: links.len() as u64,
                 ..LinkStats::default()
@@ -470,6 +473,30 @@ impl Driver {
         self.shutdown.is_some()
     }
 
+    /// Takes the node's latest provisioning figures (measured by its
+    /// threads), for describe answers.
+    pub fn handle_estimates(&mut self, estimates: crate::provision::Estimates) {
+        self.estimates = estimates;
+    }
+
+    fn provisioning_json(&self) -> serde_json::Value {
+        let e = &self.estimates;
+        let acc: Vec<serde_json::Value> = e
+            .acc
+            .iter()
+            .map(|a| {
+                serde_json::json!({
+                    "function": a.function,
+                    "name": offrac_proto::FunctionId::from_id(a.function).map(|f| f.name()),
+                    "size_class": a.size_class,
+                    "t_acc_ns": a.t_acc_ns.round(),
+                    "runs": a.runs,
+                })
+            })
+            .collect();
+        serde_json::json!({ "t_oh_ns": e.t_oh_ns.map(f64::round), "t_acc": acc })
+    }
+
     /// The answer to a describe request: what this node serves, as JSON
     /// (`docs/protocol.md`, "Describe").
     pub fn describe(&self) -> String {
@@ -524,6 +551,7 @@ impl Driver {
             "peers": peers,
             "metrics": self.cfg.metrics_addr,
             "connections": self.conns.len(),
+            "provisioning": self.provisioning_json(),
             "shutting_down": self.shutdown.is_some(),
         })
         .to_string()

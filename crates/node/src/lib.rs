@@ -10,6 +10,7 @@ mod config;
 mod conn_out;
 pub mod driver;
 mod metrics;
+pub mod provision;
 mod ratelog;
 mod reactor;
 mod wake;

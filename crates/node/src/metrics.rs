@@ -88,6 +88,8 @@ struct EngineSnapshot {
 }
 
 pub struct Metrics {
+    /// Live `T_oh` / `T_acc` (seed 001 §III-C).
+    pub provision: crate::provision::Provisioning,
     slot_functions: Vec<u8>,
     slots: Vec<SlotMetrics>,
     functions: Vec<FunctionMetrics>,
@@ -97,6 +99,7 @@ pub struct Metrics {
 impl Metrics {
     pub fn new(slot_functions: &[u8]) -> Metrics {
         Metrics {
+            provision: Default::default(),
             slot_functions: slot_functions.to_vec(),
             slots: slot_functions
                 .iter()
@@ -112,10 +115,15 @@ impl Metrics {
         &self,
         slot: usize,
         function: u8,
+        in_bytes: usize,
         exec_ns: u64,
         status: Status,
         inline: bool,
     ) {
+        if status == Status::Ok {
+            self.provision
+                .record_run(function, in_bytes as u64, exec_ns, inline);
+        }
         let s = &self.slots[slot];
         s.completions.fetch_add(1, Relaxed);
         if inline {
@@ -130,6 +138,7 @@ impl Metrics {
 
     /// A request's answer went out; `function` ran its last hop.
     pub fn record_answer(&self, function: u8, h: &ResponseHeader) {
+        self.provision.record_answer();
         let node = h.reassembly_ns + h.queue_ns + h.exec_ns;
         self.functions[function as usize].node.observe(node);
     }
@@ -391,6 +400,31 @@ impl Metrics {
                 let h = if pick == 0 { &m.node } else { &m.exec };
                 h.render(&mut o, name, &format!("function=\"{}\"", f.name()));
             }
+        }
+        let est = self.provision.estimates();
+        gauge(
+            &mut o,
+            "offrac_overhead_seconds",
+            "Live per-request overhead T_oh (I/O and slot threads' time outside execution, per answer).",
+            "gauge",
+        );
+        if let Some(oh) = est.t_oh_ns {
+            let _ = writeln!(o, "offrac_overhead_seconds {}", oh / 1e9);
+        }
+        gauge(
+            &mut o,
+            "offrac_exec_mean_seconds",
+            "Live execution time T_acc per function and input size class (weighted mean).",
+            "gauge",
+        );
+        for a in &est.acc {
+            let name = FunctionId::from_id(a.function).map_or("unknown", FunctionId::name);
+            let _ = writeln!(
+                o,
+                "offrac_exec_mean_seconds{{function=\"{name}\",size_class_bytes=\"{}\"}} {}",
+                a.size_class,
+                a.t_acc_ns / 1e9
+            );
         }
         o
     }

@@ -72,6 +72,8 @@ pub struct Reactor {
     /// The connection that sent the last bytes: in poll mode, an idle I/O
     /// thread spins on it with plain reads instead of an epoll round trip.
     hot: Option<ConnId>,
+    /// When the last spin on the hot connection began its successful read.
+    spin_found: Option<Instant>,
     links: Vec<Option<LinkConn>>,
     /// Member tables from the cluster store, and the static device table
     /// they add to (a static entry wins over the store's for its device).
@@ -111,6 +113,7 @@ impl Reactor {
             keys: FxHashMap::default(),
             buf: vec![0; READ_CHUNK],
             hot: None,
+            spin_found: None,
             links: Vec::new(),
             membership: None,
             errors: crate::ratelog::RateLog::new(Status::ALL.len(), Duration::from_secs(1)),
@@ -154,6 +157,9 @@ impl Reactor {
             if self.driver.is_finished(self.clock.now()) {
                 break;
             }
+            // Busy time (iterations that did something, minus sleeping in
+            // poll) is the I/O thread's per-request overhead, T_oh.
+            let top = Instant::now();
             let mut work = self.drain_completions();
             work |= self.drain_membership();
             work |= self.read_turns();
@@ -161,13 +167,19 @@ impl Reactor {
             if spinning && !work {
                 work |= self.spin_hot();
             }
+            let found = self.spin_found.take().unwrap_or(top);
+            let before_poll = if work {
+                found.elapsed()
+            } else {
+                Duration::ZERO
+            };
             let timeout = if work || spinning {
                 Some(Duration::ZERO)
             } else {
                 // Going idle: publish first, so a scrape after a burst sees all of it.
                 if last_publish.elapsed() > Duration::from_millis(1) {
                     last_publish = Instant::now();
-                    self.metrics.publish(&self.driver);
+                    self.publish();
                 }
                 self.prepare_sleep()
             };
@@ -177,6 +189,7 @@ impl Reactor {
                 Err(e) => return Err(e),
             }
             self.waker.woke_up();
+            let woke = Instant::now();
             // Completions first: a slot freed before its answer went out must be
             // seen free by the request that answer prompted (read below).
             work |= self.drain_completions();
@@ -221,13 +234,17 @@ impl Reactor {
             }
             if work {
                 last_work = Instant::now();
+                let busy = before_poll + last_work.saturating_duration_since(woke);
+                self.metrics
+                    .provision
+                    .record_overhead(busy.as_nanos() as u64);
             }
             if last_publish.elapsed() > SLEEP_CAP {
                 last_publish = Instant::now();
-                self.metrics.publish(&self.driver);
+                self.publish();
             }
         }
-        self.metrics.publish(&self.driver);
+        self.publish();
         for c in self.conns.drain() {
             c.out.close();
         }
@@ -349,6 +366,8 @@ impl Reactor {
         let mut buf = std::mem::take(&mut self.buf);
         let mut got = false;
         for _ in 0..HOT_SPINS {
+            // Busy time starts when something arrives, not while waiting for it.
+            self.spin_found = Some(Instant::now());
             match (&out.stream).read(&mut buf) {
                 Ok(0) => {
                     self.driver.handle_hangup(self.clock.now(), id);
@@ -563,6 +582,14 @@ impl Reactor {
                 self.driver.handle_link_down(self.clock.now(), link);
             }
         }
+    }
+
+    /// Copy the engine's counters to the metrics and the live provisioning
+    /// figures to the driver (for describe answers).
+    fn publish(&mut self) {
+        self.metrics.publish(&self.driver);
+        self.driver
+            .handle_estimates(self.metrics.provision.estimates());
     }
 
     /// Carry out what the driver decided.

@@ -77,6 +77,7 @@ impl Executor {
     /// A successful hop that is not its chain's last writes nothing and does
     /// not call `release`: the job, advanced to its next hop, is returned.
     pub fn execute(&mut self, work: Work, release: impl FnOnce()) -> Option<Job> {
+        let began = Instant::now();
         let Work { mut job, out } = work;
         let Some(out) = out.filter(|o| !o.is_closed()) else {
             release();
@@ -109,8 +110,16 @@ impl Executor {
         let exec_ns = started.elapsed().as_nanos() as u64;
         let queue_ns = offrac_core::nanos(started_at.saturating_since(job.complete_at));
         if result.is_ok() && !job.is_last_hop() {
-            self.metrics
-                .record_run(self.slot, job.function(), exec_ns, Status::Ok, self.inline);
+            let in_bytes = job.payload.len();
+            self.metrics.record_run(
+                self.slot,
+                job.function(),
+                in_bytes,
+                exec_ns,
+                Status::Ok,
+                self.inline,
+            );
+            self.record_overhead(began, exec_ns);
             let output = std::mem::take(&mut self.scratch);
             self.scratch = job.advance(output, self.clock.now(), queue_ns, exec_ns, self.device);
             return Some(job);
@@ -123,10 +132,31 @@ impl Executor {
         job.time_answer(&mut h, self.device, queue_ns, exec_ns);
         release();
         out.send(&h.encode_wire()[..h.wire_len()], payload);
-        self.metrics
-            .record_run(self.slot, job.function(), exec_ns, status, self.inline);
+        self.metrics.record_run(
+            self.slot,
+            job.function(),
+            job.payload.len(),
+            exec_ns,
+            status,
+            self.inline,
+        );
         self.metrics.record_answer(job.function(), &h);
+        self.record_overhead(began, exec_ns);
         None
+    }
+}
+
+impl Executor {
+    /// A slot thread's time around a run (hand-off, encoding, writing the
+    /// answer) is per-request overhead; the I/O thread's is measured by the
+    /// reactor as a whole.
+    fn record_overhead(&self, began: Instant, exec_ns: u64) {
+        if !self.inline {
+            let total = began.elapsed().as_nanos() as u64;
+            self.metrics
+                .provision
+                .record_overhead(total.saturating_sub(exec_ns));
+        }
     }
 }
 
