@@ -9,7 +9,7 @@ pub struct Args {
     /// Node address.
     #[arg(long, default_value = "127.0.0.1:7000")]
     addr: String,
-    /// Function name: echo, topk, logit, minmax, matmul, spin. A chain is a
+    /// Function name (`offrac functions` lists them: echo, topk, mapid, sigridhash, …). A chain is a
     /// comma-separated list of NAME[:PARAM][@DEVICE], each hop's output the next
     /// one's input (e.g. minmax,logit or topk:64@1,topk:8); without @DEVICE a hop
     /// runs on the node addressed.
@@ -20,14 +20,16 @@ pub struct Args {
     pipeline: Option<String>,
     #[command(flatten)]
     store: StoreArgs,
-    /// Comma-separated input values (int32 for topk, float32 for logit/minmax/matmul; text for
-    /// echo/spin). Negative numbers work as they are: --data -5,-1.
+    /// Input in the function's layout: comma-separated numbers for arrays (uint32 also as 0x…
+    /// hex), id lists as rows separated by ';' (1,2;;3), text for bytes. Negative numbers work
+    /// as they are: --data -5,-1.
     #[arg(long, conflicts_with = "file", allow_hyphen_values = true)]
     data: Option<String>,
     /// Read the payload bytes from a file instead ("-": standard input).
     #[arg(long)]
     file: Option<String>,
-    /// The per-hop parameter: K for topk (required), n for matmul, microseconds for spin.
+    /// The raw 64-bit parameter of a single function (K for topk, X for firstx, …); --set packs
+    /// named fields instead.
     #[arg(long, short = 'p')]
     param: Option<u64>,
     /// One named parameter field of a single function, e.g. --set max_value=1000 --set salt=7

@@ -261,7 +261,10 @@ pub fn read_key_file(path: &str) -> Result<Vec<u32>, String> {
         if t.is_empty() {
             continue;
         }
-        let h = t.strip_prefix("0x").unwrap_or(t);
+        let h = t
+            .strip_prefix("0x")
+            .or_else(|| t.strip_prefix("0X"))
+            .unwrap_or(t);
         keys.push(
             u32::from_str_radix(h, 16)
                 .map_err(|_| format!("{path}:{}: {t:?} is not a 32-bit hex key", i + 1))?,
@@ -286,6 +289,9 @@ fn function_state(raw: &RawFunctions) -> Result<FunctionState, ConfigError> {
                 ))
             }
         };
+        if keys.is_empty() {
+            return Err(bad("the dictionary holds no key".into()));
+        }
         state.dictionary = Arc::new(Dictionary::from_keys(keys));
     }
     if let Some(b) = &raw.bucketize {
@@ -510,6 +516,7 @@ mod tests {
             ),
             ("[functions.bucketize]\nborders = []", "no set"),
             ("[functions.mapid]\n", "exactly one of"),
+            ("[functions.mapid]\nkeys = []", "holds no key"),
             ("[functions.topk]\nk = 1", "topk"),
         ] {
             let e = NodeConfig::parse(bad).unwrap_err().to_string();

@@ -8,7 +8,7 @@
 //! semantics; `docs/protocol.md` ("Payload layouts") the layouts.
 //!
 //! Adding a function: a variant here and its row in [`FUNCTIONS`], its kernel
-//! in one new file of `offrac-accel` and its arm in `offrac_accel::builtin`
+//! in one new file of `offrac-accel` and its arm in `offrac_accel::builtin_with`
 //! (the compiler points at every `match` that must learn it).
 
 /// Built-in function ids (`docs/protocol.md`, "Functions").
@@ -101,7 +101,8 @@ pub struct ParamField {
     /// Width in bits (1..=64).
     pub bits: u8,
     pub kind: ParamKind,
-    /// The node refuses a call without it (`BAD_INPUT`); clients ask for it.
+    /// Clients (CLI, Python) insist on it; the wire cannot tell it from 0,
+    /// and the node refuses 0 (`BAD_INPUT`).
     pub required: bool,
     pub doc: &'static str,
 }

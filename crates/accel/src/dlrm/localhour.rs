@@ -26,9 +26,14 @@ impl Accelerator for GetLocalHour {
     fn run(&mut self, param: u64, input: &[u8], out: &mut Vec<u8>) -> Result<(), AccelError> {
         element_count(input, "uint32")?;
         let offset = FunctionId::GetLocalHour.spec().params[0].signed(param);
-        if offset.abs() > MAX_UTC_OFFSET_S || param >> 32 != 0 {
+        if param >> 32 != 0 {
             return Err(AccelError::BadInput(format!(
-                "utc_offset_s {offset} outside ±{MAX_UTC_OFFSET_S} (param bits 0-31; bits 32-63 must be 0)"
+                "param {param:#x}: utc_offset_s is bits 0-31 (a signed 32-bit value); bits 32-63 must be 0"
+            )));
+        }
+        if offset.abs() > MAX_UTC_OFFSET_S {
+            return Err(AccelError::BadInput(format!(
+                "utc_offset_s {offset} outside ±{MAX_UTC_OFFSET_S}"
             )));
         }
         map_u32(input, out, |t| {
