@@ -326,3 +326,31 @@ def test_cli_speaks_every_layout(client: Client) -> None:
         [*_cli(client), "sigridhash", "--data", "1", "--set", "max_value=-1"], capture_output=True
     )
     assert r.returncode != 0 and b"does not fit max_value" in r.stderr, r.stderr
+
+
+def test_provision_sizes_slots_from_the_nodes_live_figures(start_node: Callable[..., Node]) -> None:
+    import json
+    import math
+    import os
+
+    node = start_node()
+    binary = os.environ.get("OFFRAC_BIN", "target/release/offrac")
+    prov = [binary, "provision", "--addr", node.address, "--size", "1024", "--target-gbps", "10"]
+    r = subprocess.run([*prov, "--function", "mapid"], capture_output=True, timeout=30)
+    assert r.returncode != 0 and b"no overhead figure yet" in r.stderr, r.stderr
+    ids = np.arange(256, dtype=np.uint32)
+    with node.client() as c:
+        for _ in range(600):
+            c.call("mapid", ids)
+        d = c.describe()["provisioning"]
+    assert d["t_oh_ns"] > 0
+    (acc,) = [a for a in d["t_acc"] if a["name"] == "mapid"]
+    # Published to describe answers within 50 ms: most of the 600 runs are in.
+    assert acc["size_class"] == 1024 and 256 <= acc["runs"] <= 600 and acc["t_acc_ns"] > 0
+    r = subprocess.run([*prov, "--function", "mapid", "--json"], capture_output=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    (row,) = json.loads(r.stdout)
+    want = math.ceil(10e9 / 8 * (row["t_oh_ns"] + row["t_acc_ns"]) * 1e-9 / 1024)
+    assert row["function"] == "mapid" and row["slots"] == want
+    r = subprocess.run([*prov, "--function", "logit"], capture_output=True, timeout=30)
+    assert r.returncode != 0 and b"no execution figure for logit at 1024 bytes" in r.stderr

@@ -7,6 +7,7 @@ mod demo;
 mod functions;
 mod payload_text;
 mod pipeline;
+mod provision;
 mod serve;
 mod sim;
 mod status;
@@ -43,6 +44,8 @@ enum Command {
     Sim(sim::Args),
     /// Print the default configuration, or check a configuration file.
     Config(config::Args),
+    /// How many slots a target throughput needs, from a node's live T_oh and T_acc.
+    Provision(provision::Args),
     /// Named pipelines and cluster members in the cluster store (etcd).
     Pipeline(pipeline::Args),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
@@ -72,6 +75,7 @@ fn main() -> ExitCode {
         Command::Sim(a) => sim::run(a),
         Command::Config(a) => config::run(a),
         Command::Pipeline(a) => pipeline::run(a),
+        Command::Provision(a) => provision::run(a),
         Command::Completions { shell } => {
             let mut cmd = <Cli as clap::CommandFactory>::command();
             clap_complete::generate(shell, &mut cmd, "offrac", &mut std::io::stdout());
