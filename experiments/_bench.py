@@ -29,10 +29,10 @@ def offrac_bin() -> str:
 class Server:
     """A server process (node or baseline) that prints one JSON `listening` line first."""
 
-    def __init__(self, args: Sequence[str], name: str) -> None:
+    def __init__(self, args: Sequence[str], name: str, cpus: str | None = None) -> None:
         self.name = name
         self.proc = subprocess.Popen(
-            [offrac_bin(), *args],
+            [*pinned(cpus), offrac_bin(), *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
@@ -64,8 +64,13 @@ class Server:
                 self.proc.wait()
 
 
-def node(config: Path, name: str = "node", listen: str = "127.0.0.1:0") -> Server:
-    return Server(["serve", "--listen", listen, "--config", str(config)], name)
+def pinned(cpus: str | None) -> list[str]:
+    """A command prefix that runs on the given CPUs only (``taskset -c``), or none."""
+    return ["taskset", "-c", cpus] if cpus else []
+
+
+def node(config: Path, name: str = "node", listen: str = "127.0.0.1:0", cpus: str | None = None) -> Server:
+    return Server(["serve", "--listen", listen, "--config", str(config)], name, cpus)
 
 
 def free_port() -> int:
@@ -119,9 +124,11 @@ def load(
     label: str = "",
     protocol: str = "wire",
     chain: str = "",
+    cpus: str | None = None,
 ) -> dict[str, Any]:
-    """Run one `offrac bench load` and return its JSON report."""
+    """Run one `offrac bench load` (on `cpus` if given) and return its JSON report."""
     args = [
+        *pinned(cpus),
         offrac_bin(),
         "bench",
         "load",

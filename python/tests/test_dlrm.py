@@ -354,3 +354,19 @@ def test_provision_sizes_slots_from_the_nodes_live_figures(start_node: Callable[
     assert row["function"] == "mapid" and row["slots"] == want
     r = subprocess.run([*prov, "--function", "logit"], capture_output=True, timeout=30)
     assert r.returncode != 0 and b"no execution figure for logit at 1024 bytes" in r.stderr
+
+
+def test_per_tensor_operators_take_mini_batches_of_hundreds_of_kib(
+    criteo: CriteoBatch, client: Client
+) -> None:
+    """§III-D: per-tensor operators run on whole mini-batches that the node reassembles."""
+    big = CriteoShape.fit(criteo).sample(131_072 // SPARSE + 1, seed=9)
+    ids = big.sparse.ravel()[:131_072]  # 512 KiB
+    np.testing.assert_array_equal(
+        client.call("sigridhash", ids, max_value=1_000_003, salt=-1), sigrid_hash(ids, -1, 1_000_003)
+    )
+    x = np.random.default_rng(4).standard_normal(65_536).astype(np.float32)  # 256 KiB
+    got = client.call("minmax", x)
+    np.testing.assert_allclose(got, (x - x.min()) / (x.max() - x.min()), rtol=0, atol=1e-6)
+    lists = _lists(30_000, 7)
+    assert client.call("firstx", lists, x=3).tolist() == [r[:3] for r in lists]

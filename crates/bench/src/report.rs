@@ -30,6 +30,8 @@ pub struct Row {
     pub p50_us: f64,
     pub p75_us: f64,
     pub p90_us: f64,
+    /// JSON only (the CSV columns stay as they were).
+    pub p95_us: f64,
     pub p99_us: f64,
     pub p999_us: f64,
     pub max_us: f64,
@@ -116,6 +118,7 @@ impl Row {
             p50_us: q(&s.rtt, 0.5),
             p75_us: q(&s.rtt, 0.75),
             p90_us: q(&s.rtt, 0.9),
+            p95_us: q(&s.rtt, 0.95),
             p99_us: q(&s.rtt, 0.99),
             p999_us: q(&s.rtt, 0.999),
             max_us: if s.ok == 0 { 0.0 } else { us(s.rtt.max()) },

@@ -494,7 +494,12 @@ impl Driver {
                 })
             })
             .collect();
-        serde_json::json!({ "t_oh_ns": e.t_oh_ns.map(f64::round), "t_acc": acc })
+        serde_json::json!({
+            "t_oh_ns": e.t_oh_ns.map(f64::round),
+            "t_oh_io_ns": e.t_oh_io_ns.map(f64::round),
+            "t_oh_slot_ns": e.t_oh_slot_ns.map(f64::round),
+            "t_acc": acc,
+        })
     }
 
     /// The answer to a describe request: what this node serves, as JSON

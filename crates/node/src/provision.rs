@@ -51,11 +51,13 @@ impl Ewma {
 #[derive(Debug, Default)]
 struct State {
     acc: BTreeMap<(u8, u64), Ewma>,
-    /// This window: overhead time and answers so far.
-    overhead_ns: u64,
+    /// This window: overhead time (I/O thread, slot threads) and answers so far.
+    io_ns: u64,
+    slot_ns: u64,
     inline_exec_ns: u64,
     answers: u64,
-    oh: Ewma,
+    io: Ewma,
+    slot: Ewma,
 }
 
 /// One `T_acc` estimate.
@@ -73,6 +75,10 @@ pub struct AccEstimate {
 pub struct Estimates {
     /// `None` until a first window of answers has been seen.
     pub t_oh_ns: Option<f64>,
+    /// Its two parts: the I/O thread's share (serial: one thread serves
+    /// every slot) and the slot threads' share (parallel across slots).
+    pub t_oh_io_ns: Option<f64>,
+    pub t_oh_slot_ns: Option<f64>,
     pub acc: Vec<AccEstimate>,
 }
 
@@ -104,10 +110,15 @@ impl Provisioning {
         });
     }
 
-    /// Overhead time spent by a thread (the I/O thread's busy time, or a
-    /// slot thread's time around a run).
-    pub fn record_overhead(&self, ns: u64) {
-        self.with(|s| s.overhead_ns += ns);
+    /// The I/O thread's busy time (inline runs included; they are taken
+    /// out when the window is folded).
+    pub fn record_io_busy(&self, ns: u64) {
+        self.with(|s| s.io_ns += ns);
+    }
+
+    /// A slot thread's time around a run.
+    pub fn record_slot_overhead(&self, ns: u64) {
+        self.with(|s| s.slot_ns += ns);
     }
 
     /// A request was answered.
@@ -115,9 +126,12 @@ impl Provisioning {
         self.with(|s| {
             s.answers += 1;
             if s.answers >= WINDOW {
-                let per = s.overhead_ns.saturating_sub(s.inline_exec_ns) as f64 / s.answers as f64;
-                s.oh.add(per, 0.25);
-                s.overhead_ns = 0;
+                let n = s.answers as f64;
+                let io = s.io_ns.saturating_sub(s.inline_exec_ns) as f64 / n;
+                s.io.add(io, 0.25);
+                s.slot.add(s.slot_ns as f64 / n, 0.25);
+                s.io_ns = 0;
+                s.slot_ns = 0;
                 s.inline_exec_ns = 0;
                 s.answers = 0;
             }
@@ -125,8 +139,11 @@ impl Provisioning {
     }
 
     pub fn estimates(&self) -> Estimates {
+        let seen = |e: &Ewma| (e.samples > 0).then_some(e.mean);
         self.with(|s| Estimates {
-            t_oh_ns: (s.oh.samples > 0).then_some(s.oh.mean),
+            t_oh_ns: seen(&s.io).zip(seen(&s.slot)).map(|(a, b)| a + b),
+            t_oh_io_ns: seen(&s.io),
+            t_oh_slot_ns: seen(&s.slot),
             acc: s
                 .acc
                 .iter()
@@ -195,16 +212,20 @@ mod tests {
         let p = Provisioning::default();
         assert_eq!(p.estimates().t_oh_ns, None);
         for _ in 0..WINDOW {
-            p.record_overhead(3_000); // I/O busy, including a 1 µs inline run
+            p.record_io_busy(3_000); // including a 1 µs inline run
             p.record_run(2, 1024, 1_000, true);
             p.record_answer();
         }
         assert_eq!(p.estimates().t_oh_ns, Some(2_000.0));
         for _ in 0..WINDOW {
-            p.record_overhead(1_000);
+            p.record_io_busy(600);
+            p.record_slot_overhead(400);
             p.record_answer();
         }
-        // Weighted 1/4 toward the new window's 1,000 ns.
-        assert_eq!(p.estimates().t_oh_ns, Some(1_750.0));
+        // Each part weighted 1/4 toward the new window's: I/O 2000 -> 1750,
+        // slot 0 -> 100.
+        let e = p.estimates();
+        assert_eq!((e.t_oh_io_ns, e.t_oh_slot_ns), (Some(1_650.0), Some(100.0)));
+        assert_eq!(e.t_oh_ns, Some(1_750.0));
     }
 }

@@ -237,7 +237,7 @@ impl Reactor {
                 let busy = before_poll + last_work.saturating_duration_since(woke);
                 self.metrics
                     .provision
-                    .record_overhead(busy.as_nanos() as u64);
+                    .record_io_busy(busy.as_nanos() as u64);
             }
             if last_publish.elapsed() > SLEEP_CAP {
                 last_publish = Instant::now();

@@ -155,7 +155,7 @@ impl Executor {
             let total = began.elapsed().as_nanos() as u64;
             self.metrics
                 .provision
-                .record_overhead(total.saturating_sub(exec_ns));
+                .record_slot_overhead(total.saturating_sub(exec_ns));
         }
     }
 }
