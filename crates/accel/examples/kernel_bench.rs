@@ -225,6 +225,13 @@ fn dlrm_cases(rng: &mut XorShift, v: &mut Vec<Case>) {
         f64::NAN,
     );
     case(
+        "boxcox (l=0)",
+        FunctionId::BoxCox,
+        0,
+        positive.clone(),
+        f64::NAN,
+    );
+    case(
         "boxcox (l=0.5)",
         FunctionId::BoxCox,
         u64::from(0.5f32.to_bits()),

@@ -130,4 +130,69 @@ mod tests {
             }
         }
     }
+
+    /// What a hostile client can send: any bytes, any parameter, to every
+    /// built-in. Each call ends in a result or `BadInput` — never a panic,
+    /// never `Internal`, never an unbounded output.
+    fn hostile(
+        f: FunctionId,
+        param: u64,
+        input: &[u8],
+    ) -> Result<(), proptest::test_runner::TestCaseError> {
+        // Spin's parameter is a duration: keep the test fast.
+        let param = if f == FunctionId::Spin {
+            param % 50
+        } else {
+            param
+        };
+        let mut out = Vec::new();
+        let r = builtin(f).run(param, input, &mut out);
+        proptest::prop_assert!(
+            matches!(r, Ok(()) | Err(AccelError::BadInput(_))),
+            "{:?} param {:#x} on {} bytes: {:?}",
+            f,
+            param,
+            input.len(),
+            r
+        );
+        proptest::prop_assert!(
+            out.len() <= dlrm::ONEHOT_MAX_OUTPUT_BYTES,
+            "{f:?}: {} bytes out",
+            out.len()
+        );
+        Ok(())
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(300))]
+
+        #[test]
+        fn any_bytes_any_param(
+            input in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..1200),
+            param in proptest::prelude::any::<u64>(),
+            small in 0u64..40,
+        ) {
+            for f in FunctionId::ALL {
+                hostile(f, param, &input)?;
+                hostile(f, small, &input)?;
+            }
+        }
+
+        /// Valid id lists with one word overwritten: reaches past the layout
+        /// checks into the operators.
+        #[test]
+        fn damaged_id_lists(
+            rows in proptest::collection::vec(proptest::collection::vec(0u32..64, 0..9), 0..40),
+            at in proptest::prelude::any::<proptest::sample::Index>(),
+            word in proptest::prelude::any::<u32>(),
+            param in 0u64..20,
+        ) {
+            let mut input = ragged::encode_id_lists(&rows);
+            let i = at.index(input.len() / 4) * 4;
+            input[i..i + 4].copy_from_slice(&word.to_le_bytes());
+            for f in FunctionId::ALL {
+                hostile(f, param, &input)?;
+            }
+        }
+    }
 }
