@@ -6,17 +6,17 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import heapq
-import io
 import itertools
 import json
 import math
 import random
 import socket
+import struct
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeGuard, TypeVar, cast
+from typing import Any, TypeGuard, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -344,9 +344,18 @@ class Client:
         self._sock.settimeout(None)
         if nodelay:
             self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._rfile = cast(io.BufferedReader, self._sock.makefile("rb", buffering=1 << 16))
+        # Reading: whoever holds _read_lock reads the socket and dispatches every answer it
+        # finds. A synchronous call with the lock free reads its own answer on its own thread
+        # (no hand-off); the reader thread reads only for requests nobody is waiting in.
+        self._read_lock = threading.Lock()
+        self._rbuf = bytearray(1 << 16)
+        self._rstart = 0  # unread bytes are _rbuf[_rstart:_rend]
+        self._rend = 0
+        self._rcvtimeo = 0.0  # the socket's SO_RCVTIMEO in seconds (0: none)
         self._send_lock = threading.Lock()
         self._lock = threading.Lock()  # guards everything below
+        self._cv = threading.Condition(self._lock)  # the reader thread waits on it
+        self._leading = False  # a caller holds _read_lock and reads
         self._pending: dict[int, _Pending] = {}
         self._ids = itertools.count(1)
         self._closed: OffracError | None = None
@@ -375,7 +384,8 @@ class Client:
         Input/parameter errors (``TypeError``/``ValueError``) are raised here, before sending.
         The future fails with an :class:`~offrac.errors.OffracError` subclass for a non-OK
         status (after BUSY retries) or :class:`~offrac.errors.ConnectionClosedError`. Future
-        callbacks run on the client's reader thread.
+        callbacks run on the thread that reads the answer: the client's reader thread, or a
+        thread waiting in a synchronous call on the same client.
         """
         # A one-step chain: the same encoding, checks and decoding.
         step = Step(function, **params)
@@ -412,8 +422,10 @@ class Client:
         step, the result decoded for the last. A failing step raises the typed error of its
         status with ``err.hop`` = the step's index, and no later step runs.
         """
-        fut = self.submit_chain(steps, data, tenant=tenant, return_info=return_info, budget=budget)
-        return self._wait(fut, timeout)
+        return self._led(
+            lambda: self.submit_chain(steps, data, tenant=tenant, return_info=return_info, budget=budget),
+            timeout,
+        )
 
     def call(
         self,
@@ -437,8 +449,12 @@ class Client:
         ``timeout`` defaults to the client's; on expiry the request is abandoned and the
         builtin :class:`TimeoutError` is raised.
         """
-        fut = self.submit(function, data, tenant=tenant, return_info=return_info, budget=budget, **params)
-        return self._wait(fut, timeout)
+        return self._led(
+            lambda: self.submit(
+                function, data, tenant=tenant, return_info=return_info, budget=budget, **params
+            ),
+            timeout,
+        )
 
     def call_pipeline(
         self,
@@ -507,7 +523,7 @@ class Client:
         No BUSY retry and no exception for non-OK statuses: check ``header.status`` yourself.
         Raises :class:`~offrac.errors.ConnectionClosedError` if the connection closes first.
         """
-        return self._wait(self.submit_raw(function, payload, param, tenant=tenant), timeout)
+        return self._led(lambda: self.submit_raw(function, payload, param, tenant=tenant), timeout)
 
     @property
     def closed(self) -> bool:
@@ -524,9 +540,8 @@ class Client:
         self._shutdown(ConnectionClosedError("client closed the connection"))
         if threading.current_thread() is not self._reader:
             self._reader.join(timeout=5)
-        try:
-            self._rfile.close()
-        finally:
+        # Nobody reads any more (or a reader is about to see the shut-down socket).
+        with self._read_lock:
             self._sock.close()
 
     def __enter__(self) -> Client:
@@ -547,10 +562,44 @@ class Client:
         try:
             return fut.result(timeout)
         except concurrent.futures.TimeoutError:
-            fut.cancel()
+            self._abandon(fut, timeout)
+            raise AssertionError("unreachable") from None
+
+    def _abandon(self, fut: RequestFuture[Any], timeout: float | None) -> None:
+        fut.cancel()
+        with self._lock:
+            self._pending.pop(fut.request_id, None)
+        raise TimeoutError(f"no response to request {fut.request_id} within {timeout} s") from None
+
+    def _led(self, send: Callable[[], RequestFuture[_T]], timeout: float | None) -> _T:
+        """Send with ``send`` and wait for the answer, reading the socket on this thread when
+        no other thread is reading it (the common case of one caller): no thread hand-off."""
+        if timeout is not None and timeout < 0:
+            timeout = self.timeout
+        if not self._read_lock.acquire(blocking=False):
+            return self._wait(send(), timeout)  # another thread reads; it will dispatch ours
+        with self._lock:
+            self._leading = True
+        try:
+            fut = send()
+            deadline = None if timeout is None else time.monotonic() + timeout
+            try:
+                while not fut.done():
+                    frame = self._read_frame(deadline)
+                    if frame is None:
+                        break  # the deadline passed
+                    self._dispatch(*frame)
+            except _StreamEnd as e:
+                self._shutdown(self._closing_reason(e.reason))
+        finally:
             with self._lock:
-                self._pending.pop(fut.request_id, None)
-            raise TimeoutError(f"no response to request {fut.request_id} within {timeout} s") from None
+                self._leading = False
+                if self._pending:
+                    self._cv.notify()  # requests of other threads remain: the reader takes over
+            self._read_lock.release()
+        if not fut.done():
+            self._abandon(fut, timeout)
+        return fut.result()
 
     def _send_new(
         self,
@@ -575,6 +624,8 @@ class Client:
             ).encode()
             pending = _Pending(fut, header + payload, decode, return_info, retries)
             self._pending[rid] = pending
+            if not self._leading:
+                self._cv.notify()
         self._transmit(pending)
         return fut
 
@@ -599,49 +650,106 @@ class Client:
         lo, hi = self.busy_backoff
         return min(self._rng.uniform(lo, hi) * (2.0**attempt), self.busy_backoff_max)
 
-    def _read_exact(self, n: int) -> bytearray | None:
-        buf = bytearray(n)
-        view = memoryview(buf)
-        got = 0
-        while got < n:
-            k = self._rfile.readinto(view[got:])
+    def _fill(self, n: int, deadline: float | None) -> bool:
+        """Have at least ``n`` unread bytes buffered (False: the deadline passed first).
+        Raises :class:`_StreamEnd` when the node closed the connection."""
+        while self._rend - self._rstart < n:
+            if self._rstart and self._rend == self._rstart:
+                self._rstart = self._rend = 0
+            if len(self._rbuf) - self._rstart < n:
+                # Move what is unread to the front, and grow to fit a large answer.
+                self._rbuf[: self._rend - self._rstart] = self._rbuf[self._rstart : self._rend]
+                self._rend -= self._rstart
+                self._rstart = 0
+                if len(self._rbuf) < n:
+                    self._rbuf.extend(bytes(n - len(self._rbuf)))
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._recv_timeout(left)
+            elif self._rcvtimeo:
+                self._recv_timeout(0.0)
+            try:
+                k = self._sock.recv_into(memoryview(self._rbuf)[self._rend :])
+            except BlockingIOError:
+                continue  # SO_RCVTIMEO expired: the deadline is checked above
+            except OSError as e:
+                raise _StreamEnd(f"connection error: {e}") from None
             if not k:
-                return None
-            got += k
-        return buf
+                raise _StreamEnd(
+                    "the node closed the connection"
+                    if self._rend == self._rstart
+                    else "the node closed the connection mid-response"
+                )
+            self._rend += k
+        return True
 
-    def _read_loop(self) -> None:
-        reason: OffracError
+    def _recv_timeout(self, seconds: float) -> None:
+        """Bound the next blocking ``recv`` by the kernel (``SO_RCVTIMEO``; 0: no bound)
+        rather than a ``select`` before each read: one system call per read, not two. Set
+        again only when it would let the read outlast the deadline by more than 1 ms, or
+        wait far less than asked."""
+        cur = self._rcvtimeo
+        if seconds == 0.0 or cur == 0.0 or cur > seconds + 1e-3 or cur < 0.5 * seconds:
+            if seconds == cur:
+                return
+            sec = int(seconds)
+            usec = 0 if seconds == 0.0 else max(1, int((seconds - sec) * 1e6))
+            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", sec, usec))
+            self._rcvtimeo = seconds
+
+    def _take(self, n: int) -> bytearray:
+        out = self._rbuf[self._rstart : self._rstart + n]
+        self._rstart += n
+        return out
+
+    def _read_frame(self, deadline: float | None) -> tuple[ResponseHeader, bytearray] | None:
+        """One whole answer, or None if the deadline passed first (what was read of it stays
+        buffered for the next reader). Only the holder of ``_read_lock`` calls this."""
+        if not self._fill(HEADER_LEN, deadline):
+            return None
         try:
-            while True:
-                raw = self._read_exact(HEADER_LEN)
-                if raw is None:
-                    reason = ConnectionClosedError("the node closed the connection")
-                    break
-                try:
-                    header = ResponseHeader.decode(raw)
-                except HeaderError as e:
-                    reason = ConnectionClosedError(f"protocol error from the node: {e}")
-                    break
-                if header.has_hop_times:
-                    block = self._read_exact(64)
-                    if block is None:
-                        reason = ConnectionClosedError("the node closed the connection mid-response")
-                        break
-                    header = dataclasses.replace(header, hop_times=HopTime.decode_block(block))
-                payload = self._read_exact(header.payload_len) if header.payload_len else bytearray()
-                if payload is None:
-                    reason = ConnectionClosedError("the node closed the connection mid-response")
-                    break
-                self.last_response = header
-                self._dispatch(header, payload)
-        except (OSError, ValueError) as e:  # ValueError: file closed under us by close()
-            reason = ConnectionClosedError(f"connection error: {e}")
+            header = ResponseHeader.decode(bytes(self._rbuf[self._rstart : self._rstart + HEADER_LEN]))
+        except HeaderError as e:
+            raise _StreamEnd(f"protocol error from the node: {e}") from None
+        extra = 64 if header.has_hop_times else 0
+        if not self._fill(HEADER_LEN + extra + header.payload_len, deadline):
+            return None
+        self._rstart += HEADER_LEN
+        if extra:
+            header = dataclasses.replace(header, hop_times=HopTime.decode_block(self._take(64)))
+        payload = self._take(header.payload_len) if header.payload_len else bytearray()
+        self.last_response = header
+        return header, payload
+
+    def _closing_reason(self, message: str) -> ConnectionClosedError:
         with self._lock:
             unmatched = self._last_unmatched
         if unmatched is not None and self._closed is None:
-            reason = ConnectionClosedError(f"{reason.message} after: {unmatched}")
-        self._shutdown(reason)
+            return ConnectionClosedError(f"{message} after: {unmatched}")
+        return ConnectionClosedError(message)
+
+    def _read_loop(self) -> None:
+        """The reader thread: reads while requests are outstanding and no caller reads."""
+        while True:
+            with self._cv:
+                while self._closed is None and not (self._pending and not self._leading):
+                    self._cv.wait()
+                if self._closed is not None:
+                    return
+            with self._read_lock:
+                try:
+                    while True:
+                        with self._lock:
+                            if not self._pending or self._closed is not None:
+                                break
+                        frame = self._read_frame(None)
+                        assert frame is not None  # no deadline
+                        self._dispatch(*frame)
+                except _StreamEnd as e:
+                    self._shutdown(self._closing_reason(e.reason))
+                    return
 
     def _dispatch(self, header: ResponseHeader, payload: bytearray) -> None:
         with self._lock:
@@ -690,6 +798,7 @@ class Client:
             pending = list(self._pending.values())
             self._pending.clear()
             timer, self._timer = self._timer, None
+            self._cv.notify_all()
         if first:
             with contextlib.suppress(OSError):
                 self._sock.shutdown(socket.SHUT_RDWR)
@@ -700,6 +809,14 @@ class Client:
                 p.future,
                 exc=ConnectionClosedError(reason.message, request_id=p.future.request_id),
             )
+
+
+class _StreamEnd(Exception):
+    """The answer stream ended: closed by the node, broken, or not our protocol."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 def _set(fut: concurrent.futures.Future[Any], *, value: Any = None, exc: BaseException | None = None) -> None:

@@ -6,6 +6,7 @@ Every request and every response is a fixed 64-byte little-endian header followe
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import struct
 from dataclasses import dataclass, field
@@ -239,6 +240,10 @@ class Hop:
         return cls(function, DEVICE_SELF, param)
 
     def encode(self) -> bytes:
+        if type(self.function) is int and type(self.device) is int and type(self.param) is int:
+            # The fast path (every call encodes hops): struct refuses what is out of range.
+            with contextlib.suppress(struct.error):
+                return _HOP.pack(self.function, self.device, self.param)
         _check_range("function", self.function, _U8)
         _check_range("device", self.device, _U8)
         _check_range("param", self.param, _U64)
@@ -329,6 +334,24 @@ class RequestHeader:
         return self.hops[self.hop_index % MAX_HOPS]
 
     def encode(self) -> bytes:
+        fields = (self.flags, self.tenant, self.hop_count, self.hop_index, self.request_id)
+        fields += (self.payload_len, self.reply_device, self.budget_us)
+        # Checked field by field only when a field is not a plain int in range (the
+        # fast path of every call); the check then names the field.
+        if not all(type(f) is int for f in fields) or not 0 <= self.budget_us <= MAX_BUDGET_US:
+            self._check_fields()
+        try:
+            fixed = self._pack_fixed()
+        except struct.error:
+            self._check_fields()
+            raise
+        head = fixed + b"".join(h.encode() for h in self.hops[:HEADER_HOPS])
+        if not self.flags & FLAG_HOP_EXT:
+            return head
+        ext = b"".join(h.encode() for h in self.hops[HEADER_HOPS:])
+        return head + ext + b"\0" * (EXT_LEN - len(ext))
+
+    def _check_fields(self) -> None:
         _check_range("flags", self.flags, _U8)
         _check_range("tenant", self.tenant, _U16)
         _check_range("hop_count", self.hop_count, _U8)
@@ -337,7 +360,9 @@ class RequestHeader:
         _check_range("payload_len", self.payload_len, _U32)
         _check_range("reply_device", self.reply_device, _U8)
         _check_range("budget_us", self.budget_us, MAX_BUDGET_US)
-        fixed = _REQ_FIXED.pack(
+
+    def _pack_fixed(self) -> bytes:
+        return _REQ_FIXED.pack(
             REQUEST_MAGIC,
             VERSION,
             self.flags,
@@ -349,11 +374,6 @@ class RequestHeader:
             self.reply_device,
             self.budget_us.to_bytes(3, "little"),
         )
-        head = fixed + b"".join(h.encode() for h in self.hops[:HEADER_HOPS])
-        if not self.flags & FLAG_HOP_EXT:
-            return head
-        ext = b"".join(h.encode() for h in self.hops[HEADER_HOPS:])
-        return head + ext + b"\0" * (EXT_LEN - len(ext))
 
     @property
     def wire_len(self) -> int:

@@ -36,6 +36,7 @@ __all__ = [
 
 _U32_MAX: Final = 0xFFFF_FFFF
 _DTYPES: Final[dict[str, str]] = {"int32": "<i4", "uint32": "<u4", "float32": "<f4"}
+_WIRE: Final[dict[str, np.dtype[Any]]] = {k: np.dtype(v) for k, v in _DTYPES.items()}
 
 
 @dataclass(frozen=True)
@@ -193,6 +194,9 @@ def _checked_uint32(arr: npt.NDArray[Any], what: str) -> npt.NDArray[np.uint32]:
 
 def _array_bytes(data: Any, elem: str, name: str) -> tuple[bytes, tuple[int, ...]]:
     arr = np.asarray(data)
+    if arr.dtype == _WIRE[elem]:
+        # Already the wire's type: nothing to check or convert (the common, fast case).
+        return np.ascontiguousarray(arr).tobytes(), arr.shape
     if elem == "float32":
         if arr.dtype.kind not in "biuf":
             raise TypeError(

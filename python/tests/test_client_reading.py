@@ -1,0 +1,108 @@
+"""How the client reads answers, on a real node: a synchronous call reads its own answer on
+its own thread (no hand-off to the reader thread); futures, concurrent callers, timeouts and
+large answers still get exactly their own answer."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from offrac import ConnectionClosedError
+
+from conftest import Node
+
+
+def test_a_synchronous_call_reads_its_answer_on_its_own_thread(node: Node) -> None:
+    with node.client() as c:
+        seen: list[str] = []
+        dispatch = c._dispatch
+
+        def spy(*frame: object) -> None:
+            seen.append(threading.current_thread().name)
+            dispatch(*frame)  # type: ignore[arg-type]
+
+        c._dispatch = spy  # type: ignore[method-assign]
+        for i in range(50):
+            assert c.call("echo", b"x%d" % i) == b"x%d" % i
+        assert seen == [threading.current_thread().name] * 50
+        # A future nobody waits on in call() is read by the reader thread.
+        assert c.submit("echo", b"f").result(timeout=5) == b"f"
+        assert seen[-1].startswith("offrac-reader")
+
+
+def test_callers_and_futures_on_one_client_each_get_their_own_answer(node: Node) -> None:
+    with node.client() as c:
+        errors: list[BaseException] = []
+        got: dict[int, bytes] = {}
+        done = threading.Event()
+        lock = threading.Lock()
+
+        def sync_caller(tag: int) -> None:
+            try:
+                for i in range(200):
+                    msg = b"%d-%d" % (tag, i)
+                    assert c.call("echo", msg) == msg
+            except BaseException as e:
+                errors.append(e)
+
+        def on_done(i: int) -> object:
+            def cb(f: object) -> None:
+                with lock:
+                    got[i] = f.result()  # type: ignore[attr-defined]
+                    if len(got) == 300:
+                        done.set()
+
+            return cb
+
+        threads = [threading.Thread(target=sync_caller, args=(t,)) for t in range(3)]
+        for t in threads:
+            t.start()
+        for i in range(300):
+            c.submit("echo", b"cb-%d" % i).add_done_callback(on_done(i))
+            if i % 50 == 0:
+                time.sleep(0.001)
+        for t in threads:
+            t.join(timeout=30)
+        assert done.wait(timeout=30), f"{len(got)} of 300 callbacks ran"
+        assert not errors, errors
+        assert got == {i: b"cb-%d" % i for i in range(300)}
+        assert c.outstanding == 0
+
+
+def test_a_call_that_times_out_leaves_the_stream_readable(node: Node) -> None:
+    with node.client() as c:
+        with pytest.raises(TimeoutError):
+            c.call("spin", b"late", us=300_000, timeout=0.05)
+        # The late answer arrives while this call reads: it is not mistaken for ours.
+        assert c.call("echo", b"next", timeout=5) == b"next"
+        time.sleep(0.3)
+        assert c.call("topk", np.arange(10, dtype=np.int32), k=3).tolist() == [9, 8, 7]
+
+
+def test_large_answers_grow_the_buffer(node: Node) -> None:
+    with node.client() as c:
+        big = np.random.default_rng(2).integers(0, 255, 1_500_000, dtype=np.uint8).tobytes()
+        assert c.call("echo", big) == big
+        assert c.call("echo", b"small") == b"small"
+
+
+def test_close_ends_a_call_blocked_reading(node: Node) -> None:
+    c = node.client()
+    result: list[BaseException] = []
+
+    def blocked() -> None:
+        try:
+            c.call("spin", b"", us=900_000, timeout=10)
+        except BaseException as e:
+            result.append(e)
+
+    t = threading.Thread(target=blocked)
+    t.start()
+    time.sleep(0.2)
+    c.close()
+    t.join(timeout=5)
+    assert not t.is_alive(), "close() left a reading call hanging"
+    assert result and isinstance(result[0], ConnectionClosedError), result
