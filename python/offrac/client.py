@@ -598,7 +598,10 @@ class Client:
                     self._cv.notify()  # requests of other threads remain: the reader takes over
             self._read_lock.release()
         if not fut.done():
-            self._abandon(fut, timeout)
+            if self._closed is None:
+                self._abandon(fut, timeout)
+            # Closed while we read: the closing thread is failing our request right now.
+            return fut.result(timeout=5)
         return fut.result()
 
     def _send_new(
@@ -619,9 +622,9 @@ class Client:
             rid = next(self._ids)
             fut.request_id = rid
             tenant_id = self.tenant if tenant is None else tenant
-            header = RequestHeader.chain(
+            header = RequestHeader.encode_chain(
                 rid, hops, len(payload), tenant_id, budget_us=budget_us, trace=self.trace
-            ).encode()
+            )
             pending = _Pending(fut, header + payload, decode, return_info, retries)
             self._pending[rid] = pending
             if not self._leading:
@@ -799,16 +802,18 @@ class Client:
             self._pending.clear()
             timer, self._timer = self._timer, None
             self._cv.notify_all()
-        if first:
-            with contextlib.suppress(OSError):
-                self._sock.shutdown(socket.SHUT_RDWR)
-        if timer is not None:
-            timer.stop()
+        # Fail the outstanding requests before the socket goes: a call reading it wakes up
+        # to find its request already answered with the reason.
         for p in pending:
             _set(
                 p.future,
                 exc=ConnectionClosedError(reason.message, request_id=p.future.request_id),
             )
+        if first:
+            with contextlib.suppress(OSError):
+                self._sock.shutdown(socket.SHUT_RDWR)
+        if timer is not None:
+            timer.stop()
 
 
 class _StreamEnd(Exception):

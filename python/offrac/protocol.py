@@ -79,6 +79,7 @@ _REQ_FIXED = struct.Struct("<HBBHBBQIB3s")
 #: Largest budget the 24-bit ``budget_us`` field holds (about 16.8 s).
 MAX_BUDGET_US: Final = (1 << 24) - 1
 _HOP = struct.Struct("<BBQ")
+_ZERO_HOP = bytes(_HOP.size)
 _HOPS_OFFSET = 24
 # magic version flags status hop_index device request_id payload_len tenant reserved[2]
 # reassembly_ns queue_ns exec_ns detail reserved[8]
@@ -327,6 +328,47 @@ class RequestHeader:
             budget_us=budget_us,
             hops=tuple(hops),
         )
+
+    @staticmethod
+    def encode_chain(
+        request_id: int,
+        hops: tuple[Hop, ...] | list[Hop],
+        payload_len: int = 0,
+        tenant: int = 0,
+        reply_device: int = DEVICE_SELF,
+        *,
+        budget_us: int = 0,
+        trace: bool = False,
+    ) -> bytes:
+        """``RequestHeader.chain(...).encode()`` without building the header object: the
+        same bytes, a few µs less per request (the client's path). Out-of-range values take
+        the slow path, which names the field."""
+        n = len(hops)
+        flags = (FLAG_HOP_EXT if n > HEADER_HOPS else 0) | (FLAG_TRACE if trace else 0)
+        try:
+            if not 1 <= n <= MAX_HOPS or not 0 <= budget_us <= MAX_BUDGET_US:
+                raise OverflowError
+            fixed = _REQ_FIXED.pack(
+                REQUEST_MAGIC,
+                VERSION,
+                flags,
+                tenant,
+                n,
+                0,
+                request_id,
+                payload_len,
+                reply_device,
+                budget_us.to_bytes(3, "little"),
+            )
+        except (struct.error, OverflowError, TypeError, AttributeError):
+            header = RequestHeader.chain(
+                request_id, hops, payload_len, tenant, reply_device, budget_us=budget_us, trace=trace
+            )
+            return header.encode()
+        encoded = b"".join(h.encode() for h in hops)
+        if n <= HEADER_HOPS:
+            return fixed + encoded + _ZERO_HOP * (HEADER_HOPS - n)
+        return fixed + encoded + _ZERO_HOP * (MAX_HOPS - n) + bytes(EXT_LEN - MAX_HOPS // 2 * _HOP.size)
 
     @property
     def current_hop(self) -> Hop:

@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from offrac import (
     FUNCTION_IDS,
@@ -258,3 +260,40 @@ def test_status_and_function_tables() -> None:
     with pytest.raises(ValueError):
         function_id(256)
     assert Status.TIMEOUT.closes_connection and not Status.BUSY.closes_connection
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    request_id=st.integers(0, 2**64 - 1),
+    hops=st.lists(
+        st.builds(Hop, st.integers(0, 255), st.integers(0, 255), st.integers(0, 2**64 - 1)),
+        min_size=1,
+        max_size=8,
+    ),
+    payload_len=st.integers(0, 2**32 - 1),
+    tenant=st.integers(0, 2**16 - 1),
+    reply_device=st.integers(0, 255),
+    budget_us=st.integers(0, 2**24 - 1),
+    trace=st.booleans(),
+)
+def test_the_clients_header_shortcut_encodes_exactly_the_header(
+    request_id: int,
+    hops: list[Hop],
+    payload_len: int,
+    tenant: int,
+    reply_device: int,
+    budget_us: int,
+    trace: bool,
+) -> None:
+    args = (request_id, hops, payload_len, tenant, reply_device)
+    want = RequestHeader.chain(*args, budget_us=budget_us, trace=trace).encode()
+    assert RequestHeader.encode_chain(*args, budget_us=budget_us, trace=trace) == want
+
+
+def test_the_header_shortcut_names_bad_fields() -> None:
+    with pytest.raises(ValueError, match="tenant"):
+        RequestHeader.encode_chain(1, [Hop.local(0)], 0, 70_000)
+    with pytest.raises(ValueError, match="budget_us"):
+        RequestHeader.encode_chain(1, [Hop.local(0)], budget_us=-1)
+    with pytest.raises(ValueError, match="1 to 8 hops"):
+        RequestHeader.encode_chain(1, [Hop.local(0)] * 9)
