@@ -116,6 +116,11 @@ class Status(enum.IntEnum):
         return self in (Status.UNSUPPORTED_VERSION, Status.TIMEOUT, Status.SHUTTING_DOWN)
 
 
+#: Status by code (the codes are 0, 1, 2, … in order).
+_STATUSES: Final[tuple[Status, ...]] = tuple(Status)
+assert all(int(st) == i for i, st in enumerate(_STATUSES))
+
+
 class FunctionId(enum.IntEnum):
     """Built-in function ids (version 1); the registry (``offrac.registry``) has each one's
     layouts and parameters, and must agree with this list (checked on import)."""
@@ -598,7 +603,12 @@ class ResponseHeader:
     @classmethod
     def decode(cls, buf: bytes | bytearray | memoryview) -> ResponseHeader:
         """Decode a 64-byte response header; reserved fields are ignored."""
-        b = _header_bytes(buf)
+        return cls.decode_from(_header_bytes(buf))
+
+    @classmethod
+    def decode_from(cls, buf: bytes | bytearray | memoryview, offset: int = 0) -> ResponseHeader:
+        """Decode the 64-byte response header at ``buf[offset:]`` in place (no copy; the
+        client's read path). The caller guarantees 64 bytes are there."""
         (
             magic,
             version,
@@ -615,21 +625,20 @@ class ResponseHeader:
             exec_ns,
             detail,
             _res2,
-        ) = _RESP.unpack(b)
+        ) = _RESP.unpack_from(buf, offset)
         if magic != RESPONSE_MAGIC:
             raise HeaderError(
                 "BadMagic", f"bad response magic 0x{magic:04x} (expected 0x{RESPONSE_MAGIC:04x})"
             )
         if version != VERSION:
             raise HeaderError("BadVersion", f"unsupported response version {version}", request_id=request_id)
-        try:
-            st = Status(status)
-        except ValueError:
-            raise HeaderError(
-                "UnknownStatus", f"unknown status code {status}", request_id=request_id
-            ) from None
-        return cls(
-            status=st,
+        if status >= len(_STATUSES):
+            raise HeaderError("UnknownStatus", f"unknown status code {status}", request_id=request_id)
+        # Built without the frozen dataclass's per-field __setattr__ (a few µs per answer);
+        # every field is set, as __init__ would.
+        h = object.__new__(cls)
+        h.__dict__.update(
+            status=_STATUSES[status],
             request_id=request_id,
             payload_len=payload_len,
             hop_index=hop_index,
@@ -640,4 +649,6 @@ class ResponseHeader:
             exec_ns=exec_ns,
             detail=detail,
             flags=flags,
+            hop_times=None,
         )
+        return h

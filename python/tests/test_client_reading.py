@@ -106,3 +106,15 @@ def test_close_ends_a_call_blocked_reading(node: Node) -> None:
     t.join(timeout=5)
     assert not t.is_alive(), "close() left a reading call hanging"
     assert result and isinstance(result[0], ConnectionClosedError), result
+
+
+def test_a_reused_plan_still_checks_parameter_types(node: Node) -> None:
+    with node.client() as c:
+        x = np.arange(8, dtype=np.int32)
+        assert c.call("topk", x, k=2).tolist() == [7, 6]
+        with pytest.raises(TypeError):
+            c.call("topk", x, k=True)
+        with pytest.raises(TypeError):
+            c.call("topk", x, k=2.0)
+        assert c.call("topk", x, k=2).tolist() == [7, 6]
+        assert c.call("topk", x, k=3).tolist() == [7, 6, 5]
