@@ -370,3 +370,20 @@ def test_per_tensor_operators_take_mini_batches_of_hundreds_of_kib(
     np.testing.assert_allclose(got, (x - x.min()) / (x.max() - x.min()), rtol=0, atol=1e-6)
     lists = _lists(30_000, 7)
     assert client.call("firstx", lists, x=3).tolist() == [r[:3] for r in lists]
+
+
+def test_logit_and_onehot_on_criteo_derived_and_generated_inputs(criteo: CriteoBatch, client: Client) -> None:
+    """The remaining Table I rows on real and generated inputs: Logit of click-rate-like values
+    made from Criteo counts, Onehot of MapId-style contiguous ids."""
+    for batch in (criteo, CriteoShape.fit(criteo).sample(2000, seed=11)):
+        counts = np.nan_to_num(batch.dense, nan=0.0).astype(np.float64)
+        p = ((np.maximum(counts, 0) + 1) / (np.maximum(counts, 0).max(axis=0) + 2)).astype(np.float32).ravel()
+        assert ((p > 0) & (p < 1)).all()
+        want = np.log(p.astype(np.float64) / (1 - p.astype(np.float64))).astype(np.float32)
+        got = client.call("logit", p)
+        ulps = np.abs(got.view(np.int32).astype(np.int64) - want.view(np.int32).astype(np.int64))
+        assert ulps.max() <= 1, f"logit off by {ulps.max()} ulp"
+        ids = (batch.sparse[:, 5] % 37).astype(np.uint32)
+        np.testing.assert_array_equal(
+            client.call("onehot", ids, classes=37).reshape(-1, 37), np.eye(37, dtype=np.float32)[ids]
+        )
