@@ -349,8 +349,16 @@ impl BenchReport {
             out,
             "latencies in µs; reasm/queue/exec: server-reported means; net = mean - their sum; last50: p50 from the last fragment"
         );
+        // The row column fits the longest label ("sparsetransform/1024").
+        let w = self
+            .rows
+            .iter()
+            .map(|r| r.label.chars().count())
+            .max()
+            .unwrap_or(0)
+            .max(14);
         let head = format!(
-            "{:<14} {:>9} {:>6} {:>10} {:>7} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>7} {:>7} {:>7}",
+            "{:<w$} {:>9} {:>6} {:>10} {:>7} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>7} {:>7} {:>7}",
             "row", "ok", "err", "req/s", "Gbit/s", "p25", "p50", "p75", "p90", "p99", "p99.9", "last50",
             "reasm", "queue", "exec", "net"
         );
@@ -360,10 +368,10 @@ impl BenchReport {
             // A row nothing was sent for (e.g. a trace function absent from the
             // window) has no latencies: say so instead of printing zeros.
             if r.ok + r.errors == 0 {
-                return format!("{:<14} {:>9} {:>6}  (no requests sent)", r.label, 0, 0);
+                return format!("{:<w$} {:>9} {:>6}  (no requests sent)", r.label, 0, 0);
             }
             format!(
-                "{:<14} {:>9} {:>6} {:>10.0} {:>7.3} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>7.2} {:>7.2} {:>7.2} {:>7.1}",
+                "{:<w$} {:>9} {:>6} {:>10.0} {:>7.3} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>7.2} {:>7.2} {:>7.2} {:>7.1}",
                 r.label, r.ok, r.errors, r.req_per_s, r.gbit_per_s, r.p25_us, r.p50_us, r.p75_us,
                 r.p90_us, r.p99_us, r.p999_us, r.last_frag_p50_us, r.reassembly_us, r.queue_us,
                 r.exec_us, r.network_us

@@ -35,7 +35,7 @@ pub struct Args {
     json: bool,
 }
 
-/// The demo mix: every built-in at the sizes of OffRAC's evaluation.
+/// The demo mix: every built-in at the sizes of OffRAC's and seed 001's evaluations.
 fn default_mix() -> Vec<MixItem> {
     vec![
         MixItem::new(FunctionId::Echo, 0, 1024),
@@ -46,6 +46,18 @@ fn default_mix() -> Vec<MixItem> {
         MixItem::new(FunctionId::MinMax, 0, 1024),
         MixItem::new(FunctionId::MinMax, 0, 4096),
         MixItem::new(FunctionId::MatMul, 64, 2 * 64 * 64 * 4),
+        // The DLRM preprocessing operators of seed 001 at 1 KiB.
+        MixItem::new(FunctionId::MapId, 0, 1024),
+        MixItem::new(FunctionId::SparseTransform, 0, 1024),
+        MixItem::new(FunctionId::Bucketize, 0, 1024),
+        MixItem::new(FunctionId::SigridHash, 100_000, 1024),
+        MixItem::new(FunctionId::FirstX, 4, 1024),
+        MixItem::new(FunctionId::IdListTransform, 0, 1024),
+        MixItem::new(FunctionId::Cartesian, 0, 1024),
+        MixItem::new(FunctionId::NGram, 2, 1024),
+        MixItem::new(FunctionId::GetLocalHour, 0, 1024),
+        MixItem::new(FunctionId::Onehot, 16, 1024),
+        MixItem::new(FunctionId::BoxCox, 0, 1024),
     ]
 }
 

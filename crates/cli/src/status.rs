@@ -118,7 +118,7 @@ fn value_of(text: &str, prefix: &str) -> Option<f64> {
 /// A human summary of the metrics text: one row per slot, then refusals.
 pub fn summarize(text: &str) -> String {
     let mut out = format!(
-        "{:<6}{:<10}{:>12}{:>10}{:>10}{:>12}\n",
+        "{:<6}{:<17}{:>12}{:>10}{:>10}{:>12}\n",
         "slot", "function", "completions", "errors", "queued", "busy (s)"
     );
     for line in text
@@ -133,7 +133,7 @@ pub fn summarize(text: &str) -> String {
         let slot = labels.split('"').nth(1).unwrap_or("?");
         let function = labels.split('"').nth(3).unwrap_or("?");
         out += &format!(
-            "{:<6}{:<10}{:>12}{:>10}{:>10}{:>12.3}\n",
+            "{:<6}{:<17}{:>12}{:>10}{:>10}{:>12.3}\n",
             slot,
             function,
             get("offrac_slot_completions_total"),
