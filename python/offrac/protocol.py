@@ -112,8 +112,11 @@ class Status(enum.IntEnum):
 
     @property
     def closes_connection(self) -> bool:
-        """True for the statuses after which the node closes the connection."""
-        return self in (Status.UNSUPPORTED_VERSION, Status.TIMEOUT, Status.SHUTTING_DOWN)
+        """True for the statuses after which the node always closes the connection.
+
+        ``TIMEOUT`` is not one: a budget, forward or reassembly timeout keeps the connection;
+        only a stall mid-request closes it, and that close is then seen on the next read."""
+        return self in (Status.UNSUPPORTED_VERSION, Status.SHUTTING_DOWN)
 
 
 #: Status by code (the codes are 0, 1, 2, … in order).

@@ -96,13 +96,15 @@ impl ClientError {
     }
 
     /// True when the connection can no longer be used: transport errors,
-    /// protocol errors, and the statuses after which the node closes.
+    /// protocol errors, and the statuses after which the node always closes.
+    /// `TIMEOUT` is not one of them: a budget, forward or reassembly timeout
+    /// keeps the connection, and the close after a stall timeout shows as
+    /// `Closed` on the next read (`docs/protocol.md`, "Status codes").
     pub fn is_connection_fatal(&self) -> bool {
         match self {
-            ClientError::Status { status, .. } => matches!(
-                status,
-                Status::UnsupportedVersion | Status::Timeout | Status::ShuttingDown
-            ),
+            ClientError::Status { status, .. } => {
+                matches!(status, Status::UnsupportedVersion | Status::ShuttingDown)
+            }
             ClientError::PayloadTooLarge(_)
             | ClientError::ChainLength(_)
             | ClientError::Budget(_)
@@ -546,6 +548,23 @@ pub fn write_all_vectored(stream: &mut TcpStream, head: &[u8], body: &[u8]) -> i
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_statuses_that_always_close_are_fatal() {
+        let err = |status| ClientError::Status {
+            status,
+            message: String::new(),
+            detail: 0,
+            request_id: 1,
+            hop: 0,
+            device: 0,
+        };
+        assert!(err(Status::ShuttingDown).is_connection_fatal());
+        assert!(err(Status::UnsupportedVersion).is_connection_fatal());
+        // Budget, forward and reassembly timeouts keep the connection.
+        assert!(!err(Status::Timeout).is_connection_fatal());
+        assert!(!err(Status::Busy).is_connection_fatal());
+    }
 
     #[test]
     fn backoff_starts_at_80_to_120_us_and_doubles() {
