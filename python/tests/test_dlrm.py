@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime
 import subprocess
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -342,11 +343,12 @@ def test_provision_sizes_slots_from_the_nodes_live_figures(start_node: Callable[
     with node.client() as c:
         for _ in range(600):
             c.call("mapid", ids)
+        # The figures reach describe answers within 50 ms (docs/protocol.md, "Describe").
+        time.sleep(0.1)
         d = c.describe()["provisioning"]
-    assert d["t_oh_ns"] > 0
+    assert d["t_oh_ns"] is not None and d["t_oh_ns"] > 0
     (acc,) = [a for a in d["t_acc"] if a["name"] == "mapid"]
-    # Published to describe answers within 50 ms: most of the 600 runs are in.
-    assert acc["size_class"] == 1024 and 256 <= acc["runs"] <= 600 and acc["t_acc_ns"] > 0
+    assert acc["size_class"] == 1024 and acc["runs"] == 600 and acc["t_acc_ns"] > 0
     r = subprocess.run([*prov, "--function", "mapid", "--json"], capture_output=True, timeout=30)
     assert r.returncode == 0, r.stderr
     (row,) = json.loads(r.stdout)
