@@ -78,6 +78,19 @@ impl<'a> RaggedView<'a> {
         })
     }
 
+    /// An id-list payload whose rows come in pairs (2i, 2i+1), as the
+    /// pairwise operators take them.
+    pub(crate) fn parse_pairs(input: &'a [u8]) -> Result<RaggedView<'a>, AccelError> {
+        let v = RaggedView::parse(input, 1)?;
+        if !v.rows().is_multiple_of(2) {
+            return Err(AccelError::BadInput(format!(
+                "{} rows: id list pairs need an even row count",
+                v.rows()
+            )));
+        }
+        Ok(v)
+    }
+
     pub(crate) fn rows(&self) -> usize {
         self.offsets.len() - 1
     }

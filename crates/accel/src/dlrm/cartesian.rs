@@ -28,13 +28,7 @@ impl Accelerator for Cartesian {
     }
 
     fn run(&mut self, _param: u64, input: &[u8], out: &mut Vec<u8>) -> Result<(), AccelError> {
-        let v = RaggedView::parse(input, 1)?;
-        if !v.rows().is_multiple_of(2) {
-            return Err(AccelError::BadInput(format!(
-                "{} rows: id list pairs need an even row count",
-                v.rows()
-            )));
-        }
+        let v = RaggedView::parse_pairs(input)?;
         let mut total = 0usize;
         for r in (0..v.rows()).step_by(2) {
             total = total.saturating_add(

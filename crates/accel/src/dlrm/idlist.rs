@@ -28,13 +28,7 @@ impl Accelerator for IdListTransform {
     }
 
     fn run(&mut self, _param: u64, input: &[u8], out: &mut Vec<u8>) -> Result<(), AccelError> {
-        let v = RaggedView::parse(input, 1)?;
-        if !v.rows().is_multiple_of(2) {
-            return Err(AccelError::BadInput(format!(
-                "{} rows: id list pairs need an even row count",
-                v.rows()
-            )));
-        }
+        let v = RaggedView::parse_pairs(input)?;
         let (b, sorted) = (&mut self.out, &mut self.sorted);
         b.clear();
         for r in (0..v.rows()).step_by(2) {
