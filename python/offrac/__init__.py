@@ -8,6 +8,7 @@ array([9, 5], dtype=int32)
 
 from __future__ import annotations
 
+from . import aio
 from .client import Client, RequestFuture, Step, parse_address
 from .errors import (
     BadInputError,
@@ -89,6 +90,7 @@ __all__ = [
     "UnsupportedError",
     "UnsupportedVersionError",
     "__version__",
+    "aio",
     "encode_request",
     "error_for_response",
     "function_id",

@@ -1,0 +1,312 @@
+"""An asyncio client with the synchronous client's API: ``await client.call(...)``.
+
+Every call of one :class:`Client` is pipelined on one connection: many may be awaited at once
+(``asyncio.gather``), and each gets exactly its own answer. Encoding, parameters, decoding,
+typed errors and BUSY retries are those of :class:`offrac.Client`. Cancelling a call (or its
+timeout expiring) abandons the request: its answer, if it comes, is dropped, and the
+connection stays usable.
+
+>>> async with await offrac.aio.Client.connect("127.0.0.1:7000") as c:
+...     top = await c.call("topk", np.arange(100, dtype=np.int32), k=3)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .client import Data, Step, StepLike, _budget_us, parse_address, prepare_chain
+from .errors import ConnectionClosedError, OffracError, error_for_response
+from .protocol import (
+    FN_DESCRIBE,
+    HEADER_LEN,
+    HeaderError,
+    Hop,
+    HopTime,
+    RequestHeader,
+    ResponseHeader,
+    Status,
+    function_id,
+)
+
+__all__ = ["Client"]
+
+
+@dataclass
+class _Pending:
+    future: asyncio.Future[Any]
+    wire: bytes
+    decode: Any  # Callable[[bytearray], Any] | None (None: raw mode)
+    return_info: bool
+    retries_left: int
+    attempt: int = 0
+
+
+class Client:
+    """One connection to a node; create with ``await Client.connect(address)``."""
+
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        address: tuple[str, int],
+        *,
+        timeout: float | None,
+        busy_retries: int,
+        busy_backoff: tuple[float, float],
+        busy_backoff_max: float,
+        tenant: int,
+        budget: float | None,
+    ) -> None:
+        self.address = address
+        self.timeout = timeout
+        self.busy_retries = busy_retries
+        self.busy_backoff = busy_backoff
+        self.busy_backoff_max = busy_backoff_max
+        self.tenant = tenant
+        self.budget = budget
+        self.last_response: ResponseHeader | None = None
+        self._reader = reader
+        self._writer = writer
+        self._pending: dict[int, _Pending] = {}
+        self._next_id = 1
+        self._closed: OffracError | None = None
+        self._rng = random.Random()
+        self._read_task = asyncio.get_running_loop().create_task(self._read_loop())
+
+    @classmethod
+    async def connect(
+        cls,
+        address: str | tuple[str, int],
+        *,
+        timeout: float | None = 10.0,
+        busy_retries: int = 8,
+        busy_backoff: tuple[float, float] = (80e-6, 120e-6),
+        busy_backoff_max: float = 0.05,
+        tenant: int = 0,
+        budget: float | None = None,
+    ) -> Client:
+        """Open the connection (within ``timeout``); the arguments mean what they mean for
+        :class:`offrac.Client`."""
+        if busy_retries < 0:
+            raise ValueError("busy_retries must be >= 0")
+        _budget_us(budget)
+        host, port = parse_address(address)
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+        return cls(
+            reader,
+            writer,
+            (host, port),
+            timeout=timeout,
+            busy_retries=busy_retries,
+            busy_backoff=busy_backoff,
+            busy_backoff_max=busy_backoff_max,
+            tenant=tenant,
+            budget=budget,
+        )
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed is not None
+
+    @property
+    def outstanding(self) -> int:
+        """Requests sent (or waiting for a BUSY retry) and not yet answered."""
+        return len(self._pending)
+
+    # -- calls -----------------------------------------------------------------------------
+
+    async def call(
+        self,
+        function: str | int,
+        data: Data = b"",
+        *,
+        tenant: int | None = None,
+        timeout: float | None = -1.0,
+        return_info: bool = False,
+        budget: float | None = -1.0,
+        **params: object,
+    ) -> Any:
+        """Run ``function`` on ``data``; as :meth:`offrac.Client.call`."""
+        return await self.call_chain(
+            [Step(function, **params)],
+            data,
+            tenant=tenant,
+            timeout=timeout,
+            return_info=return_info,
+            budget=budget,
+        )
+
+    async def call_chain(
+        self,
+        steps: Sequence[StepLike],
+        data: Data = b"",
+        *,
+        tenant: int | None = None,
+        timeout: float | None = -1.0,
+        return_info: bool = False,
+        budget: float | None = -1.0,
+    ) -> Any:
+        """Run a chain in one request; as :meth:`offrac.Client.call_chain`."""
+        payload, hops, decode = prepare_chain(steps, data)
+        return await self._request(
+            hops, payload, tenant, decode, return_info, self.busy_retries, budget, timeout
+        )
+
+    async def call_raw(
+        self,
+        function: int,
+        payload: bytes | bytearray | memoryview = b"",
+        param: int = 0,
+        *,
+        tenant: int | None = None,
+        timeout: float | None = -1.0,
+    ) -> tuple[ResponseHeader, bytes]:
+        """Send ``payload`` as it is; ``(ResponseHeader, payload)`` whatever the status."""
+        hops = (Hop.local(function_id(function), param),)
+        result: tuple[ResponseHeader, bytes] = await self._request(
+            hops, bytes(payload), tenant, None, False, 0, -1.0, timeout
+        )
+        return result
+
+    async def describe(self, timeout: float | None = -1.0) -> dict[str, Any]:
+        """What the node serves (``docs/protocol.md``, "Describe"); also a ping."""
+        import json
+
+        header, payload = await self.call_raw(FN_DESCRIBE, b"", 0, timeout=timeout)
+        if header.status != Status.OK:
+            raise error_for_response(header, payload)
+        description: dict[str, Any] = json.loads(payload)
+        return description
+
+    async def close(self) -> None:
+        """Close the connection; outstanding calls fail with ConnectionClosedError."""
+        self._shutdown(ConnectionClosedError("client closed the connection"))
+        self._read_task.cancel()
+        # The reader's own end (cancelled, or the stream's error) is not ours to raise.
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await self._read_task
+        self._writer.close()
+        with contextlib.suppress(OSError):
+            await self._writer.wait_closed()
+
+    # -- internals -------------------------------------------------------------------------
+
+    async def _request(
+        self,
+        hops: tuple[Hop, ...],
+        payload: bytes,
+        tenant: int | None,
+        decode: Any,
+        return_info: bool,
+        retries: int,
+        budget: float | None,
+        timeout: float | None,
+    ) -> Any:
+        if self._closed is not None:
+            raise ConnectionClosedError(f"connection is closed ({self._closed.message})")
+        if timeout is not None and timeout < 0:
+            timeout = self.timeout
+        budget_us = _budget_us(self.budget if budget is not None and budget < 0 else budget)
+        rid = self._next_id
+        self._next_id += 1
+        header = RequestHeader.encode_chain(
+            rid, hops, len(payload), self.tenant if tenant is None else tenant, budget_us=budget_us
+        )
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending[rid] = _Pending(fut, header + payload, decode, return_info, retries)
+        try:
+            self._writer.write(header + payload)
+            await self._writer.drain()
+            return await asyncio.wait_for(fut, timeout)
+        except asyncio.TimeoutError:
+            raise TimeoutError(f"no response to request {rid} within {timeout} s") from None
+        except OSError as e:  # the write side failed: the connection is gone
+            self._shutdown(ConnectionClosedError(f"send failed: {e}"))
+            raise ConnectionClosedError(f"send failed: {e}", request_id=rid) from None
+        finally:
+            # Answered, timed out or cancelled: either way the request is no longer ours to
+            # wait for (a late answer is dropped as unmatched).
+            self._pending.pop(rid, None)
+            if not fut.done():
+                fut.cancel()
+
+    def _backoff(self, attempt: int) -> float:
+        lo, hi = self.busy_backoff
+        return min(self._rng.uniform(lo, hi) * (2.0**attempt), self.busy_backoff_max)
+
+    def _resend(self, rid: int) -> None:
+        p = self._pending.get(rid)
+        if p is not None and self._closed is None and not p.future.done():
+            self._writer.write(p.wire)
+
+    async def _read_loop(self) -> None:
+        reason: OffracError
+        try:
+            while True:
+                raw = await self._reader.readexactly(HEADER_LEN)
+                header = ResponseHeader.decode_from(raw)
+                if header.has_hop_times:
+                    block = await self._reader.readexactly(64)
+                    header = dataclasses.replace(header, hop_times=HopTime.decode_block(block))
+                payload = (
+                    bytearray(await self._reader.readexactly(header.payload_len))
+                    if header.payload_len
+                    else bytearray()
+                )
+                self.last_response = header
+                self._dispatch(header, payload)
+        except asyncio.IncompleteReadError as e:
+            reason = ConnectionClosedError(
+                "the node closed the connection"
+                if not e.partial
+                else "the node closed the connection mid-response"
+            )
+        except HeaderError as e:
+            reason = ConnectionClosedError(f"protocol error from the node: {e}")
+        except OSError as e:
+            reason = ConnectionClosedError(f"connection error: {e}")
+        self._shutdown(reason)
+
+    def _dispatch(self, header: ResponseHeader, payload: bytearray) -> None:
+        p = self._pending.get(header.request_id)
+        if p is None or p.future.done():
+            return  # abandoned (timed out or cancelled) or not ours
+        if header.status == Status.BUSY and p.retries_left > 0 and p.decode is not None:
+            p.retries_left -= 1
+            delay = self._backoff(p.attempt)
+            p.attempt += 1
+            asyncio.get_running_loop().call_later(delay, self._resend, header.request_id)
+            return
+        try:
+            if p.decode is None:
+                value: Any = (header, bytes(payload))
+            elif header.status != Status.OK:
+                p.future.set_exception(error_for_response(header, payload))
+                return
+            else:
+                result = p.decode(payload)
+                value = (result, header) if p.return_info else result
+        except Exception as e:  # a decoder failure belongs to this request only
+            p.future.set_exception(e)
+            return
+        p.future.set_result(value)
+
+    def _shutdown(self, reason: OffracError) -> None:
+        if self._closed is None:
+            self._closed = reason
+        for rid, p in list(self._pending.items()):
+            if not p.future.done():
+                p.future.set_exception(ConnectionClosedError(reason.message, request_id=rid))
+        self._pending.clear()
