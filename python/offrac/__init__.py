@@ -13,6 +13,7 @@ from .client import Client, RequestFuture, Step, parse_address
 from .errors import (
     BadInputError,
     BusyError,
+    ConnectError,
     ConnectionClosedError,
     InternalError,
     MalformedError,
@@ -69,6 +70,7 @@ __all__ = [
     "BadInputError",
     "BusyError",
     "Client",
+    "ConnectError",
     "ConnectionClosedError",
     "FunctionId",
     "HeaderError",

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .client import Data, Step, StepLike, _budget_us, parse_address, prepare_chain
-from .errors import ConnectionClosedError, OffracError, error_for_response
+from .errors import ConnectError, ConnectionClosedError, OffracError, error_for_response
 from .protocol import (
     FN_DESCRIBE,
     HEADER_LEN,
@@ -97,7 +97,10 @@ class Client:
             raise ValueError("busy_retries must be >= 0")
         _budget_us(budget)
         host, port = parse_address(address)
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+        except (OSError, asyncio.TimeoutError) as e:
+            raise ConnectError(f"cannot connect to {host}:{port}: {getattr(e, 'strerror', None) or e}") from e
         return cls(
             reader,
             writer,
@@ -227,14 +230,16 @@ class Client:
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[rid] = _Pending(fut, header + payload, decode, return_info, retries)
         try:
-            self._writer.write(header + payload)
-            await self._writer.drain()
-            return await asyncio.wait_for(fut, timeout)
-        except asyncio.TimeoutError:
-            raise TimeoutError(f"no response to request {rid} within {timeout} s") from None
-        except OSError as e:  # the write side failed: the connection is gone
-            self._shutdown(ConnectionClosedError(f"send failed: {e}"))
-            raise ConnectionClosedError(f"send failed: {e}", request_id=rid) from None
+            try:
+                self._writer.write(header + payload)
+                await self._writer.drain()
+            except OSError as e:  # the write side failed: the connection is gone
+                self._shutdown(ConnectionClosedError(f"send failed: {e}"))
+                raise ConnectionClosedError(f"send failed: {e}", request_id=rid) from None
+            try:
+                return await asyncio.wait_for(fut, timeout)
+            except asyncio.TimeoutError:
+                raise TimeoutError(f"no response to request {rid} within {timeout} s") from None
         finally:
             # Answered, timed out or cancelled: either way the request is no longer ours to
             # wait for (a late answer is dropped as unmatched).

@@ -21,7 +21,7 @@ from typing import Any, Final, TypeGuard, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from .errors import ConnectionClosedError, OffracError, error_for_response
+from .errors import ConnectError, ConnectionClosedError, OffracError, error_for_response
 from .protocol import (
     DEVICE_SELF,
     FN_DESCRIBE,
@@ -341,9 +341,13 @@ class Client:
         self.busy_retries_done = 0
         self.last_response: ResponseHeader | None = None
 
-        self._sock = socket.create_connection(
-            self.address, timeout=connect_timeout if connect_timeout is not None else timeout
-        )
+        try:
+            self._sock = socket.create_connection(
+                self.address, timeout=connect_timeout if connect_timeout is not None else timeout
+            )
+        except OSError as e:
+            where = f"{self.address[0]}:{self.address[1]}"
+            raise ConnectError(f"cannot connect to {where}: {e.strerror or e}") from e
         self._sock.settimeout(None)
         if nodelay:
             self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

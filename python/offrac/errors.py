@@ -136,7 +136,9 @@ class UnsupportedVersionError(OffracError):
 
 
 class RequestTimeoutError(OffracError):
-    """TIMEOUT: the node gave up on a request that stalled mid-transfer (not a client-side timeout)."""
+    """TIMEOUT: the node gave up on the request (its budget ran out before a hop, a forwarded
+    hop got no answer, or it stalled mid-transfer). Not a builtin :class:`TimeoutError`, which
+    is what a client-side timeout raises: the two stay apart in ``except`` clauses."""
 
     STATUS = Status.TIMEOUT
 
@@ -161,8 +163,14 @@ class UnreachableError(OffracError):
     STATUS = Status.UNREACHABLE
 
 
-class ConnectionClosedError(OffracError):
-    """The connection closed (or broke) while the request was outstanding, or before it was sent."""
+class ConnectionClosedError(OffracError, ConnectionError):
+    """The connection closed (or broke) while the request was outstanding, or before it was
+    sent. Also a builtin :class:`ConnectionError`."""
+
+
+class ConnectError(OffracError, ConnectionError):
+    """The client could not connect to the node (refused, unreachable, timed out); the
+    operating system's error is ``__cause__``. Also a builtin :class:`ConnectionError`."""
 
 
 _BY_STATUS: dict[Status, type[OffracError]] = {

@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from offrac import ConnectionClosedError
+from offrac import Client, ConnectionClosedError
 
 from conftest import Node
 
@@ -118,3 +118,25 @@ def test_a_reused_plan_still_checks_parameter_types(node: Node) -> None:
             c.call("topk", x, k=2.0)
         assert c.call("topk", x, k=2).tolist() == [7, 6]
         assert c.call("topk", x, k=3).tolist() == [7, 6, 5]
+
+
+def test_connection_errors_are_typed_and_builtin_connection_errors(node: Node) -> None:
+    import asyncio
+    import socket
+
+    from offrac import ConnectError, aio
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(ConnectError, match=f"cannot connect to 127.0.0.1:{port}") as info:
+        Client(f"127.0.0.1:{port}")
+    assert isinstance(info.value, ConnectionError) and isinstance(
+        info.value.__cause__, ConnectionRefusedError
+    )
+    with pytest.raises(ConnectError):
+        asyncio.run(aio.Client.connect(f"127.0.0.1:{port}"))
+    c = node.client()
+    c.close()
+    with pytest.raises(ConnectionError):  # ConnectionClosedError is one
+        c.call("echo", b"x")
