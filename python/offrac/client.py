@@ -306,8 +306,15 @@ class Client:
       within it of the request reaching the node is not run: the call raises
       :class:`~offrac.errors.RequestTimeoutError` naming the hop. Also a keyword of each call.
 
-    Counters: ``busy_retries_done`` (requests re-sent after BUSY) and ``last_response`` (the
-    most recently received :class:`~offrac.protocol.ResponseHeader`, with the node's timings).
+    * ``reconnect``: after the connection is lost (the node restarted, say), connect again
+      before the next request, up to ``reconnect_attempts`` tries with jittered exponential
+      back-off from ``reconnect_backoff[0]`` to ``reconnect_backoff[1]`` seconds. Requests
+      outstanding at the loss fail with :class:`~offrac.errors.ConnectionClosedError` and are
+      not re-sent (they may have run); never-ending waits do not happen.
+
+    Counters: ``busy_retries_done`` (requests re-sent after BUSY), ``reconnects`` and
+    ``last_response`` (the most recently received :class:`~offrac.protocol.ResponseHeader`,
+    with the node's timings).
     """
 
     def __init__(
@@ -323,6 +330,9 @@ class Client:
         budget: float | None = None,
         trace: bool = False,
         nodelay: bool = True,
+        reconnect: bool = False,
+        reconnect_attempts: int = 5,
+        reconnect_backoff: tuple[float, float] = (0.05, 1.0),
     ) -> None:
         if busy_retries < 0:
             raise ValueError("busy_retries must be >= 0")
@@ -341,16 +351,16 @@ class Client:
         self.busy_retries_done = 0
         self.last_response: ResponseHeader | None = None
 
-        try:
-            self._sock = socket.create_connection(
-                self.address, timeout=connect_timeout if connect_timeout is not None else timeout
-            )
-        except OSError as e:
-            where = f"{self.address[0]}:{self.address[1]}"
-            raise ConnectError(f"cannot connect to {where}: {e.strerror or e}") from e
-        self._sock.settimeout(None)
-        if nodelay:
-            self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if reconnect_attempts < 1 or not 0 < reconnect_backoff[0] <= reconnect_backoff[1]:
+            raise ValueError("reconnect_attempts >= 1 and reconnect_backoff = (first, most) > 0")
+        self.reconnect = reconnect
+        self.reconnect_attempts = reconnect_attempts
+        self.reconnect_backoff = reconnect_backoff
+        #: Times the client reconnected after losing its connection.
+        self.reconnects = 0
+        self._connect_timeout = connect_timeout if connect_timeout is not None else timeout
+        self._nodelay = nodelay
+        self._sock = self._open_socket()
         # Reading: whoever holds _read_lock reads the socket and dispatches every answer it
         # finds. A synchronous call with the lock free reads its own answer on its own thread
         # (no hand-off); the reader thread reads only for requests nobody is waiting in.
@@ -371,10 +381,84 @@ class Client:
         self._last_unmatched: OffracError | None = None
         self._timer: _Timer | None = None
         self._rng = random.Random()
-        self._reader = threading.Thread(
-            target=self._read_loop, name=f"offrac-reader-{self.address}", daemon=True
-        )
-        self._reader.start()
+        self._user_closed = False
+        self._reconnect_lock = threading.Lock()
+        self._leader_thread: int | None = None
+        self._reader = self._start_reader()
+
+    def _open_socket(self) -> socket.socket:
+        try:
+            sock = socket.create_connection(self.address, timeout=self._connect_timeout)
+        except OSError as e:
+            where = f"{self.address[0]}:{self.address[1]}"
+            raise ConnectError(f"cannot connect to {where}: {e.strerror or e}") from e
+        sock.settimeout(None)
+        if self._nodelay:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
+
+    def _check_alive(self) -> None:
+        """An idle connection nobody reads: has the node closed it? (One non-blocking peek;
+        only with ``reconnect``, so that the call after a node restart reconnects instead of
+        failing.)"""
+        if self._pending or not self._read_lock.acquire(blocking=False):
+            return  # someone reads (or will): a loss shows there
+        try:
+            if self._rend > self._rstart:
+                return  # unread answers: alive enough
+            try:
+                gone = self._sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+            except BlockingIOError:
+                gone = False
+            except OSError:
+                gone = True
+        finally:
+            self._read_lock.release()
+        if gone:
+            self._shutdown(ConnectionClosedError("the node closed the connection"))
+
+    def _start_reader(self) -> threading.Thread:
+        t = threading.Thread(target=self._read_loop, name=f"offrac-reader-{self.address}", daemon=True)
+        t.start()
+        return t
+
+    def _ensure_open(self) -> None:
+        """With ``reconnect=True``, a client whose connection was lost connects again before
+        its next request (jittered exponential back-off between attempts; ConnectError when
+        every attempt fails). Requests outstanding at the loss failed with
+        ConnectionClosedError; they are never re-sent (they may have run)."""
+        if not self.reconnect or self._user_closed:
+            return
+        if self._closed is None:
+            self._check_alive()
+            if self._closed is None:
+                return
+        if self._leader_thread == threading.get_ident():
+            return  # reading on this thread right now: the send reports the closed connection
+        with self._reconnect_lock:
+            if self._closed is None or self._user_closed:
+                return
+            self._reader.join(timeout=5)  # it ends once it sees the connection closed
+            with self._read_lock:
+                delay, most = self.reconnect_backoff
+                for attempt in range(self.reconnect_attempts):
+                    try:
+                        sock = self._open_socket()
+                        break
+                    except ConnectError:
+                        if attempt + 1 == self.reconnect_attempts:
+                            raise
+                        time.sleep(self._rng.uniform(0.5, 1.0) * min(delay * 2.0**attempt, most))
+                with contextlib.suppress(OSError):
+                    self._sock.close()
+                self._sock = sock
+                self._rstart = self._rend = 0
+                self._rcvtimeo = 0.0
+                with self._lock:
+                    self._closed = None
+                    self._last_unmatched = None
+                self.reconnects += 1
+            self._reader = self._start_reader()
 
     # -- public API -----------------------------------------------------------------------
 
@@ -396,6 +480,7 @@ class Client:
         callbacks run on the thread that reads the answer: the client's reader thread, or a
         thread waiting in a synchronous call on the same client.
         """
+        self._ensure_open()
         # A function and its parameters are checked and encoded once per client: later calls
         # with the same ones reuse the hop (a few µs per call).
         try:
@@ -428,6 +513,7 @@ class Client:
         budget: float | None = -1.0,
     ) -> RequestFuture[Any]:
         """Like :meth:`call_chain` but returns a future."""
+        self._ensure_open()
         payload, hops, decode = prepare_chain(steps, data)
         return self._send_new(hops, payload, tenant, decode, return_info, self.busy_retries, budget)
 
@@ -533,6 +619,7 @@ class Client:
         tenant: int | None = None,
     ) -> RequestFuture[tuple[ResponseHeader, bytes]]:
         """Like :meth:`call_raw` but returns a future."""
+        self._ensure_open()
         hops = (Hop.local(function_id(function), _u64_param("param", param)),)
         return self._send_new(hops, bytes(payload), tenant, None, False, 0, -1.0)
 
@@ -564,6 +651,7 @@ class Client:
 
     def close(self) -> None:
         """Close the connection; outstanding requests fail with ConnectionClosedError."""
+        self._user_closed = True
         self._shutdown(ConnectionClosedError("client closed the connection"))
         if threading.current_thread() is not self._reader:
             self._reader.join(timeout=5)
@@ -603,8 +691,10 @@ class Client:
         no other thread is reading it (the common case of one caller): no thread hand-off."""
         if timeout is not None and timeout < 0:
             timeout = self.timeout
+        self._ensure_open()
         if not self._read_lock.acquire(blocking=False):
             return self._wait(send(), timeout)  # another thread reads; it will dispatch ours
+        self._leader_thread = threading.get_ident()
         with self._lock:
             self._leading = True
         try:
@@ -619,6 +709,7 @@ class Client:
             except _StreamEnd as e:
                 self._shutdown(self._closing_reason(e.reason))
         finally:
+            self._leader_thread = None
             with self._lock:
                 self._leading = False
                 if self._pending:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -140,3 +141,60 @@ def test_connection_errors_are_typed_and_builtin_connection_errors(node: Node) -
     c.close()
     with pytest.raises(ConnectionError):  # ConnectionClosedError is one
         c.call("echo", b"x")
+
+
+def test_reconnect_after_the_node_restarts(start_node: Callable[..., Node]) -> None:
+    from _util import free_port
+
+    port = free_port()
+    first = start_node(None, listen=f"127.0.0.1:{port}")
+    plain = first.client()
+    c = first.client(reconnect=True, reconnect_backoff=(0.02, 0.2), reconnect_attempts=30)
+    assert c.call("echo", b"one") == b"one"
+    late: list[BaseException] = []
+    t = threading.Thread(target=lambda: _catch(late, lambda: c.call("spin", b"", us=800_000)))
+    t.start()
+    time.sleep(0.2)
+    first.stopped = True  # killed on purpose: teardown need not stop it
+    first.kill()  # mid-request: that call fails, it is never re-sent
+    t.join(timeout=10)
+    assert late and isinstance(late[0], ConnectionClosedError), late
+    second = start_node(None, listen=f"127.0.0.1:{port}")
+    assert c.call("echo", b"two") == b"two"
+    assert c.reconnects == 1
+    # Restarted while the client is idle: the next call notices and reconnects.
+    second.stopped = True
+    second.kill()
+    second = start_node(None, listen=f"127.0.0.1:{port}")
+    assert c.call("echo", b"idle") == b"idle"
+    assert c.reconnects == 2
+    assert c.submit("echo", b"three").result(timeout=5) == b"three"
+    # Without reconnect the client stays closed.
+    with pytest.raises(ConnectionClosedError):
+        plain.call("echo", b"x")
+    # An explicit close is final.
+    c.close()
+    with pytest.raises(ConnectionClosedError):
+        c.call("echo", b"x")
+    plain.close()
+    second.stop()
+
+
+def test_reconnect_gives_up_with_connect_error(start_node: Callable[..., Node]) -> None:
+    from offrac import ConnectError
+
+    node = start_node()
+    c = node.client(reconnect=True, reconnect_backoff=(0.01, 0.02), reconnect_attempts=3)
+    assert c.call("echo", b"a") == b"a"
+    node.stopped = True
+    node.kill()  # while the client is idle: it sees the loss at its next call
+    with pytest.raises(ConnectError):
+        c.call("echo", b"b")
+    assert c.reconnects == 0
+
+
+def _catch(into: list[BaseException], f: Callable[[], object]) -> None:
+    try:
+        f()
+    except BaseException as e:
+        into.append(e)
