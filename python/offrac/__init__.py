@@ -27,6 +27,7 @@ from .errors import (
     UnsupportedVersionError,
     error_for_response,
 )
+from .pool import Pool
 from .protocol import (
     DEVICE_SELF,
     FLAG_TRACE,
@@ -79,6 +80,7 @@ __all__ = [
     "InternalError",
     "MalformedError",
     "OffracError",
+    "Pool",
     "RequestFuture",
     "RequestHeader",
     "RequestTimeoutError",

@@ -1,0 +1,80 @@
+"""Connections to one or more nodes behind one object: each call goes to the next connection,
+round-robin, among those whose node hosts the function (as the nodes' describe answers say).
+
+>>> with offrac.Pool(["10.0.0.1:7000", "10.0.0.2:7000"], per_node=2) as p:
+...     p.call("topk", x, k=16)
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from .client import Client, Data, RequestFuture, Step, StepLike
+from .protocol import function_id, function_name
+
+__all__ = ["Pool"]
+
+
+class Pool:
+    """``per_node`` :class:`Client` connections to each address (the keyword arguments are
+    the clients'). A function no node of the pool hosts raises ``ValueError`` before anything
+    is sent."""
+
+    def __init__(self, addresses: str | Sequence[str], *, per_node: int = 2, **client_kwargs: Any) -> None:
+        addrs = [addresses] if isinstance(addresses, str) else list(addresses)
+        if not addrs or per_node < 1:
+            raise ValueError("a pool needs at least one address and per_node >= 1")
+        self._clients: list[Client] = []
+        self._hosts: dict[int, list[Client]] = {}
+        try:
+            for addr in addrs:
+                conns = [Client(addr, **client_kwargs) for _ in range(per_node)]
+                self._clients += conns
+                for f in conns[0].describe()["functions"]:
+                    self._hosts.setdefault(int(f["id"]), []).extend(conns)
+        except BaseException:
+            self.close()
+            raise
+        self._turns: dict[int, Iterator[int]] = {f: itertools.count() for f in self._hosts}
+        self._lock = threading.Lock()
+
+    def client_for(self, function: str | int) -> Client:
+        """The connection the next request for ``function`` goes to."""
+        fid = function_id(function)
+        hosts = self._hosts.get(fid)
+        if not hosts:
+            name = function_name(fid) or str(fid)
+            raise ValueError(f"no node of this pool hosts {name}")
+        with self._lock:
+            turn = next(self._turns[fid])
+        return hosts[turn % len(hosts)]
+
+    def call(self, function: str | int, data: Data = b"", **kwargs: Any) -> Any:
+        """:meth:`offrac.Client.call` on the next connection hosting ``function``."""
+        return self.client_for(function).call(function, data, **kwargs)
+
+    def submit(self, function: str | int, data: Data = b"", **kwargs: Any) -> RequestFuture[Any]:
+        return self.client_for(function).submit(function, data, **kwargs)
+
+    def call_chain(self, steps: Sequence[StepLike], data: Data = b"", **kwargs: Any) -> Any:
+        """A chain goes to a connection whose node hosts its first step."""
+        first = steps[0]
+        fid = first.function if isinstance(first, Step) else function_id(first)
+        return self.client_for(fid).call_chain(steps, data, **kwargs)
+
+    @property
+    def clients(self) -> list[Client]:
+        return list(self._clients)
+
+    def close(self) -> None:
+        for c in self._clients:
+            c.close()
+
+    def __enter__(self) -> Pool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
