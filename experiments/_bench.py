@@ -124,6 +124,7 @@ def load(
     label: str = "",
     protocol: str = "wire",
     chain: str = "",
+    reply_at: str | None = None,
     cpus: str | None = None,
 ) -> dict[str, Any]:
     """Run one `offrac bench load` (on `cpus` if given) and return its JSON report."""
@@ -162,6 +163,8 @@ def load(
         args += ["--rate", str(rate)]
     if chain:
         args += ["--chain", chain]
+    if reply_at:
+        args += ["--reply-at", reply_at]
     out = subprocess.run(args, check=True, capture_output=True, text=True)
     report: dict[str, Any] = json.loads(out.stdout)
     return report

@@ -8,12 +8,15 @@ connection). One busy-polling client sends 1 KiB echo requests to A as:
 - `1 hop`           echo on A;
 - `2 hops in A`     echo, echo on A (the in-node hand-off);
 - `A -> B`          echo on A, then forwarded to B (one node-to-node hop);
-- `A -> B -> A`     and back to A (two node-to-node hops).
+- `A -> B -> A`     and back to A (two node-to-node hops);
+- `A -> B direct`   as `A -> B`, but B writes the answer to a direct reply endpoint the
+                    client registered on B (flags bit 2) instead of sending it back through A;
+- `A -> B -> A direct` likewise, the endpoint on A.
 
 Rounds interleave every case, so noise on the shared machine hits all alike. The per-hop
 increment is the median p50 difference to `1 hop`; the floor's round trip is measured in the
-same rounds. Then closed-loop throughput at 1-8 clients (no busy-poll) for `1 hop` and
-`A -> B` (latency against throughput). `--quick` shortens every run (a smoke test only).
+same rounds. Then closed-loop throughput at 1-8 clients (no busy-poll) for `1 hop`,
+`A -> B` and `A -> B direct` (latency against throughput). `--quick` shortens every run (a smoke test only).
 """
 
 from __future__ import annotations
@@ -42,19 +45,30 @@ BUSY = "--poll" in sys.argv
 REPS = 2 if QUICK else 7
 DUR, WARM = (0.3, 0.1) if QUICK else (1.0, 0.3)
 SIZE = 1024
-CASES: dict[str, str] = {
-    "1 hop": "",
-    "2 hops in A": "echo,echo",
-    "A -> B": "echo,echo@1",
-    "A -> B -> A": "echo,echo@1,echo@0",
+# case -> (chain, the node whose direct reply endpoint gets the answer, if any)
+CASES: dict[str, tuple[str, str | None]] = {
+    "1 hop": ("", None),
+    "2 hops in A": ("echo,echo", None),
+    "A -> B": ("echo,echo@1", None),
+    "A -> B -> A": ("echo,echo@1,echo@0", None),
+    "A -> B direct": ("echo,echo@1", "B"),
+    "A -> B -> A direct": ("echo,echo@1,echo@0", "A"),
 }
+LOAD_CASES = ["1 hop", "A -> B", "A -> B direct"]
 CLIENTS = [1, 2, 4, 8]
 FIELDS = ["kind", "round", "case", "clients", "p50_us", "p99_us", "req_per_s", "errors"]
 
 
-def measure(addr: str, clients: int, chain: str, busy: bool) -> dict[str, Any]:
+def measure(addr: str, clients: int, chain: str, busy: bool, reply_at: str | None = None) -> dict[str, Any]:
     r = run_load(
-        addr, clients=clients, mix=f"echo:{SIZE}", duration=DUR, warmup=WARM, busy_poll=busy, chain=chain
+        addr,
+        clients=clients,
+        mix=f"echo:{SIZE}",
+        duration=DUR,
+        warmup=WARM,
+        busy_poll=busy,
+        chain=chain,
+        reply_at=reply_at,
     )
     t = r["total"]
     return {"p50_us": t["p50_us"], "p99_us": t["p99_us"], "req_per_s": t["req_per_s"], "errors": t["errors"]}
@@ -65,6 +79,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         a, b = node_pair(Path(d), IO, ["echo"])
         with a, b:
+            at = {"A": a.addr, "B": b.addr}
             run_load(
                 a.addr, clients=1, mix="echo:64", duration=0.2, warmup=0.5, chain="echo,echo@1"
             )  # links up
@@ -74,17 +89,18 @@ def main() -> None:
                         {"kind": "latency", "round": rnd, "case": "floor", "clients": 1}
                         | measure(f.addr, 1, "", BUSY)
                     )
-                for case, chain in CASES.items():
+                for case, (chain, reply) in CASES.items():
                     rows.append(
                         {"kind": "latency", "round": rnd, "case": case, "clients": 1}
-                        | measure(a.addr, 1, chain, BUSY)
+                        | measure(a.addr, 1, chain, BUSY, reply and at[reply])
                     )
                 log(f"round {rnd + 1}/{REPS} done")
             for clients in CLIENTS:
-                for case in ("1 hop", "A -> B"):
+                for case in LOAD_CASES:
+                    chain, reply = CASES[case]
                     rows.append(
                         {"kind": "load", "round": 0, "case": case, "clients": clients}
-                        | measure(a.addr, clients, CASES[case], False)
+                        | measure(a.addr, clients, chain, False, reply and at[reply])
                     )
     finish(HERE, rows, FIELDS, plot, summarize)
 
@@ -96,11 +112,11 @@ def med(rows: list[dict[str, Any]], case: str, key: str = "p50_us") -> float:
 def plot(rows: list[dict[str, Any]]) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     cases = ["floor", *CASES]
-    axes[0].bar(cases, [med(rows, c) for c in cases], color=["grey", "C0", "C1", "C2", "C3"])
+    axes[0].bar(cases, [med(rows, c) for c in cases], color=["grey", "C0", "C1", "C2", "C3", "C4", "C5"])
     axes[0].set_ylabel("p50 round trip (µs), median of rounds")
     axes[0].set_title(f"{SIZE} B echo, one busy-polling client")
     axes[0].tick_params(axis="x", labelrotation=20)
-    for case, style in (("1 hop", "o-"), ("A -> B", "s-")):
+    for case, style in zip(LOAD_CASES, ("o-", "s-", "^--"), strict=True):
         pts = [r for r in rows if r["kind"] == "load" and r["case"] == case]
         axes[1].plot([r["req_per_s"] / 1e3 for r in pts], [r["p50_us"] for r in pts], style, label=case)
         for r in pts:
@@ -133,9 +149,11 @@ def summarize(rows: list[dict[str, Any]]) -> str:
     per_fwd = med(rows, "A -> B") - one
     per_fwd2 = (med(rows, "A -> B -> A") - one) / 2
     in_node = med(rows, "2 hops in A") - one
+    direct = med(rows, "A -> B direct") - one
+    direct2 = (med(rows, "A -> B -> A direct") - one) / 2
+    goal = floor / 2 + 1
     peak = {
-        c: max(r["req_per_s"] for r in rows if r["kind"] == "load" and r["case"] == c)
-        for c in ("1 hop", "A -> B")
+        c: max(r["req_per_s"] for r in rows if r["kind"] == "load" and r["case"] == c) for c in LOAD_CASES
     }
     return "\n".join(
         [
@@ -150,12 +168,15 @@ def summarize(rows: list[dict[str, Any]]) -> str:
             f"- Node-to-node hop: {per_fwd:+.1f} µs (A -> B), {per_fwd2:+.1f} µs per hop over "
             f"A -> B -> A; the floor's whole round trip is {floor:.1f} µs, so one loopback "
             f"one-way transfer is about {floor / 2:.1f} µs.",
-            "- Answers retrace the path (B answers A, A answers the caller), so a forwarded hop "
-            "adds a round trip between nodes, not one one-way transfer: the paper's goal (one "
-            "one-way transfer + 1 µs) needs the last hop to answer the caller directly "
-            "(`reply_device`, not built yet).",
+            "- Relayed answers retrace the path (B answers A, A answers the caller): a forwarded "
+            "hop adds a round trip between nodes.",
+            f"- Direct replies (B writes to the client's endpoint on B, A gets a receipt): "
+            f"{direct:+.1f} µs (A -> B), {direct2:+.1f} µs per hop over A -> B -> A, against "
+            f"the paper's goal of one one-way transfer + 1 µs = {goal:.1f} µs: "
+            f"{'met' if direct <= goal else 'not met'}.",
             f"- Closed-loop peak: {peak['1 hop'] / 1e3:.1f} k req/s for 1 hop, "
-            f"{peak['A -> B'] / 1e3:.1f} k req/s for A -> B: on 2 cores both nodes and the "
+            f"{peak['A -> B'] / 1e3:.1f} k req/s for A -> B, "
+            f"{peak['A -> B direct'] / 1e3:.1f} k req/s with direct replies: on 2 cores both nodes and the "
             "client share the CPUs, so a request served twice costs twice the CPU; the paper's "
             "devices each bring their own.",
             "",

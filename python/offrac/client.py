@@ -600,12 +600,14 @@ class Client:
         description: dict[str, Any] = json.loads(payload)
         return description
 
-    def register_reply(self, endpoint: int | None = None) -> int:
+    def register_reply(self, endpoint: int | None = None, *, tenant: int | None = None) -> int:
         """Make this connection a reply endpoint on its node and return its id: requests sent
         on any connection to the node with ``RequestHeader.reply_device`` = that id get their
-        answers here (raw framing; this client's own calls are unaffected)."""
+        answers here (raw framing; this client's own calls are unaffected). Direct replies
+        (``FLAG_DIRECT_REPLY``) are delivered here only for requests of the same ``tenant``
+        (default: this client's)."""
         wanted = DEVICE_SELF if endpoint is None else endpoint
-        header, payload = self.call_raw(FN_REGISTER_REPLY, b"", wanted)
+        header, payload = self.call_raw(FN_REGISTER_REPLY, b"", wanted, tenant=tenant)
         if header.status != Status.OK:
             raise error_for_response(header, payload)
         return header.detail

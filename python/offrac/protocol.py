@@ -15,6 +15,8 @@ from typing import Final
 __all__ = [
     "DEVICE_SELF",
     "EXT_LEN",
+    "FLAG_DIRECT_REPLY",
+    "FLAG_FORWARDED",
     "FLAG_HOP_EXT",
     "FLAG_TRACE",
     "FN_DESCRIBE",
@@ -29,6 +31,7 @@ __all__ = [
     "REQUEST_ID_NONE",
     "REQUEST_MAGIC",
     "RESPONSE_MAGIC",
+    "RESP_FLAG_RECEIPT",
     "VERSION",
     "FunctionId",
     "HeaderError",
@@ -60,8 +63,17 @@ FLAG_HOP_EXT: Final = 0x01
 EXT_LEN: Final = 64
 #: ``flags`` bit 1: answer with per-hop timings (a 64-byte block after the response header).
 FLAG_TRACE: Final = 0x02
+#: ``flags`` bit 2: ``reply_device`` is a reply endpoint the caller registered (same tenant) on
+#: the chain's nodes; the node that produces the answer writes it there when it holds it.
+FLAG_DIRECT_REPLY: Final = 0x04
+#: ``flags`` bit 3: set by nodes on the hops they forward (the sender is owed receipts).
+FLAG_FORWARDED: Final = 0x08
+_KNOWN_FLAGS: Final = FLAG_HOP_EXT | FLAG_TRACE | FLAG_DIRECT_REPLY | FLAG_FORWARDED
 #: Response ``flags`` bit 0: the per-hop timings block follows the header.
 RESP_FLAG_HOP_TIMES: Final = 0x01
+#: Response ``flags`` bit 1: a receipt (the answer went to the direct reply endpoint); only
+#: nodes receive them.
+RESP_FLAG_RECEIPT: Final = 0x02
 _HOP_TIME = struct.Struct("<BBHI")  # device, ran, queue µs (u16), exec ns (u32)
 #: Device id meaning "this node" in a hop, or "back to the caller" as reply device.
 DEVICE_SELF: Final = 0xFF
@@ -274,6 +286,14 @@ def _pad_hops(hops: tuple[Hop, ...] | list[Hop]) -> tuple[Hop, ...]:
     return hops + (Hop(),) * (MAX_HOPS - len(hops))
 
 
+def _request_flags(hops: int, trace: bool, direct: bool) -> int:
+    return (
+        (FLAG_HOP_EXT if hops > HEADER_HOPS else 0)
+        | (FLAG_TRACE if trace else 0)
+        | (FLAG_DIRECT_REPLY if direct else 0)
+    )
+
+
 @dataclass(frozen=True)
 class RequestHeader:
     """A request header. ``hops`` is always padded to four entries.
@@ -321,13 +341,16 @@ class RequestHeader:
         *,
         budget_us: int = 0,
         trace: bool = False,
+        direct: bool = False,
     ) -> RequestHeader:
         """A request running ``hops`` in order (1 to 8; more than 4 ride in the hop
-        extension), the last hop's result going to ``reply_device`` (the caller by default)."""
+        extension), the last hop's result going to ``reply_device`` (the caller by default).
+        ``direct``: ``reply_device`` is an endpoint registered on the chain's nodes and the
+        node that answers writes to it directly (``FLAG_DIRECT_REPLY``)."""
         if not 1 <= len(hops) <= MAX_HOPS:
             raise ValueError(f"a chain has 1 to {MAX_HOPS} hops, got {len(hops)}")
         return cls(
-            flags=(FLAG_HOP_EXT if len(hops) > HEADER_HOPS else 0) | (FLAG_TRACE if trace else 0),
+            flags=_request_flags(len(hops), trace, direct),
             request_id=request_id,
             payload_len=payload_len,
             tenant=tenant,
@@ -347,12 +370,13 @@ class RequestHeader:
         *,
         budget_us: int = 0,
         trace: bool = False,
+        direct: bool = False,
     ) -> bytes:
         """``RequestHeader.chain(...).encode()`` without building the header object: the
         same bytes, a few µs less per request (the client's path). Out-of-range values take
         the slow path, which names the field."""
         n = len(hops)
-        flags = (FLAG_HOP_EXT if n > HEADER_HOPS else 0) | (FLAG_TRACE if trace else 0)
+        flags = _request_flags(n, trace, direct)
         try:
             if not 1 <= n <= MAX_HOPS or not 0 <= budget_us <= MAX_BUDGET_US:
                 raise OverflowError
@@ -370,7 +394,14 @@ class RequestHeader:
             )
         except (struct.error, OverflowError, TypeError, AttributeError):
             header = RequestHeader.chain(
-                request_id, hops, payload_len, tenant, reply_device, budget_us=budget_us, trace=trace
+                request_id,
+                hops,
+                payload_len,
+                tenant,
+                reply_device,
+                budget_us=budget_us,
+                trace=trace,
+                direct=direct,
             )
             return header.encode()
         encoded = b"".join(h.encode() for h in hops)
@@ -467,8 +498,8 @@ class RequestHeader:
         hops = tuple(Hop(*_HOP.unpack_from(b, _HOPS_OFFSET + i * _HOP.size)) for i in range(HEADER_HOPS))
         if ext:
             hops += tuple(Hop(*_HOP.unpack_from(b, HEADER_LEN + i * _HOP.size)) for i in range(HEADER_HOPS))
-        if flags & ~(FLAG_HOP_EXT | FLAG_TRACE):
-            bits = flags & ~(FLAG_HOP_EXT | FLAG_TRACE)
+        if flags & ~_KNOWN_FLAGS:
+            bits = flags & ~_KNOWN_FLAGS
             raise HeaderError("ReservedFlags", f"reserved flag bits set: 0x{bits:02x}", request_id=request_id)
         most = MAX_HOPS if ext else HEADER_HOPS
         if not 1 <= hop_count <= most:
@@ -567,6 +598,11 @@ class ResponseHeader:
     hop_times: tuple[HopTime, ...] | None = None
 
     @property
+    def receipt(self) -> bool:
+        """A receipt: the answer itself went to the request's direct reply endpoint."""
+        return bool(self.flags & RESP_FLAG_RECEIPT)
+
+    @property
     def has_hop_times(self) -> bool:
         """A per-hop timings block follows this header on the wire (64 bytes, before the payload)."""
         return bool(self.flags & RESP_FLAG_HOP_TIMES) and self.hop_times is None
@@ -588,7 +624,7 @@ class ResponseHeader:
         return _RESP.pack(
             RESPONSE_MAGIC,
             VERSION,
-            0,
+            self.flags & RESP_FLAG_RECEIPT,  # the timings block is not encoded here
             int(self.status),
             self.hop_index,
             self.device,

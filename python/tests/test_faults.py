@@ -63,13 +63,13 @@ def test_wrong_version_is_unsupported_version_then_closed(node: Node) -> None:
     [
         {"flags": 1},
         {"flags": 0x80},
-        {"flags": 4},
+        {"flags": 0x10},
         {"hop_count": 0},
         {"hop_count": 5},
         {"hop_count": 1, "hop_index": 1},
         {"hops": (Hop.local(ECHO), Hop(LOGIT, 0xFF, 0))},  # a hop beyond hop_count
     ],
-    ids=["flag1-needless-extension", "flag80", "flag4", "hops0", "hops5", "index", "unused-hop"],
+    ids=["flag1-needless-extension", "flag80", "flag10", "hops0", "hops5", "index", "unused-hop"],
 )
 def test_malformed_header_keeps_connection(node: Node, fields: dict[str, Any]) -> None:
     with RawConn(node.addr) as c:

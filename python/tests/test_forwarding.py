@@ -10,9 +10,19 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from offrac import Client, RequestTimeoutError, Step, UnreachableError
+from offrac import (
+    FN_REGISTER_REPLY,
+    Client,
+    FunctionId,
+    Hop,
+    RequestHeader,
+    RequestTimeoutError,
+    Status,
+    Step,
+    UnreachableError,
+)
 
-from _util import free_port, parse_prometheus
+from _util import RawConn, free_port, parse_prometheus
 from conftest import Node
 
 StartNode = Callable[..., Node]
@@ -128,3 +138,41 @@ def test_a_traced_call_reports_each_hops_device_and_times(start_node: StartNode)
     assert info.hop_times is not None
     assert [(h.device, h.ran) for h in info.hop_times[:4]] == [(1, True), (0, True), (1, True), (0, False)]
     assert info.hop_times[0].exec_ns >= 2_000_000 and info.hop_times[2].exec_ns >= 1_000_000
+
+
+def test_a_direct_reply_comes_from_the_last_node_and_settles_the_first(start_node: StartNode) -> None:
+    """The caller registers endpoint 40 (tenant 5) on B, sends A→B chains flagged for a
+    direct reply on A: B writes each answer to the endpoint and sends A a receipt, so A
+    answers nothing and times nothing out; an answer B cannot deliver comes back through A."""
+    a, b, _ = pair(start_node, "forward_timeout_ms = 500")
+    x = np.random.default_rng(5).normal(0, 20, 256).astype(np.float32)
+    with a.client() as plain, RawConn(b.addr) as rx, RawConn(a.addr) as tx:
+        rx.send(RequestHeader.chain(1, [Hop.local(FN_REGISTER_REPLY, 40)], tenant=5).encode())
+        h, _ = rx.read_response()
+        assert (h.status, h.detail) == (Status.OK, 40)
+        want = plain.call("logit", plain.call("minmax", x))
+        steps = [Hop.local(FunctionId.MINMAX), Hop(FunctionId.LOGIT, 1, 0)]
+        for i in range(20):
+            header = RequestHeader.chain(100 + i, steps, x.nbytes, tenant=5, reply_device=40, direct=True)
+            tx.send(header.encode() + x.tobytes())
+        got = {}
+        for _ in range(20):
+            h, p = rx.read_response()
+            assert (h.status, h.device, h.hop_index, h.tenant) == (Status.OK, 1, 1, 5)
+            got[h.request_id] = np.frombuffer(p, dtype=np.float32)
+        assert sorted(got) == list(range(100, 120))
+        for v in got.values():
+            np.testing.assert_array_equal(v, want)
+        # Another tenant's request naming endpoint 40 comes back to its sender, through A.
+        echo_b = [Hop(FunctionId.ECHO, 1, 0)]
+        other = RequestHeader.chain(200, echo_b, 2, tenant=6, reply_device=40, direct=True)
+        tx.send(other.encode() + b"hi")
+        h, p = tx.read_response()
+        assert (h.request_id, h.status, p) == (200, Status.OK, b"hi")
+        # Past the forward timeout: had a receipt been missed, A would answer TIMEOUT now.
+        assert not tx.has_data(0.8), "the sender got an answer for a directly delivered request"
+        assert not rx.has_data(0.0), "the endpoint got another tenant's answer"
+    m = metrics(a)
+    assert m[("offrac_receipts_total", "")] == 20
+    assert m[("offrac_relayed_total", "")] == m[("offrac_forwarded_total", "")] - 20
+    assert m[("offrac_forward_failures_total", "")] == a.refused_probes  # type: ignore[attr-defined]

@@ -23,6 +23,17 @@ pub fn connect_wire(spec: &BenchSpec) -> Result<Box<dyn Caller>, BenchError> {
     c.set_fragments(spec.fragments, spec.fragment_gap);
     c.set_chain(&spec.chain)?;
     c.set_timeout(Some(spec.call_timeout))?;
+    if let Some(at) = &spec.reply_at {
+        let mut rx = WireConn::connect(at, spec.busy_poll)?;
+        rx.set_timeout(Some(spec.call_timeout))?;
+        let timeout = Some(spec.call_timeout).filter(|t| !t.is_zero());
+        return Ok(Box::new(crate::DirectCaller::new(
+            c,
+            rx,
+            spec.busy_poll,
+            timeout,
+        )?));
+    }
     Ok(Box::new(c))
 }
 

@@ -35,6 +35,8 @@ pub struct WireConn {
     /// The chain every request runs instead of its mix item's single
     /// function (empty: the single function on the node addressed).
     chain: Vec<Hop>,
+    /// Answers go to this direct reply endpoint (flags bit 2).
+    direct_reply: Option<u8>,
 }
 
 impl WireConn {
@@ -54,7 +56,14 @@ impl WireConn {
             timeout: None,
             rx: Vec::new(),
             chain: Vec::new(),
+            direct_reply: None,
         })
+    }
+
+    /// Have every request's answer written to direct reply endpoint
+    /// `endpoint` by the node that ends its chain (`None`: back here).
+    pub fn set_direct_reply(&mut self, endpoint: Option<u8>) {
+        self.direct_reply = endpoint;
     }
 
     /// Split every request into `fragments` writes, `gap` apart.
@@ -96,6 +105,7 @@ impl WireConn {
             timeout: self.timeout,
             rx: Vec::new(),
             chain: self.chain.clone(),
+            direct_reply: self.direct_reply,
         })
     }
 
@@ -109,11 +119,15 @@ impl WireConn {
     ) -> Result<Instant, BenchError> {
         let len = u32::try_from(payload.len())
             .map_err(|_| BenchError::Config(format!("payload of {} bytes", payload.len())))?;
-        let h = if self.chain.is_empty() {
+        let mut h = if self.chain.is_empty() {
             RequestHeader::single(id, function, param, len)
         } else {
             RequestHeader::chain(id, &self.chain, len).expect("length checked by set_chain")
         };
+        if let Some(e) = self.direct_reply {
+            h.reply_device = e;
+            h.flags |= offrac_proto::FLAG_DIRECT_REPLY;
+        }
         let wire = h.encode_wire();
         let header = &wire[..h.wire_len()];
         let n = self.fragments;
@@ -220,6 +234,12 @@ impl WireConn {
             }
         }
         Ok(())
+    }
+}
+
+impl std::os::fd::AsRawFd for WireConn {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.stream.as_raw_fd()
     }
 }
 

@@ -16,6 +16,7 @@
 
 mod closed;
 mod conn;
+mod direct;
 mod error;
 mod open;
 mod progress;
@@ -30,6 +31,7 @@ pub mod trace;
 
 pub use closed::{connect_wire, run_closed_loop, run_closed_loop_with};
 pub use conn::{Caller, Outcome, WireConn};
+pub use direct::DirectCaller;
 pub use error::BenchError;
 pub use open::run_open_loop;
 pub use report::{BenchReport, ClientRow, Row, CSV_HEADER};

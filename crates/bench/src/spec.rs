@@ -100,6 +100,9 @@ pub struct BenchSpec {
     /// Send each request as this chain, with its mix item's payload (empty:
     /// the mix item's function alone, on the node addressed).
     pub chain: Vec<offrac_proto::Hop>,
+    /// Closed loop: each client registers a direct reply endpoint on this
+    /// node (the one that ends the chain) and gets its answers there.
+    pub reply_at: Option<String>,
 }
 
 impl BenchSpec {
@@ -120,6 +123,7 @@ impl BenchSpec {
             label: String::new(),
             item_per_client: false,
             chain: Vec::new(),
+            reply_at: None,
         }
     }
 
@@ -140,6 +144,9 @@ impl BenchSpec {
         if let Some(r) = self.rate {
             if !(r.is_finite() && r > 0.0) {
                 return bad("rate must be a positive number of requests/s");
+            }
+            if self.reply_at.is_some() {
+                return bad("a direct reply endpoint (reply_at) needs the closed loop (no rate)");
             }
         }
         Ok(())

@@ -97,6 +97,11 @@ struct LoadArgs {
     /// with its mix item's payload. Default: the mix item's function alone.
     #[arg(long)]
     chain: Option<String>,
+    /// Closed loop: each client registers as a direct reply endpoint on the node at this
+    /// HOST:PORT (the one that ends the chain), which writes the answers there instead of
+    /// sending them back along the chain's path.
+    #[arg(long, value_name = "HOST:PORT")]
+    reply_at: Option<String>,
     /// "wire" (the offrac framing: nodes, raw echo, CPU baseline) or "grpc" (closed loop only).
     #[arg(long, default_value = "wire")]
     protocol: String,
@@ -227,6 +232,12 @@ fn load(a: LoadArgs) -> Result<(), CliError> {
         spec.chain =
             offrac_proto::chain_spec::parse(c).map_err(|e| CliError::Usage(e.to_string()))?;
     }
+    if a.reply_at.is_some() && a.protocol != "wire" {
+        return Err(CliError::Usage(
+            "--reply-at needs the offrac wire protocol".into(),
+        ));
+    }
+    spec.reply_at = a.reply_at.clone();
     spec.seed = a.seed;
     spec.progress = !a.out.no_progress;
     spec.label = a.out.label.clone();

@@ -214,6 +214,7 @@ pub struct Client {
     reply_device: u8,
     /// Ask for per-hop timings in every answer.
     trace: bool,
+    direct_reply: bool,
 }
 
 impl Client {
@@ -255,6 +256,7 @@ impl Client {
             budget_us: 0,
             reply_device: offrac_proto::DEVICE_SELF,
             trace: false,
+            direct_reply: false,
         })
     }
 
@@ -336,6 +338,20 @@ impl Client {
     /// (a `call` would wait here for an answer that goes elsewhere).
     pub fn set_reply_device(&mut self, endpoint: Option<u8>) {
         self.reply_device = endpoint.unwrap_or(offrac_proto::DEVICE_SELF);
+        self.direct_reply = false;
+    }
+
+    /// Send requests whose answer the node that produces it writes to
+    /// direct reply endpoint `endpoint` itself (flags bit 2, `None`: back on
+    /// this connection). Register the endpoint, with this client's tenant,
+    /// on the node(s) where chains end ([`Client::register_reply`] on a
+    /// client of that node) and read the answers there with [`Client::recv`];
+    /// an answer no node on the path can deliver comes back here. See
+    /// "Direct replies" in `docs/protocol.md` for the one case of a second
+    /// answer (a link failing mid-chain).
+    pub fn set_direct_reply(&mut self, endpoint: Option<u8>) {
+        self.set_reply_device(endpoint);
+        self.direct_reply = endpoint.is_some();
     }
 
     pub fn set_read_timeout(&mut self, timeout: Option<Duration>) -> Result<(), ClientError> {
@@ -446,6 +462,9 @@ impl Client {
         h.reply_device = self.reply_device;
         if self.trace {
             h.flags |= offrac_proto::FLAG_TRACE;
+        }
+        if self.direct_reply {
+            h.flags |= offrac_proto::FLAG_DIRECT_REPLY;
         }
         // The header, and the hop extension for chains of more than four hops.
         let wire = h.encode_wire();

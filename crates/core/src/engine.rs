@@ -41,6 +41,27 @@ pub enum Action {
     Forward { job: Job },
 }
 
+/// Where an answer goes ([`Engine::answer_route`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Route {
+    /// The connection the answer is written to.
+    pub to: ConnId,
+    /// The request id the answer carries there: the caller's own, also on
+    /// a hop that reached this node under a link's id.
+    pub request_id: u64,
+    /// The forwarding node that sent the request, owed a receipt because
+    /// the answer went to a direct reply endpoint instead of to it.
+    pub receipt: Option<ConnId>,
+}
+
+/// A connection registered as a reply endpoint, and the tenant it
+/// registered with (direct replies are delivered only to their own tenant).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Endpoint {
+    conn: ConnId,
+    tenant: u16,
+}
+
 pub struct Engine {
     cfg: EngineConfig,
     pool: ReassemblyPool,
@@ -64,7 +85,7 @@ pub struct Engine {
     shutting_down: bool,
     drain_from: usize,
     /// Reply endpoints: the connection registered under each id.
-    reply_endpoints: Box<[Option<ConnId>; 256]>,
+    reply_endpoints: Box<[Option<Endpoint>; 256]>,
 }
 
 impl Engine {
@@ -210,19 +231,39 @@ impl Engine {
             self.collect(c.rx);
         }
         for e in self.reply_endpoints.iter_mut() {
-            if *e == Some(conn) {
+            if e.is_some_and(|e| e.conn == conn) {
                 *e = None;
             }
         }
     }
 
     /// Where the answer to request `h`, received on `conn`, goes: its reply
-    /// endpoint if it names one that is registered, else `conn`.
-    pub fn answer_conn(&self, conn: ConnId, h: &RequestHeader) -> ConnId {
+    /// endpoint if it names one that is registered, else `conn`. A direct
+    /// reply goes to its endpoint only if the endpoint was registered with
+    /// the request's tenant (another tenant's endpoint of the same id is not
+    /// its caller); otherwise back to the sender, which relays it on
+    /// towards the caller. A forwarding node that sent it gets a receipt.
+    pub fn answer_route(&self, conn: ConnId, h: &RequestHeader) -> Route {
+        let back = Route {
+            to: conn,
+            request_id: h.request_id,
+            receipt: None,
+        };
         if h.reply_device == DEVICE_SELF {
-            return conn;
+            return back;
         }
-        self.reply_endpoints[h.reply_device as usize].unwrap_or(conn)
+        let endpoint = self.reply_endpoints[h.reply_device as usize];
+        if !h.direct_reply() {
+            return endpoint.map_or(back, |e| Route { to: e.conn, ..back });
+        }
+        match endpoint {
+            Some(e) if e.tenant == h.tenant && e.conn != conn => Route {
+                to: e.conn,
+                request_id: h.caller_id(),
+                receipt: h.forwarded().then_some(conn),
+            },
+            _ => back,
+        }
     }
 
     /// `slot` finished the job it was dispatched (its answer is the driver's to write).
@@ -569,7 +610,10 @@ impl Engine {
             self.actions.push_back(Action::Describe { conn, header: h });
             return discard(len, now);
         }
-        if h.reply_device != DEVICE_SELF && self.reply_endpoints[h.reply_device as usize].is_none()
+        // A direct reply's endpoint may be on another node of the chain.
+        if h.reply_device != DEVICE_SELF
+            && !h.direct_reply()
+            && self.reply_endpoints[h.reply_device as usize].is_none()
         {
             let rd = h.reply_device;
             self.reply(
@@ -639,7 +683,7 @@ impl Engine {
             id == DEVICE_SELF
                 || id == e.cfg.device_id
                 || e.cfg.peers.contains(&id)
-                || e.reply_endpoints[id as usize].is_some_and(|c| c != conn)
+                || e.reply_endpoints[id as usize].is_some_and(|e| e.conn != conn)
         };
         let wanted = h.current_hop().param;
         let id = if h.hop_count != 1 || len != 0 {
@@ -657,7 +701,10 @@ impl Engine {
         };
         match id {
             Ok(id) => {
-                self.reply_endpoints[id as usize] = Some(conn);
+                self.reply_endpoints[id as usize] = Some(Endpoint {
+                    conn,
+                    tenant: h.tenant,
+                });
                 let mut header = ResponseHeader::answer(h, Status::Ok, self.cfg.device_id, 0);
                 header.detail = id as u64;
                 self.actions.push_back(Action::Reply {
@@ -840,9 +887,10 @@ impl Engine {
         detail: u64,
         msg: &str,
     ) {
-        let conn = self.answer_conn(conn, h);
+        let route = self.answer_route(conn, h);
         let mut header = ResponseHeader::answer(h, status, self.cfg.device_id, msg.len() as u32);
         header.detail = detail;
+
         let code = status.code();
         *self
             .stats
@@ -857,7 +905,16 @@ impl Engine {
         } else {
             self.stats.refusals_tenant_overflow += 1;
         }
-        self.push_reply(conn, header, msg);
+        let receipt = ResponseHeader::receipt_of(&header);
+        header.request_id = route.request_id;
+        self.push_reply(route.to, header, msg);
+        if let Some(sender) = route.receipt {
+            self.actions.push_back(Action::Reply {
+                conn: sender,
+                header: receipt,
+                message: String::new(),
+            });
+        }
     }
 
     /// A reply with no decodable request header behind it.

@@ -18,7 +18,7 @@ mod stats;
 mod time;
 
 pub use config::{BufferPolicy, ConfigError, EngineConfig, SlotPolicy};
-pub use engine::{Action, ConnId, Engine};
+pub use engine::{Action, ConnId, Engine, Route};
 pub use job::Job;
 pub use pool::{BufferId, ReassemblyPool};
 pub use selector::Selector;

@@ -19,7 +19,7 @@ mod links;
 pub use links::{LinkId, LinkState, LinkStats, PeerConfig};
 
 use links::Link;
-use offrac_core::{Action, ConnId, Engine, EngineConfig, Instant, Job, SlotId};
+use offrac_core::{Action, ConnId, Engine, EngineConfig, Instant, Job, Route, SlotId};
 use offrac_proto::{RequestHeader, ResponseHeader};
 use rustc_hash::FxHashMap;
 use std::cmp::Reverse;
@@ -104,6 +104,9 @@ pub enum DriverError {
 }
 
 /// What the driver asks its shell to do.
+// `Run` carries the job by value: boxing it would cost an allocation per
+// request on the hot path to save copying a few hundred bytes.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Io {
     /// Run `job` on `slot`: at once on this thread (`inline`) or on the slot's
@@ -113,10 +116,14 @@ pub enum Io {
     /// with [`ResponseHeader::answer`]) and report [`Driver::handle_answered`].
     /// If it succeeded and was not the chain's last hop, write nothing:
     /// advance the job ([`Job::advance`]) and report [`Driver::handle_hop_done`].
+    /// The answer goes to `route.to`; when `route.receipt` names a
+    /// connection (the node that forwarded the hop here), write it the
+    /// answer's receipt ([`ResponseHeader::receipt_of`]) after the answer.
     Run {
         slot: SlotId,
         job: Job,
         inline: bool,
+        route: Route,
     },
     /// Write this whole message (header, then payload) on `conn`.
     Send {
@@ -574,7 +581,13 @@ impl Driver {
                     };
                     c.answering += 1;
                     let inline = job.payload.len() <= self.inline_max[slot];
-                    self.out.push_back(Io::Run { slot, job, inline });
+                    let route = self.engine.answer_route(job.conn, &job.header);
+                    self.out.push_back(Io::Run {
+                        slot,
+                        job,
+                        inline,
+                        route,
+                    });
                 }
                 Action::Reply {
                     conn,

@@ -285,6 +285,11 @@ impl Metrics {
                 e.links.relayed,
             ),
             (
+                "offrac_receipts_total",
+                "Receipts from peers: forwarded hops whose answer a node further on wrote to the caller's direct reply endpoint.",
+                e.links.receipts,
+            ),
+            (
                 "offrac_forward_failures_total",
                 "Forwarded hops this node answered itself (link down or full, no answer in time, shutdown).",
                 e.links.failed,

@@ -596,11 +596,22 @@ impl Reactor {
     fn apply(&mut self) {
         while let Some(io) = self.driver.poll_io() {
             match io {
-                Io::Run { slot, job, inline } => {
+                Io::Run {
+                    slot,
+                    job,
+                    inline,
+                    route,
+                } => {
                     let conn = job.conn;
-                    let to = self.driver.engine().answer_conn(conn, &job.header);
-                    let out = self.out_of(to).cloned();
-                    let work = Work { job, out };
+                    let work = Work {
+                        sender: self.out_of(conn).cloned(),
+                        endpoint: (route.to != conn)
+                            .then(|| self.out_of(route.to).cloned())
+                            .flatten(),
+                        endpoint_id: route.request_id,
+                        receipt: route.receipt.is_some(),
+                        job,
+                    };
                     match (&mut self.inline[slot], inline) {
                         // Short enough to run here: no thread hand-off, no wake-up.
                         // Nothing is read before the slot is freed below.
@@ -612,7 +623,7 @@ impl Reactor {
                                 None => {
                                     self.driver.handle_slot_free(now, slot);
                                     self.driver.handle_answered(now, conn);
-                                    self.report_backlog(conn);
+                                    self.report_backlog(route.to);
                                 }
                             }
                         }

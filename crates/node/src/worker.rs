@@ -14,10 +14,35 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// A job and where its answer goes (`None`: the client is gone, skip it).
+/// A job and where its answer goes.
 pub struct Work {
     pub job: Job,
-    pub out: Option<Arc<ConnOut>>,
+    /// The connection the job came on (`None`: gone).
+    pub sender: Option<Arc<ConnOut>>,
+    /// A reply endpoint that gets the answer instead of the sender, if it
+    /// is still open when the answer is written.
+    pub endpoint: Option<Arc<ConnOut>>,
+    /// The request id the answer carries at `endpoint` (the caller's).
+    pub endpoint_id: u64,
+    /// The sender is a node, owed a receipt when the answer goes to `endpoint`.
+    pub receipt: bool,
+}
+
+impl Work {
+    /// Where the answer is written now, and who gets a receipt for it
+    /// (`None`: nobody is left to answer).
+    /// `endpoint`: whether the answer goes to the endpoint.
+    fn destination(
+        sender: Option<Arc<ConnOut>>,
+        endpoint: Option<Arc<ConnOut>>,
+        receipt: bool,
+    ) -> Option<(Arc<ConnOut>, bool, Option<Arc<ConnOut>>)> {
+        let sender = sender.filter(|o| !o.is_closed());
+        match endpoint.filter(|o| !o.is_closed()) {
+            Some(e) => Some((e, true, sender.filter(|_| receipt))),
+            None => sender.map(|s| (s, false, None)),
+        }
+    }
 }
 
 /// What a worker tells the I/O thread: for each job `SlotFree` then
@@ -78,11 +103,19 @@ impl Executor {
     /// not call `release`: the job, advanced to its next hop, is returned.
     pub fn execute(&mut self, work: Work, release: impl FnOnce()) -> Option<Job> {
         let began = Instant::now();
-        let Work { mut job, out } = work;
-        let Some(out) = out.filter(|o| !o.is_closed()) else {
+        let Work {
+            mut job,
+            sender,
+            endpoint,
+            endpoint_id,
+            receipt,
+        } = work;
+        if sender.as_ref().is_none_or(|o| o.is_closed())
+            && endpoint.as_ref().is_none_or(|o| o.is_closed())
+        {
             release();
             return None;
-        };
+        }
         self.scratch.clear();
         let hop = job.header.current_hop();
         // Queueing ends when the function starts: the hand-off to this
@@ -131,7 +164,18 @@ impl Executor {
         let mut h = ResponseHeader::answer(&job.header, status, self.device, payload.len() as u32);
         job.time_answer(&mut h, self.device, queue_ns, exec_ns);
         release();
-        out.send(&h.encode_wire()[..h.wire_len()], payload);
+        // Decided now, not at dispatch: an endpoint closed meanwhile leaves
+        // the answer to the sender (which relays it towards the caller).
+        if let Some((out, to_endpoint, receipt_to)) = Work::destination(sender, endpoint, receipt) {
+            let receipt = ResponseHeader::receipt_of(&h);
+            if to_endpoint {
+                h.request_id = endpoint_id;
+            }
+            out.send(&h.encode_wire()[..h.wire_len()], payload);
+            if let Some(r) = receipt_to {
+                r.send(&receipt.encode(), &[]);
+            }
+        }
         self.metrics.record_run(
             self.slot,
             job.function(),

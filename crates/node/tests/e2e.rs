@@ -392,6 +392,33 @@ fn a_chain_across_two_nodes_equals_its_functions_one_by_one() {
 }
 
 #[test]
+fn a_direct_reply_is_read_on_the_last_nodes_endpoint() {
+    let (a, b) = two_nodes();
+    let mut rx = Client::connect(&b.addr.to_string()).unwrap();
+    let e = rx.register_reply(Some(33)).unwrap();
+    let mut tx = Client::connect(&a.addr.to_string()).unwrap();
+    tx.set_direct_reply(Some(e));
+    let chain = [hop(FunctionId::MinMax, 0, 0), hop(FunctionId::Logit, 1, 0)];
+    let x = floats(&[-4.0, 0.5, 3.0, 12.0, 7.25]);
+    for id in 10..15 {
+        tx.send_chain(id, &chain, &x).unwrap();
+    }
+    let mut plain = Client::connect(&a.addr.to_string()).unwrap();
+    let want = plain.call_chain(&chain, &x).unwrap().payload;
+    for id in 10..15 {
+        let (h, payload) = rx.recv().unwrap();
+        assert_eq!((h.request_id, h.status, h.device), (id, Status::Ok, 1));
+        assert_eq!(payload, want);
+    }
+    // Nothing came back to the sender.
+    tx.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    assert!(tx.recv().is_err(), "the sender got an answer");
+    a.shutdown().unwrap();
+    b.shutdown().unwrap();
+}
+
+#[test]
 fn a_peer_that_went_away_is_unreachable_naming_the_hop() {
     let (a, b) = two_nodes();
     let mut c = Client::connect(&a.addr.to_string())

@@ -14,10 +14,12 @@ pub use function::{
     FUNCTIONS,
 };
 pub use request::{
-    HeaderError, Hop, RequestHeader, EXT_LEN, FLAG_HOP_EXT, FLAG_TRACE, HEADER_HOPS, MAX_BUDGET_US,
-    MAX_HOPS,
+    HeaderError, Hop, RequestHeader, EXT_LEN, FLAG_DIRECT_REPLY, FLAG_FORWARDED, FLAG_HOP_EXT,
+    FLAG_TRACE, HEADER_HOPS, MAX_BUDGET_US, MAX_HOPS,
 };
-pub use response::{HopTime, ResponseError, ResponseHeader, HOP_TIMES_LEN, RESP_FLAG_HOP_TIMES};
+pub use response::{
+    HopTime, ResponseError, ResponseHeader, HOP_TIMES_LEN, RESP_FLAG_HOP_TIMES, RESP_FLAG_RECEIPT,
+};
 pub use status::Status;
 
 /// Size of every header, request or response: one 512-bit beat.

@@ -11,7 +11,20 @@ pub const FLAG_HOP_EXT: u8 = 0x01;
 pub const EXT_LEN: usize = 64;
 /// `flags` bit 1: answer with per-hop timings (the response's timings block).
 pub const FLAG_TRACE: u8 = 0x02;
+/// `flags` bit 2: `reply_device` names a reply endpoint the caller registered
+/// (with this request's tenant) on the nodes of the chain: the node that
+/// produces the answer writes it to that endpoint directly when the endpoint
+/// is registered there, instead of sending it back along the path.
+pub const FLAG_DIRECT_REPLY: u8 = 0x04;
+/// `flags` bit 3: set by a node on every hop it forwards — the sender is a
+/// node, owed a receipt when the answer is delivered to a direct reply
+/// endpoint instead of to it.
+pub const FLAG_FORWARDED: u8 = 0x08;
+/// Every flag a request may carry.
+const KNOWN_FLAGS: u8 = FLAG_HOP_EXT | FLAG_TRACE | FLAG_DIRECT_REPLY | FLAG_FORWARDED;
 const HOPS_OFFSET: usize = 24;
+/// Where the caller's request id sits in the hop extension.
+const ORIGIN_OFFSET: usize = (MAX_HOPS - HEADER_HOPS) * HOP_LEN;
 const HOP_LEN: usize = 10;
 
 /// One step of a function chain: which function, on which device, with what parameter.
@@ -47,6 +60,11 @@ pub struct RequestHeader {
     /// not started within it is answered `TIMEOUT`.
     pub budget_us: u32,
     pub hops: [Hop; MAX_HOPS],
+    /// The caller's own request id, on a hop a node forwards with a direct
+    /// reply (`request_id` is then the link's): the id the answer carries
+    /// when it is written to the caller's endpoint. Travels in the hop
+    /// extension (bytes 40..48); 0 otherwise.
+    pub origin_id: u64,
 }
 
 /// Largest budget the 24-bit field holds (about 16.8 s).
@@ -100,6 +118,7 @@ impl RequestHeader {
             reply_device: DEVICE_SELF,
             budget_us: 0,
             hops,
+            origin_id: 0,
         }
     }
 
@@ -128,6 +147,41 @@ impl RequestHeader {
         self.flags & FLAG_TRACE != 0
     }
 
+    /// `reply_device` is an endpoint to deliver to on whichever node answers.
+    pub fn direct_reply(&self) -> bool {
+        self.flags & FLAG_DIRECT_REPLY != 0
+    }
+
+    /// A node forwarded this hop (the sender is owed receipts).
+    pub fn forwarded(&self) -> bool {
+        self.flags & FLAG_FORWARDED != 0
+    }
+
+    /// A forwarded direct-reply hop: it carries the caller's request id in
+    /// the extension, whatever its hop count.
+    pub fn carries_origin(&self) -> bool {
+        self.forwarded() && self.direct_reply()
+    }
+
+    /// The id the caller gave this request (what its answer carries when
+    /// written to the caller's reply endpoint).
+    pub fn caller_id(&self) -> u64 {
+        if self.carries_origin() {
+            self.origin_id
+        } else {
+            self.request_id
+        }
+    }
+
+    /// Set or clear [`FLAG_HOP_EXT`] as the hops and flags need it.
+    pub fn set_ext_flag(&mut self) {
+        if self.hop_count as usize > HEADER_HOPS || self.carries_origin() {
+            self.flags |= FLAG_HOP_EXT;
+        } else {
+            self.flags &= !FLAG_HOP_EXT;
+        }
+    }
+
     /// Bytes before the payload on the wire: the header, and the extension if any.
     pub fn wire_len(&self) -> usize {
         if self.has_ext() {
@@ -148,11 +202,15 @@ impl RequestHeader {
         b
     }
 
-    /// The hop extension: hops 4..8 as 10-byte records, then 24 zero bytes.
+    /// The hop extension: hops 4..8 as 10-byte records, the caller's
+    /// request id on a forwarded direct-reply hop (else 0), 16 zero bytes.
     pub fn encode_ext(&self) -> [u8; EXT_LEN] {
         let mut b = [0u8; EXT_LEN];
         for (i, hop) in self.hops[HEADER_HOPS..].iter().enumerate() {
             write_hop(&mut b[i * HOP_LEN..], hop);
+        }
+        if self.carries_origin() {
+            b[ORIGIN_OFFSET..ORIGIN_OFFSET + 8].copy_from_slice(&self.origin_id.to_le_bytes());
         }
         b
     }
@@ -164,10 +222,13 @@ impl RequestHeader {
         for i in 0..MAX_HOPS - HEADER_HOPS {
             self.hops[HEADER_HOPS + i] = read_hop(&b[i * HOP_LEN..]);
         }
-        if b[(MAX_HOPS - HEADER_HOPS) * HOP_LEN..]
-            .iter()
-            .any(|&x| x != 0)
-        {
+        let reserved = if self.carries_origin() {
+            self.origin_id = u64_at(b, ORIGIN_OFFSET);
+            ORIGIN_OFFSET + 8
+        } else {
+            ORIGIN_OFFSET
+        };
+        if b[reserved..].iter().any(|&x| x != 0) {
             return Err(HeaderError::ReservedBytes);
         }
         if let Some(i) =
@@ -228,17 +289,16 @@ impl RequestHeader {
             reply_device: b[20],
             budget_us: u32::from_le_bytes([b[21], b[22], b[23], 0]),
             hops,
+            origin_id: 0,
         };
-        if h.flags & !(FLAG_HOP_EXT | FLAG_TRACE) != 0 {
-            return Err(HeaderError::ReservedFlags(
-                h.flags & !(FLAG_HOP_EXT | FLAG_TRACE),
-            ));
+        if h.flags & !KNOWN_FLAGS != 0 {
+            return Err(HeaderError::ReservedFlags(h.flags & !KNOWN_FLAGS));
         }
         let max = if h.has_ext() { MAX_HOPS } else { HEADER_HOPS };
         if h.hop_count == 0 || h.hop_count as usize > max {
             return Err(HeaderError::BadHopCount(h.hop_count));
         }
-        if h.has_ext() && h.hop_count as usize <= HEADER_HOPS {
+        if h.has_ext() && h.hop_count as usize <= HEADER_HOPS && !h.carries_origin() {
             return Err(HeaderError::NeedlessExtension(h.hop_count));
         }
         if h.hop_index >= h.hop_count {

@@ -4,6 +4,11 @@ use crate::{u16_at, u32_at, u64_at, Status, HEADER_LEN, MAX_HOPS, RESPONSE_MAGIC
 /// header (before the payload; `payload_len` does not count it). Sent for
 /// requests flagged [`crate::FLAG_TRACE`].
 pub const RESP_FLAG_HOP_TIMES: u8 = 0x01;
+/// Response `flags` bit 1: a receipt, not an answer — the answer to this
+/// request was written to its direct reply endpoint on device `device`
+/// (status, hop and detail are the answer's; `payload_len` is 0). Sent only to
+/// nodes, on hops flagged [`crate::FLAG_FORWARDED`].
+pub const RESP_FLAG_RECEIPT: u8 = 0x02;
 /// Length of the per-hop timings block.
 pub const HOP_TIMES_LEN: usize = 64;
 
@@ -58,6 +63,8 @@ pub struct ResponseHeader {
     pub hop_times: Option<[HopTime; MAX_HOPS]>,
     /// The decoded header announced the block (until it is read).
     pending_times: bool,
+    /// A receipt for an answer delivered elsewhere ([`RESP_FLAG_RECEIPT`]).
+    pub receipt: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -86,6 +93,19 @@ impl ResponseHeader {
             detail: 0,
             hop_times: None,
             pending_times: false,
+            receipt: false,
+        }
+    }
+
+    /// The receipt for `answer`, delivered to a direct reply endpoint: the
+    /// same header without payload or timings block, flagged a receipt.
+    pub fn receipt_of(answer: &ResponseHeader) -> ResponseHeader {
+        ResponseHeader {
+            payload_len: 0,
+            hop_times: None,
+            pending_times: false,
+            receipt: true,
+            ..*answer
         }
     }
 
@@ -119,7 +139,10 @@ impl ResponseHeader {
         b[40..48].copy_from_slice(&self.exec_ns.to_le_bytes());
         b[48..56].copy_from_slice(&self.detail.to_le_bytes());
         if self.hop_times.is_some() {
-            b[3] = RESP_FLAG_HOP_TIMES;
+            b[3] |= RESP_FLAG_HOP_TIMES;
+        }
+        if self.receipt {
+            b[3] |= RESP_FLAG_RECEIPT;
         }
         b
     }
@@ -184,6 +207,7 @@ impl ResponseHeader {
             detail: u64_at(b, 48),
             hop_times: None,
             pending_times: b[3] & RESP_FLAG_HOP_TIMES != 0,
+            receipt: b[3] & RESP_FLAG_RECEIPT != 0,
         })
     }
 }

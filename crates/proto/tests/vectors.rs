@@ -1,6 +1,8 @@
 //! Check the codec byte-for-byte against `docs/vectors/headers.json`.
 
-use offrac_proto::{HeaderError, Hop, RequestHeader, ResponseHeader, Status, EXT_LEN, HEADER_LEN};
+use offrac_proto::{
+    HeaderError, Hop, RequestHeader, ResponseHeader, Status, EXT_LEN, HEADER_LEN, RESP_FLAG_RECEIPT,
+};
 use serde_json::Value;
 
 fn vectors() -> Value {
@@ -120,6 +122,8 @@ fn response_vectors_decode_and_reencode() {
         assert_eq!(h.tenant as u64, u(f, "tenant"));
         assert_eq!(h.device as u64, u(f, "device"));
         assert_eq!(h.hop_index as u64, u(f, "hop_index"));
+        let flags = f.get("flags").and_then(Value::as_u64).unwrap_or(0);
+        assert_eq!(h.receipt, flags & RESP_FLAG_RECEIPT as u64 != 0);
         assert_eq!(h.encode(), b);
     }
 }

@@ -8,7 +8,7 @@
 
 use crate::rng::Rng;
 use crate::Nanos;
-use offrac_core::{ConnId, EngineConfig, Instant, Job, SlotId};
+use offrac_core::{ConnId, EngineConfig, Instant, Job, Route, SlotId};
 use offrac_node::{Driver, DriverConfig, DriverError, Io, LinkId};
 use offrac_proto::{FunctionId, ResponseHeader, Status, HEADER_LEN};
 use std::cmp::Reverse;
@@ -168,6 +168,7 @@ enum Ev {
         slot: SlotId,
         job: Box<Job>,
         started: Nanos,
+        route: Route,
     },
     Timer(usize),
     /// A link's connect completed (`true`) or failed.
@@ -379,6 +380,15 @@ impl World {
                 self.at(t, Ev::ToClient(c, None));
                 self.clients[c].dropped_at.get_or_insert(t);
             }
+            // Its own links to peers break too: each peer sees the hang-up,
+            // and what it still writes there never reaches the restarted node.
+            if let Some((n, link)) = self.clients[c].link {
+                if n == node {
+                    self.link_clients.remove(&(n, link));
+                    self.clients[c].link = None;
+                    self.close(c);
+                }
+            }
         }
     }
 
@@ -488,9 +498,10 @@ impl World {
                 slot,
                 job,
                 started,
+                route,
             } => {
                 if !self.nodes[node].down {
-                    self.finish(node, slot, *job, started);
+                    self.finish(node, slot, *job, started, route);
                 }
             }
             Ev::Timer(node) => {
@@ -571,7 +582,12 @@ impl World {
     fn apply(&mut self, node: usize) {
         while let Some(io) = self.nodes[node].driver.poll_io() {
             match io {
-                Io::Run { slot, job, inline } => {
+                Io::Run {
+                    slot,
+                    job,
+                    inline,
+                    route,
+                } => {
                     let n = &mut self.nodes[node];
                     let started = if inline {
                         self.now
@@ -588,6 +604,7 @@ impl World {
                             slot,
                             job: Box::new(job),
                             started,
+                            route,
                         },
                     );
                 }
@@ -657,7 +674,7 @@ impl World {
 
     /// A slot's function returned: hand a chain on to its next hop, or free
     /// the slot, then write the answer.
-    fn finish(&mut self, node: usize, slot: SlotId, mut job: Job, started: Nanos) {
+    fn finish(&mut self, node: usize, slot: SlotId, mut job: Job, started: Nanos, route: Route) {
         let (status, payload) = self.result(node, &job);
         let queue_ns = Instant::from_nanos(started)
             .saturating_since(job.complete_at)
@@ -686,11 +703,19 @@ impl World {
             queue_ns,
             exec_ns,
         );
-        let to = self.nodes[node]
-            .driver
-            .engine()
-            .answer_conn(conn, &job.header);
-        self.write(node, to, &h, &payload);
+        // As the node's executor: an endpoint closed since dispatch leaves
+        // the answer to the sender, and no receipt.
+        let open = self.nodes[node].by_conn.contains_key(&route.to);
+        if open {
+            let receipt = ResponseHeader::receipt_of(&h);
+            h.request_id = route.request_id;
+            self.write(node, route.to, &h, &payload);
+            if let Some(sender) = route.receipt {
+                self.write(node, sender, &receipt, &[]);
+            }
+        } else {
+            self.write(node, conn, &h, &payload);
+        }
         self.nodes[node].driver.handle_answered(now, conn);
         self.apply(node);
     }

@@ -472,6 +472,110 @@ fn answers_go_to_the_reply_endpoint_or_back_to_the_sender_once_it_is_gone() {
     });
 }
 
+/// A request of `tenant` whose answer is written straight to reply endpoint
+/// `to` on whichever node answers it (flags bit 2).
+fn direct(id: u64, hops: &[(u8, u8, u64)], payload: &[u8], to: u8, tenant: u16) -> Vec<u8> {
+    let mut b = to_endpoint(id, hops, payload, to);
+    b[3] |= offrac_proto::FLAG_DIRECT_REPLY;
+    b[4..6].copy_from_slice(&tenant.to_le_bytes());
+    b
+}
+
+/// Register `client` as reply endpoint `id` for `tenant` on its node.
+fn register(w: &mut World, client: usize, id: u8, tenant: u16) {
+    let mut b = chain(
+        u64::MAX - 1,
+        &[(offrac_proto::FN_REGISTER_REPLY, 255, id as u64)],
+        b"",
+    );
+    b[4..6].copy_from_slice(&tenant.to_le_bytes());
+    w.send(client, &b);
+    w.run_for(MS);
+    let reg = w.drain_answers(client);
+    assert_eq!(reg.len(), 1);
+    assert_eq!(
+        (reg[0].header.status, reg[0].header.detail),
+        (Status::Ok, id as u64)
+    );
+}
+
+#[test]
+fn a_direct_reply_is_written_by_the_node_that_answers_and_receipts_settle_the_path() {
+    for_seeds(|seed| {
+        let mut w = cluster(seed, 3, |_, c| {
+            c.exec.fixed = vec![(SPIN, 5 * MS)];
+            // Long enough to pass in the test: an unsettled hop would be answered TIMEOUT.
+            c.driver.forward_timeout = std::time::Duration::from_millis(50);
+        });
+        let tx = w.connect_to(0);
+        let rx = w.connect_to(2);
+        w.run_for(MS);
+        register(&mut w, rx, 40, 5);
+        let x = floats(seed, 64);
+        let hops = [(LOGIT, 0, 0), (ECHO, 1, 0), (MINMAX, 2, 0)];
+        w.send(tx, &direct(1, &hops, &x, 40, 5));
+        // Ends on node 1, which holds no endpoint 40: back along the path.
+        w.send(tx, &direct(2, &[(ECHO, 1, 0)], b"back", 40, 5));
+        // Another tenant's request naming endpoint 40 is not delivered there.
+        w.send(tx, &direct(3, &[(ECHO, 2, 0)], b"other", 40, 6));
+        // A failure at the last node is an answer like any other: direct.
+        w.send(
+            tx,
+            &direct(4, &[(ECHO, 1, 0), (TOPK, 2, 0)], &[0; 8], 40, 5),
+        );
+        // A failure mid-chain, on a node without the endpoint: back along the path.
+        w.send(
+            tx,
+            &direct(5, &[(TOPK, 1, 0), (ECHO, 2, 0)], &[0; 8], 40, 5),
+        );
+        w.run_for(100 * MS);
+        let got = only_answer(&w, rx, 1);
+        assert_eq!(
+            got.header.status,
+            Status::Ok,
+            "{}",
+            String::from_utf8_lossy(&got.payload)
+        );
+        assert_eq!(
+            got.payload,
+            one_by_one(&[(LOGIT, 0), (ECHO, 0), (MINMAX, 0)], &x)
+        );
+        assert_eq!(got.header.device, 2);
+        assert_eq!(only_answer(&w, tx, 2).payload, b"back");
+        assert_eq!(only_answer(&w, tx, 3).payload, b"other");
+        let bad = only_answer(&w, rx, 4);
+        assert_eq!(
+            (bad.header.status, bad.header.hop_index),
+            (Status::BadInput, 1)
+        );
+        let mid = only_answer(&w, tx, 5);
+        assert_eq!(
+            (mid.header.status, mid.header.device),
+            (Status::BadInput, 1)
+        );
+        assert_eq!(
+            w.clients[tx].answers.len(),
+            3,
+            "no TIMEOUT after the receipts"
+        );
+        assert_eq!(w.clients[rx].answers.len(), 2);
+        // Receipts for 1 and 4 came back from node 2 through node 1 to node 0.
+        assert_eq!(w.node(0).driver().link_stats().receipts, 2);
+        assert_eq!(w.node(1).driver().link_stats().receipts, 2);
+        assert_eq!(w.node(0).driver().link_stats().failed, 0);
+        // In flight when the endpoint goes: the answer falls back along the path.
+        w.send(
+            tx,
+            &direct(6, &[(ECHO, 1, 0), (SPIN, 2, 1)], b"late", 40, 5),
+        );
+        w.run_for(2 * MS);
+        w.close(rx);
+        w.run_for(20 * MS);
+        assert_eq!(only_answer(&w, tx, 6).payload, b"late");
+        assert_eq!(w.clients[rx].answers.len(), 2);
+    });
+}
+
 #[test]
 fn describe_lists_functions_slots_and_peers() {
     for_seeds(|seed| {
@@ -554,8 +658,31 @@ fn fuzz_one(seed: u64) {
         assert_eq!(a.header.status, Status::Ok);
         endpoints.push(a.header.detail as u8);
     }
+    // Direct reply endpoints 200 and 201 of tenant 7 on every node.
+    let direct_rx: Vec<usize> = (0..8).map(|i| w.connect_to(i / 2)).collect();
+    w.run_for(MS);
+    for (i, &c) in direct_rx.iter().enumerate() {
+        let e = 200 + (i % 2) as u64;
+        let mut b = chain(
+            2_000_000 + c as u64,
+            &[(offrac_proto::FN_REGISTER_REPLY, 255, e)],
+            b"",
+        );
+        b[4..6].copy_from_slice(&7u16.to_le_bytes());
+        w.send(c, &b);
+    }
+    w.run_for(50 * MS);
+    for (i, &c) in direct_rx.iter().enumerate() {
+        let a = only_answer(&w, c, 2_000_000 + c as u64);
+        assert_eq!(
+            (a.header.status, a.header.detail),
+            (Status::Ok, 200 + (i % 2) as u64)
+        );
+    }
     let fs = [ECHO, SPIN, MINMAX, ECHO];
     let mut ids = Vec::new();
+    let mut direct_ids = std::collections::HashSet::new();
+    let mut expected = std::collections::HashMap::new();
     for id in 0..120u64 {
         let len = 1 + next(8) as usize;
         let hops: Vec<(u8, u8, u64)> = (0..len)
@@ -564,13 +691,23 @@ fn fuzz_one(seed: u64) {
                 (fs[next(4) as usize], device, 1)
             })
             .collect();
-        let mut bytes = chain(id, &hops, &floats(id, 1 + next(300) as usize));
+        let input = floats(id, 1 + next(300) as usize);
+        let steps: Vec<(u8, u64)> = hops.iter().map(|&(f, _, p)| (f, p)).collect();
+        expected.insert(id, one_by_one(&steps, &input));
+        let mut bytes = chain(id, &hops, &input);
         if next(4) == 0 {
             let budget = 100 + next(3_000) as u32;
             bytes[21..24].copy_from_slice(&budget.to_le_bytes()[..3]);
         }
-        if next(3) == 0 {
-            bytes[20] = endpoints[next(2) as usize];
+        match next(6) {
+            0 | 1 => bytes[20] = endpoints[next(2) as usize],
+            2 | 3 => {
+                direct_ids.insert(id);
+                bytes[20] = 200 + next(2) as u8;
+                bytes[3] |= offrac_proto::FLAG_DIRECT_REPLY;
+                bytes[4..6].copy_from_slice(&7u16.to_le_bytes());
+            }
+            _ => {}
         }
         w.send(senders[next(3) as usize], &bytes);
         ids.push(id);
@@ -604,19 +741,55 @@ fn fuzz_one(seed: u64) {
                 w.set_peers(0, all);
             }
             9 => w.close(receivers[1]),
+            10 => w.close(direct_rx[next(8) as usize]),
             _ => {}
         }
         w.run_for(next(400_000));
     }
     w.run_for(5_000 * MS);
     let mut count = std::collections::HashMap::<u64, usize>::new();
-    for c in senders.iter().chain(&receivers) {
+    for c in senders.iter().chain(&receivers).chain(&direct_rx) {
         for a in &w.clients[*c].answers {
             *count.entry(a.header.request_id).or_default() += 1;
         }
     }
+    // A direct reply is the one exception to exactly one answer: when the
+    // path back breaks or stays silent, the entry node answers UNREACHABLE or
+    // TIMEOUT and a node further on may have delivered the answer already.
     for id in ids {
-        assert_eq!(count.get(&id).copied().unwrap_or(0), 1, "request {id}");
+        let answers: Vec<&offrac_sim::world::Received> = senders
+            .iter()
+            .chain(&receivers)
+            .chain(&direct_rx)
+            .flat_map(|&c| w.answers_to(c, id))
+            .collect();
+        let n = count.get(&id).copied().unwrap_or(0);
+        assert_eq!(n, answers.len());
+        for a in answers.iter().filter(|a| a.header.status == Status::Ok) {
+            assert_eq!(
+                a.payload, expected[&id],
+                "request {id}: another request's result"
+            );
+        }
+        if direct_ids.contains(&id) && n >= 2 {
+            // Each node whose path back broke may answer once more.
+            let warned = answers.iter().filter(|a| {
+                matches!(a.header.status, Status::Unreachable | Status::Timeout)
+                    && String::from_utf8_lossy(&a.payload).contains("may have been delivered")
+            });
+            let detail: Vec<String> = answers
+                .iter()
+                .map(|a| {
+                    format!(
+                        "{:?}@{} hop {} at {}",
+                        a.header.status, a.header.device, a.header.hop_index, a.at
+                    )
+                })
+                .collect();
+            assert!(warned.count() >= n - 1, "request {id}: {detail:?}");
+            continue;
+        }
+        assert_eq!(n, 1, "request {id}");
     }
 }
 

@@ -84,6 +84,9 @@ pub struct LinkStats {
     pub failed: u64,
     /// Answers that came after their request had been answered (timed out).
     pub late: u64,
+    /// Receipts: forwarded requests whose answer the peer (or a node after
+    /// it) wrote straight to the caller's direct reply endpoint.
+    pub receipts: u64,
     pub connects: u64,
 }
 
@@ -205,7 +208,8 @@ impl Driver {
         lost.sort_unstable_by_key(|(id, _)| *id);
         self.out.push_back(Io::CloseLink { link });
         for (_, f) in lost {
-            self.fail_forwarded(now, f, Status::Unreachable, device as u64, msg);
+            let msg = maybe_delivered(&f, msg);
+            self.fail_forwarded(now, f, Status::Unreachable, device as u64, &msg);
         }
     }
 
@@ -300,6 +304,9 @@ impl Driver {
             }
             let payload = l.rx[start..start + len].to_vec();
             at = start + len;
+            if h.receipt {
+                self.link_stats.receipts += 1;
+            }
             match l.forwarded.remove(&h.request_id) {
                 Some(f) => {
                     l.bytes -= f.bytes;
@@ -365,8 +372,15 @@ impl Driver {
         let mut header = job.header;
         header.request_id = id;
         header.payload_len = job.payload.len() as u32;
-        // The answer comes back on the link; a reply endpoint is this node's to honour.
-        header.reply_device = offrac_proto::DEVICE_SELF;
+        // The answer comes back on the link and a reply endpoint is this
+        // node's to honour, unless it is a direct one: then the node that
+        // answers writes to it, if the caller registered it there.
+        if !header.direct_reply() {
+            header.reply_device = offrac_proto::DEVICE_SELF;
+        }
+        header.origin_id = job.header.caller_id();
+        header.flags |= offrac_proto::FLAG_FORWARDED;
+        header.set_ext_flag();
         // What is left of the budget travels on (time on the wire is not charged).
         if let Some(d) = job.deadline {
             let left = d.saturating_since(now).as_micros().max(1);
@@ -405,6 +419,7 @@ impl Driver {
                 "no answer from device {device} within the forward timeout of {} ms",
                 self.cfg.forward_timeout.as_millis()
             );
+            let msg = maybe_delivered(&f, &msg);
             self.fail_forwarded(now, f, Status::Timeout, device as u64, &msg);
         }
         if self.shutdown.is_some() {
@@ -457,11 +472,15 @@ impl Driver {
     }
 
     /// Relay a peer's answer to the caller, with the caller's request id and
-    /// this node's share of the timings added.
+    /// this node's share of the timings added. A receipt ends the request
+    /// here, or goes on towards the node that forwarded it to this one.
     fn relay(&mut self, now: Instant, f: Forwarded, mut h: ResponseHeader, payload: Vec<u8>) {
-        self.link_stats.relayed += 1;
         h.request_id = f.origin.request_id;
         h.tenant = f.origin.tenant;
+        if h.receipt {
+            return self.settle_receipt(now, &f, h);
+        }
+        self.link_stats.relayed += 1;
         h.reassembly_ns = h.reassembly_ns.saturating_add(f.reassembly_ns);
         h.queue_ns = h.queue_ns.saturating_add(f.queue_ns);
         h.exec_ns = h.exec_ns.saturating_add(f.exec_ns);
@@ -507,15 +526,54 @@ impl Driver {
             return; // the caller is gone
         };
         c.answering -= 1;
-        let to = self.engine.answer_conn(f.conn, &f.origin);
-        if self.conns.contains_key(&to) {
+        let route = self.engine.answer_route(f.conn, &f.origin);
+        let receipt = ResponseHeader::receipt_of(&header);
+        let mut header = header;
+        header.request_id = route.request_id;
+        if self.conns.contains_key(&route.to) {
             self.out.push_back(Io::Send {
-                conn: to,
+                conn: route.to,
                 header,
                 payload,
             });
         }
+        if let Some(sender) = route.receipt {
+            self.out.push_back(Io::Send {
+                conn: sender,
+                header: receipt,
+                payload: Vec::new(),
+            });
+        }
         self.maybe_shut(now, f.conn);
+    }
+
+    /// The answer to forwarded request `f` was delivered downstream, to its
+    /// direct reply endpoint: nothing is owed to its caller any more. A node
+    /// that forwarded it here is owed the receipt in turn.
+    fn settle_receipt(&mut self, now: Instant, f: &Forwarded, receipt: ResponseHeader) {
+        let Some(c) = self.conns.get_mut(&f.conn) else {
+            return;
+        };
+        c.answering -= 1;
+        if f.origin.forwarded() {
+            self.out.push_back(Io::Send {
+                conn: f.conn,
+                header: receipt,
+                payload: Vec::new(),
+            });
+        }
+        self.maybe_shut(now, f.conn);
+    }
+}
+
+/// The failure message of forwarded request `f`, warning when a node
+/// further on may have written its answer to the direct reply endpoint
+/// already: the one case where a caller can get a second answer.
+fn maybe_delivered(f: &Forwarded, msg: &str) -> String {
+    if f.origin.direct_reply() {
+        format!("{msg} (its direct reply may have been delivered already)")
+    } else {
+        msg.to_string()
     }
 }
 
