@@ -168,6 +168,21 @@ def test_answers_go_to_a_registered_reply_connection(node: Node) -> None:
         assert not tx.has_data(0.3), "the sending connection got an answer"
 
 
+def test_an_endpoint_closed_while_its_request_runs_leaves_the_answer_to_the_sender(node: Node) -> None:
+    """Where an answer goes is decided when it is written: the endpoint's connection closed
+    while the slot's worker ran the request, so the answer comes back on the sending one."""
+    with RawConn(node.addr) as rx, RawConn(node.addr) as tx:
+        rx.send(RequestHeader.chain(1, [Hop.local(FN_REGISTER_REPLY, DEVICE_SELF)]).encode())
+        h, _ = rx.read_response()
+        assert h.status == Status.OK
+        spin = [Hop.local(FunctionId.SPIN, 300_000)]  # 0.3 s, on the worker
+        tx.send(RequestHeader.chain(5, spin, 4, reply_device=h.detail).encode() + b"late")
+        time.sleep(0.1)
+        rx.close()
+        h, p = tx.read_response(timeout=5.0)
+        assert (h.request_id, h.status, p) == (5, Status.OK, b"late")
+
+
 def test_describe_says_what_the_node_serves(node: Node) -> None:
     with node.client() as c:
         d = c.describe()
