@@ -692,7 +692,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--library-clients", type=int, default=2, help="good offrac.Client clients")
     p.add_argument("--raw-clients", type=int, default=1, help="good raw-socket pipelined clients")
     p.add_argument("--window", type=int, default=16, help="requests in flight per good client")
-    p.add_argument("--pause-ms", type=float, default=2.0, help="good clients: pause between batches")
+    p.add_argument("--pause-ms", type=float, default=5.0, help="good clients: pause between batches")
     p.add_argument("--slowloris", type=int, default=4)
     p.add_argument("--tricklers", type=int, default=2)
     p.add_argument("--garbage", type=int, default=1)
