@@ -29,9 +29,10 @@ def style(i: int) -> dict[str, Any]:
     }
 
 
-def hollow(i: int) -> dict[str, Any]:
-    """A larger, unfilled marker: drawn over an identical series, both stay visible."""
-    return {"markerfacecolor": "none", "markersize": 11, "markeredgewidth": 1.6, "zorder": 3}
+def hollow() -> dict[str, Any]:
+    """A large unfilled ring drawn beneath the other series: for a series identical to an earlier
+    one, whose filled marker then shows inside the ring."""
+    return {"marker": "o", "markerfacecolor": "none", "markersize": 12, "markeredgewidth": 1.8, "zorder": 1.5}
 
 
 def _same(a: Sequence[float], b: Sequence[float], rel: float) -> bool:
