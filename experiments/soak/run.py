@@ -215,9 +215,21 @@ def close_hard(sock: socket.socket) -> None:
 # Good clients
 
 
+def same_bytes(want: bytes) -> Callable[[bytes], bool]:
+    return lambda got: bytes(got) == want
+
+
 def topk_check(x: npt.NDArray[np.int32], k: int) -> Callable[[bytes], bool]:
-    want = np.sort(x)[::-1][:k].tobytes()
-    return lambda got: got == want
+    return same_bytes(np.sort(x)[::-1][:k].tobytes())
+
+
+def same_array(want: npt.NDArray[Any]) -> Callable[[Any], bool]:
+    return lambda got: bool(np.array_equal(got, want))
+
+
+def close_array(want: npt.NDArray[Any]) -> Callable[[Any], bool]:
+    # float32 on both sides, computed in a different order: a few ulps apart.
+    return lambda got: bool(np.allclose(got, want, rtol=1e-4, atol=1e-5))
 
 
 class CountingClient(Client):
@@ -250,28 +262,29 @@ def good_library_client(
                 tally.connections += 1
             batch: list[tuple[concurrent.futures.Future[Any], Callable[[Any], bool]]] = []
             for _ in range(window):
+                fut: concurrent.futures.Future[Any]
                 kind = int(rng.integers(0, 4))
                 if kind == 0:
                     data = rng.bytes(int(rng.integers(1, 4096)))
                     fut = client.submit("echo", data)
-                    batch.append((fut, lambda got, d=data: bytes(got) == d))
+                    batch.append((fut, same_bytes(data)))
                 elif kind == 1:
                     xi = rng.integers(-(2**31), 2**31 - 1, int(rng.integers(64, 4096)), dtype=np.int32)
                     k = int(rng.integers(1, 33))
                     want = np.sort(xi)[::-1][:k]
                     fut = client.submit("topk", xi, k=k)
-                    batch.append((fut, lambda got, w=want: np.array_equal(got, w)))
+                    batch.append((fut, same_array(want)))
                 elif kind == 2:
                     xf = rng.uniform(0.01, 0.99, int(rng.integers(16, 2048))).astype(np.float32)
                     want_f = np.log(xf / (1 - xf))
                     fut = client.submit("logit", xf)
-                    batch.append((fut, lambda got, w=want_f: np.allclose(got, w, rtol=1e-4, atol=1e-5)))
+                    batch.append((fut, close_array(want_f)))
                 else:
                     xf = rng.standard_normal(int(rng.integers(16, 4096))).astype(np.float32)
                     lo, hi = xf.min(), xf.max()
                     want_f = (xf - lo) / (hi - lo)
                     fut = client.submit("minmax", xf)
-                    batch.append((fut, lambda got, w=want_f: np.allclose(got, w, rtol=1e-4, atol=1e-5)))
+                    batch.append((fut, close_array(want_f)))
                 tally.sent += 1
             deadline = time.monotonic() + ANSWER_TIMEOUT_S
             for fut, check in batch:
@@ -324,7 +337,7 @@ def good_raw_client(
                     if rng.random() < 0.5:
                         data = rng.bytes(int(rng.integers(1, 8192)))
                         out += encode_request(rid, ECHO, data)
-                        answers.expect(rid, lambda got, d=data: got == d)
+                        answers.expect(rid, same_bytes(data))
                     else:
                         xi = rng.integers(-(2**31), 2**31 - 1, int(rng.integers(8, 1024)), dtype=np.int32)
                         k = int(rng.integers(1, 16))
@@ -409,7 +422,7 @@ def trickler(tally: Tally, addr: tuple[str, int], stop: threading.Event, gap: fl
         try:
             req = encode_request(rid, ECHO, payload)
             sock.sendall(req[:HEADER_LEN])
-            answers.expect(rid, lambda got, p=payload: got == p)
+            answers.expect(rid, same_bytes(payload))
             pos = HEADER_LEN
             while pos < len(req) and answers.waiting and not stop.is_set():
                 step = req[pos : pos + 16]
@@ -424,7 +437,7 @@ def trickler(tally: Tally, addr: tuple[str, int], stop: threading.Event, gap: fl
                 rid += 1
                 after = rng.randbytes(rng.randint(1, 1024))
                 sock.sendall(encode_request(rid, ECHO, after))
-                answers.expect(rid, lambda got, p=after: got == p)
+                answers.expect(rid, same_bytes(after))
             deadline = time.monotonic() + ANSWER_TIMEOUT_S
             while answers.waiting and time.monotonic() < deadline and frames.drain_into(answers, 0.5):
                 pass
@@ -452,7 +465,7 @@ def garbage(tally: Tally, addr: tuple[str, int], stop: threading.Event, seed: in
             rid += 1
             data = rng.randbytes(rng.randint(1, 512))
             out += encode_request(rid, ECHO, data)
-            answers.expect(rid, lambda got, d=data: got == d)
+            answers.expect(rid, same_bytes(data))
         junk = bytearray(rng.randbytes(rng.randint(HEADER_LEN, 1024)))
         if int.from_bytes(junk[:2], "little") == REQUEST_MAGIC:
             junk[0] ^= 0xFF  # garbage, not a valid header by chance
@@ -729,9 +742,9 @@ def main(argv: list[str] | None = None) -> int:
             except Exception as e:  # a crashed client is a finding, not a silent stop
                 tally.notes[f"client crashed: {type(e).__name__}: {e}"] += 1
 
-        t = threading.Thread(target=body, name=name, daemon=True)
-        threads.append(t)
-        t.start()
+        thread = threading.Thread(target=body, name=name, daemon=True)
+        threads.append(thread)
+        thread.start()
 
     seed, window = args.seed, args.window
     for i in range(args.library_clients):
@@ -769,9 +782,9 @@ def main(argv: list[str] | None = None) -> int:
         print_row(rows[-1])
 
     stop.set()
-    for t in threads:
-        t.join(timeout=ANSWER_TIMEOUT_S + 10)
-    stuck = [t.name for t in threads if t.is_alive()]
+    for th in threads:
+        th.join(timeout=ANSWER_TIMEOUT_S + 10)
+    stuck = [th.name for th in threads if th.is_alive()]
     fds_after = -1
     if not died:
         # Clients gone: wait out the close linger (2 s by default), then every fd must be back.
