@@ -5,11 +5,13 @@
 spread (P95 - P5 of per-client medians, seed 001 Fig. 10). Node slots run with inline execution off
 (every request handed to its slot's thread), with and without the slot workers busy-polling 50 us
 after a job; also the node's default (top-k run inline on its I/O thread).
-Writes results.csv, plot.png and summary.md here; `--quick` for a smoke test.
+Writes results.csv, plot.png and summary.md here; `--quick` for a smoke test; `--plot-only` redraws
+plot.png from results.csv.
 """
 
 from __future__ import annotations
 
+import csv
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import matplotlib
 
 matplotlib.use("Agg")
+import _plots as plots
 import matplotlib.pyplot as plt
 from _bench import REPO, Server, cpu_server, finish, log, machine, md_table, node
 from _bench import load as run_load
@@ -76,38 +79,61 @@ def run() -> list[dict[str, Any]]:
     return rows
 
 
+def label_of(name: str, k: int) -> str:
+    return {
+        "node-slots": f"node, {k} slot(s)",
+        "node-slots-spin": f"node, {k} slot(s), worker spin 50 µs",
+        "cpu": f"CPU, {k} worker(s)",
+    }.get(name, "node, inline (default)")
+
+
 def plot(rows: list[dict[str, Any]]) -> None:
+    """plot.png from the rows (of a run, or of results.csv with `--plot-only`)."""
     fig, axes = plt.subplots(2, 2, figsize=(13, 9))
-    colors = {1: "tab:blue", 2: "tab:orange", 4: "tab:green"}
     for col, size in enumerate(SIZES):
         ax, sx = axes[0][col], axes[1][col]
-        for name, k, _ in servers():
+        p50: dict[str, list[float]] = {}
+        spread: dict[str, list[float]] = {}
+        for i, (name, k, _) in enumerate(servers()):
             pts = [r for r in rows if r["server"] == name and r["k"] == k and r["bytes"] == size]
             if not pts:
                 continue
+            label = label_of(name, k)
             x = [r["clients"] for r in pts]
             y = [r["p50_us"] for r in pts]
+            p50[label], spread[label] = y, [r["spread_us"] for r in pts]
             err = [[r["p50_us"] - r["p25_us"] for r in pts], [r["p75_us"] - r["p50_us"] for r in pts]]
-            style = {"node-slots": "-s", "node-slots-spin": "-.d", "cpu": "--o"}.get(name, ":^")
-            color = colors[k] if name != "node-inline" else "black"
-            label = {
-                "node-slots": f"node, {k} slot(s)",
-                "node-slots-spin": f"node, {k} slot(s), worker spin 50us",
-                "cpu": f"CPU, {k} worker(s)",
-            }.get(name, "node, inline (default)")
-            ax.errorbar(x, y, yerr=err, fmt=style, color=color, capsize=2, label=label)
-            sx.plot(x, [r["spread_us"] for r in pts], style, color=color, label=label)
+            st = plots.style(i)
+            ax.errorbar(x, y, yerr=err, capsize=2, elinewidth=0.8, alpha=0.9, label=label, **st)
+            sx.plot(x, spread[label], alpha=0.9, label=label, **st)
         ax.set_title(f"top-k {size} B: latency p50 (bars p25-p75)")
-        sx.set_title(f"top-k {size} B: cross-client spread (P95-P5 of client medians)")
+        sx.set_title(f"top-k {size} B: cross-client spread (P95-P5 of client medians; 0 for 1 client)")
+        plots.note_coinciding(ax, plots.coinciding(p50))
+        plots.note_coinciding(sx, plots.coinciding(spread))
+        ax.set_yscale("log")
+        # A spread of 0 (one client) has no logarithm: linear below 1 µs.
+        sx.set_yscale("symlog", linthresh=1.0)
         for a in (ax, sx):
-            a.set_xlabel("closed-loop clients")
-            a.set_ylabel("us")
-            a.set_yscale("log")
+            a.set_xlabel("closed-loop clients (log scale)")
+            a.set_ylabel("µs")
+            a.set_xscale("log", base=2)
+            plots.integer_ticks(a, CLIENTS)
             a.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+    plots.legend_outside(fig, axes[0][0])
     fig.suptitle("Fig. 16 on loopback: node slots vs CPU baseline workers (2 shared cores)")
     fig.tight_layout()
-    fig.savefig(HERE / "plot.png", dpi=110)
+    fig.savefig(HERE / "plot.png", dpi=110, bbox_inches="tight")
+
+
+def read_rows() -> list[dict[str, Any]]:
+    """results.csv as plot() wants it (numbers as numbers)."""
+    with (HERE / "results.csv").open() as f:
+        rows: list[dict[str, Any]] = list(csv.DictReader(f))
+    for r in rows:
+        for key, value in r.items():
+            if key != "server":
+                r[key] = float(value) if "." in value or "e" in value else int(value)
+    return rows
 
 
 def summarize(rows: list[dict[str, Any]]) -> str:
@@ -148,6 +174,9 @@ def summarize(rows: list[dict[str, Any]]) -> str:
 
 
 def main() -> None:
+    if "--plot-only" in sys.argv:  # redraw plot.png from results.csv, without running anything
+        plot(read_rows())
+        return
     finish(HERE, run(), FIELDS, plot, summarize)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import socket
+import struct
 import subprocess
 import time
 import urllib.error
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from offrac import UnknownFunctionError
+from offrac import FunctionId, UnknownFunctionError, encode_request
 
 from conftest import Node
 
@@ -138,6 +139,38 @@ def test_a_closed_pipe_ends_the_cli_quietly(node: Node, node_bin: Path) -> None:
     assert out.startswith("seed,group"), out
     assert "panicked" not in r.stderr.decode()
     assert out.strip().endswith(("status 0", "status 141")), out
+
+
+def sig_ignored(pid: int, sig: int) -> bool:
+    status = Path(f"/proc/{pid}/status").read_text()
+    mask = int(next(line for line in status.splitlines() if line.startswith("SigIgn:")).split()[1], 16)
+    return bool(mask & (1 << (sig - 1)))
+
+
+def test_servers_ignore_sigpipe_and_survive_clients_that_reset_mid_answer(node: Node, node_bin: Path) -> None:
+    """The CLI restores SIGPIPE's default for its filters (above), never for a server: a write
+    to a connection its client reset must fail on that connection only. A node with the default
+    died of SIGPIPE in the soak of issue #10, after ~5 minutes of hostile clients."""
+    assert sig_ignored(node.proc.pid, signal.SIGPIPE), "offrac serve must ignore SIGPIPE"
+    raw = subprocess.Popen(
+        [str(node_bin), "bench", "serve-raw"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
+    try:
+        assert raw.stdout is not None and b"listening" in raw.stdout.readline()
+        assert sig_ignored(raw.pid, signal.SIGPIPE), "offrac bench serve-raw must ignore SIGPIPE"
+    finally:
+        raw.terminate()
+        raw.wait(10)
+    # And in practice: clients that send requests with large answers and reset at once.
+    batch = b"".join(encode_request(i, int(FunctionId.ECHO), bytes(60_000)) for i in range(20))
+    for _ in range(30):
+        s = socket.create_connection(node.addr)
+        s.sendall(batch)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        s.close()
+    with node.client() as c:
+        assert c.call("echo", b"still here") == b"still here"
+    assert node.alive()
 
 
 def test_config_default_and_check(node_bin: Path, tmp_path: Path) -> None:

@@ -20,6 +20,13 @@ pub struct Args {
     command: Sub,
 }
 
+impl Args {
+    /// A server (the baselines), not a client.
+    pub fn serves(&self) -> bool {
+        !matches!(self.command, Sub::Load(_) | Sub::Replay(_))
+    }
+}
+
 #[derive(clap::Subcommand)]
 enum Sub {
     /// Drive load at a node (or a baseline): closed loop, or open loop with --rate.

@@ -65,6 +65,16 @@ fn main() -> ExitCode {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
     let cli = Cli::parse();
+    if serves(&cli.command) {
+        // Servers, though: a client that resets its connection while answers are
+        // written to it must cost an EPIPE on that connection, not the process
+        // (the soak of issue #10 saw a node killed by SIGPIPE after ~5 minutes
+        // of hostile clients). Rust's own default, restored.
+        // SAFETY: still before any thread exists (parsing starts none).
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+        }
+    }
     let result = match cli.command {
         Command::Serve(a) => serve::run(a),
         Command::Call(a) => call::run(a),
@@ -94,6 +104,15 @@ fn main() -> ExitCode {
             eprintln!("offrac: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Commands that accept connections from clients they do not control.
+fn serves(command: &Command) -> bool {
+    match command {
+        Command::Serve(_) => true,
+        Command::Bench(a) => a.serves(),
+        _ => false,
     }
 }
 
