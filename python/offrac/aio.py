@@ -18,9 +18,24 @@ import dataclasses
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, overload
 
-from .client import Data, Step, StepLike, _budget_us, parse_address, prepare_chain
+import numpy as np
+import numpy.typing as npt
+
+from .client import (
+    BytesInput,
+    Data,
+    FloatInput,
+    IntInput,
+    MatmulInput,
+    RaggedInput,
+    Step,
+    StepLike,
+    _budget_us,
+    parse_address,
+    prepare_chain,
+)
 from .errors import ConnectError, ConnectionClosedError, OffracError, error_for_response
 from .protocol import (
     FN_DESCRIBE,
@@ -33,6 +48,7 @@ from .protocol import (
     Status,
     function_id,
 )
+from .registry import CSR, Ragged
 
 __all__ = ["Client"]
 
@@ -130,6 +146,430 @@ class Client:
 
     # -- calls -----------------------------------------------------------------------------
 
+    # BEGIN GENERATED OVERLOADS aio-call (python/tools/gen_overloads.py)
+    @overload
+    async def call(
+        self,
+        function: Literal["echo"],
+        data: BytesInput = ...,
+        *,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[False] = ...,
+    ) -> bytes: ...
+    @overload
+    async def call(
+        self,
+        function: Literal["echo"],
+        data: BytesInput = ...,
+        *,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[True],
+    ) -> tuple[bytes, ResponseHeader]: ...
+    @overload
+    async def call(
+        self,
+        function: Literal["topk"],
+        data: IntInput,
+        *,
+        k: int,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[False] = ...,
+    ) -> npt.NDArray[np.int32]: ...
+    @overload
+    async def call(
+        self,
+        function: Literal["topk"],
+        data: IntInput,
+        *,
+        k: int,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[True],
+    ) -> tuple[npt.NDArray[np.int32], ResponseHeader]: ...
+    @overload
+    async def call(
+        self,
+        function: Literal["logit"],
+        data: FloatInput,
+        *,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[False] = ...,
+    ) -> npt.NDArray[np.float32]: ...
+    @overload
+    async def call(
+        self,
+        function: Literal["logit"],
+        data: FloatInput,
+        *,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[True],
+    ) -> tuple[npt.NDArray[np.float32], ResponseHeader]: ...
+    @overload
+    async def call(
+        self,
+        function: Literal["minmax"],
+        data: FloatInput,
+        *,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[False] = ...,
+    ) -> npt.NDArray[np.float32]: ...
+    @overload
+    async def call(
+        self,
+        function: Literal["minmax"],
+        data: FloatInput,
+        *,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[True],
+    ) -> tuple[npt.NDArray[np.float32], ResponseHeader]: ...
+    @overload
+    async def call(
+        self,
+        function: Literal["matmul"],
+        data: MatmulInput,
+        *,
+        n: int = ...,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[False] = ...,
+    ) -> npt.NDArray[np.float32]: ...
+    @overload
+    async def call(
+        self,
+        function: Literal["matmul"],
+        data: MatmulInput,
+        *,
+        n: int = ...,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[True],
+    ) -> tuple[npt.NDArray[np.float32], ResponseHeader]: ...
+    @overload
+    async def call(
+        self,
+        function: Literal["spin"],
+        data: BytesInput = ...,
+        *,
+        us: int = ...,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[False] = ...,
+    ) -> bytes: ...
+    @overload
+    async def call(
+        self,
+        function: Literal["spin"],
+        data: BytesInput = ...,
+        *,
+        us: int = ...,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[True],
+    ) -> tuple[bytes, ResponseHeader]: ...
+    @overload
+    async def call(
+        self,
+        function: Literal["mapid"],
+        data: IntInput,
+        *,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[False] = ...,
+    ) -> npt.NDArray[np.uint32]: ...
+    @overload
+    async def call(
+        self,
+        function: Literal["mapid"],
+        data: IntInput,
+        *,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[True],
+    ) -> tuple[npt.NDArray[np.uint32], ResponseHeader]: ...
+    @overload
+    async def call(
+        self,
+        function: Literal["sparsetransform"],
+        data: FloatInput,
+        *,
+        cols: int = ...,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[False] = ...,
+    ) -> CSR: ...
+    @overload
+    async def call(
+        self,
+        function: Literal["sparsetransform"],
+        data: FloatInput,
+        *,
+        cols: int = ...,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[True],
+    ) -> tuple[CSR, ResponseHeader]: ...
+    @overload
+    async def call(
+        self,
+        function: Literal["bucketize"],
+        data: FloatInput,
+        *,
+        set: int = ...,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[False] = ...,
+    ) -> npt.NDArray[np.uint32]: ...
+    @overload
+    async def call(
+        self,
+        function: Literal["bucketize"],
+        data: FloatInput,
+        *,
+        set: int = ...,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[True],
+    ) -> tuple[npt.NDArray[np.uint32], ResponseHeader]: ...
+    @overload
+    async def call(
+        self,
+        function: Literal["sigridhash"],
+        data: IntInput,
+        *,
+        max_value: int,
+        salt: int = ...,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[False] = ...,
+    ) -> npt.NDArray[np.uint32]: ...
+    @overload
+    async def call(
+        self,
+        function: Literal["sigridhash"],
+        data: IntInput,
+        *,
+        max_value: int,
+        salt: int = ...,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[True],
+    ) -> tuple[npt.NDArray[np.uint32], ResponseHeader]: ...
+    @overload
+    async def call(
+        self,
+        function: Literal["firstx"],
+        data: RaggedInput,
+        *,
+        x: int,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[False] = ...,
+    ) -> Ragged: ...
+    @overload
+    async def call(
+        self,
+        function: Literal["firstx"],
+        data: RaggedInput,
+        *,
+        x: int,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[True],
+    ) -> tuple[Ragged, ResponseHeader]: ...
+    @overload
+    async def call(
+        self,
+        function: Literal["idlisttransform"],
+        data: RaggedInput,
+        *,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[False] = ...,
+    ) -> Ragged: ...
+    @overload
+    async def call(
+        self,
+        function: Literal["idlisttransform"],
+        data: RaggedInput,
+        *,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[True],
+    ) -> tuple[Ragged, ResponseHeader]: ...
+    @overload
+    async def call(
+        self,
+        function: Literal["cartesian"],
+        data: RaggedInput,
+        *,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[False] = ...,
+    ) -> Ragged: ...
+    @overload
+    async def call(
+        self,
+        function: Literal["cartesian"],
+        data: RaggedInput,
+        *,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[True],
+    ) -> tuple[Ragged, ResponseHeader]: ...
+    @overload
+    async def call(
+        self,
+        function: Literal["ngram"],
+        data: RaggedInput,
+        *,
+        n: int,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[False] = ...,
+    ) -> Ragged: ...
+    @overload
+    async def call(
+        self,
+        function: Literal["ngram"],
+        data: RaggedInput,
+        *,
+        n: int,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[True],
+    ) -> tuple[Ragged, ResponseHeader]: ...
+    @overload
+    async def call(
+        self,
+        function: Literal["getlocalhour"],
+        data: IntInput,
+        *,
+        utc_offset_s: int = ...,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[False] = ...,
+    ) -> npt.NDArray[np.uint32]: ...
+    @overload
+    async def call(
+        self,
+        function: Literal["getlocalhour"],
+        data: IntInput,
+        *,
+        utc_offset_s: int = ...,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[True],
+    ) -> tuple[npt.NDArray[np.uint32], ResponseHeader]: ...
+    @overload
+    async def call(
+        self,
+        function: Literal["onehot"],
+        data: IntInput,
+        *,
+        classes: int,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[False] = ...,
+    ) -> npt.NDArray[np.float32]: ...
+    @overload
+    async def call(
+        self,
+        function: Literal["onehot"],
+        data: IntInput,
+        *,
+        classes: int,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[True],
+    ) -> tuple[npt.NDArray[np.float32], ResponseHeader]: ...
+    @overload
+    async def call(
+        self,
+        function: Literal["boxcox"],
+        data: FloatInput,
+        *,
+        lmbda: float = ...,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[False] = ...,
+    ) -> npt.NDArray[np.float32]: ...
+    @overload
+    async def call(
+        self,
+        function: Literal["boxcox"],
+        data: FloatInput,
+        *,
+        lmbda: float = ...,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[True],
+    ) -> tuple[npt.NDArray[np.float32], ResponseHeader]: ...
+    @overload
+    async def call(
+        self,
+        function: int,
+        data: Data = ...,
+        *,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: bool = ...,
+        **params: object,
+    ) -> Any: ...
+    @overload
+    async def call(
+        self,
+        function: str,
+        data: Data = ...,
+        *,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: bool = ...,
+        param: int = ...,
+    ) -> Any: ...
+    # END GENERATED OVERLOADS aio-call
     async def call(
         self,
         function: str | int,

@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, TypeGuard, TypeVar
+from typing import Any, Final, Literal, TypeGuard, TypeVar, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -39,7 +39,7 @@ from .protocol import (
     function_id,
     function_name,
 )
-from .registry import FUNCTIONS, FunctionSpec, decode_output, encode_input, pack_params
+from .registry import CSR, FUNCTIONS, FunctionSpec, Ragged, decode_output, encode_input, pack_params
 
 __all__ = ["Client", "RequestFuture", "Step", "parse_address"]
 
@@ -51,6 +51,15 @@ _I32 = np.iinfo(np.int32)
 Result = npt.NDArray[Any] | bytes
 #: Input accepted by :meth:`Client.call`.
 Data = bytes | bytearray | memoryview | npt.ArrayLike | tuple[npt.ArrayLike, npt.ArrayLike]
+
+#: Inputs by the element type a function takes, for the typed overloads of ``call`` and
+#: ``submit`` (raw bytes always pass through as they are).
+BytesInput = bytes | bytearray | memoryview
+IntInput = npt.NDArray[np.integer[Any]] | Sequence[int] | BytesInput
+FloatInput = npt.NDArray[np.integer[Any] | np.floating[Any]] | Sequence[float] | BytesInput
+RaggedInput = Ragged | Sequence[Sequence[int] | npt.NDArray[np.integer[Any]]] | BytesInput
+#: matmul: one n x n matrix, or the pair (a, b).
+MatmulInput = FloatInput | tuple[npt.ArrayLike, npt.ArrayLike]
 
 _T = TypeVar("_T")
 
@@ -462,6 +471,394 @@ class Client:
 
     # -- public API -----------------------------------------------------------------------
 
+    # BEGIN GENERATED OVERLOADS submit (python/tools/gen_overloads.py)
+    @overload
+    def submit(
+        self,
+        function: Literal["echo"],
+        data: BytesInput = ...,
+        *,
+        tenant: int | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[False] = ...,
+    ) -> RequestFuture[bytes]: ...
+    @overload
+    def submit(
+        self,
+        function: Literal["echo"],
+        data: BytesInput = ...,
+        *,
+        tenant: int | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[True],
+    ) -> RequestFuture[tuple[bytes, ResponseHeader]]: ...
+    @overload
+    def submit(
+        self,
+        function: Literal["topk"],
+        data: IntInput,
+        *,
+        k: int,
+        tenant: int | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[False] = ...,
+    ) -> RequestFuture[npt.NDArray[np.int32]]: ...
+    @overload
+    def submit(
+        self,
+        function: Literal["topk"],
+        data: IntInput,
+        *,
+        k: int,
+        tenant: int | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[True],
+    ) -> RequestFuture[tuple[npt.NDArray[np.int32], ResponseHeader]]: ...
+    @overload
+    def submit(
+        self,
+        function: Literal["logit"],
+        data: FloatInput,
+        *,
+        tenant: int | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[False] = ...,
+    ) -> RequestFuture[npt.NDArray[np.float32]]: ...
+    @overload
+    def submit(
+        self,
+        function: Literal["logit"],
+        data: FloatInput,
+        *,
+        tenant: int | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[True],
+    ) -> RequestFuture[tuple[npt.NDArray[np.float32], ResponseHeader]]: ...
+    @overload
+    def submit(
+        self,
+        function: Literal["minmax"],
+        data: FloatInput,
+        *,
+        tenant: int | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[False] = ...,
+    ) -> RequestFuture[npt.NDArray[np.float32]]: ...
+    @overload
+    def submit(
+        self,
+        function: Literal["minmax"],
+        data: FloatInput,
+        *,
+        tenant: int | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[True],
+    ) -> RequestFuture[tuple[npt.NDArray[np.float32], ResponseHeader]]: ...
+    @overload
+    def submit(
+        self,
+        function: Literal["matmul"],
+        data: MatmulInput,
+        *,
+        n: int = ...,
+        tenant: int | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[False] = ...,
+    ) -> RequestFuture[npt.NDArray[np.float32]]: ...
+    @overload
+    def submit(
+        self,
+        function: Literal["matmul"],
+        data: MatmulInput,
+        *,
+        n: int = ...,
+        tenant: int | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[True],
+    ) -> RequestFuture[tuple[npt.NDArray[np.float32], ResponseHeader]]: ...
+    @overload
+    def submit(
+        self,
+        function: Literal["spin"],
+        data: BytesInput = ...,
+        *,
+        us: int = ...,
+        tenant: int | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[False] = ...,
+    ) -> RequestFuture[bytes]: ...
+    @overload
+    def submit(
+        self,
+        function: Literal["spin"],
+        data: BytesInput = ...,
+        *,
+        us: int = ...,
+        tenant: int | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[True],
+    ) -> RequestFuture[tuple[bytes, ResponseHeader]]: ...
+    @overload
+    def submit(
+        self,
+        function: Literal["mapid"],
+        data: IntInput,
+        *,
+        tenant: int | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[False] = ...,
+    ) -> RequestFuture[npt.NDArray[np.uint32]]: ...
+    @overload
+    def submit(
+        self,
+        function: Literal["mapid"],
+        data: IntInput,
+        *,
+        tenant: int | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[True],
+    ) -> RequestFuture[tuple[npt.NDArray[np.uint32], ResponseHeader]]: ...
+    @overload
+    def submit(
+        self,
+        function: Literal["sparsetransform"],
+        data: FloatInput,
+        *,
+        cols: int = ...,
+        tenant: int | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[False] = ...,
+    ) -> RequestFuture[CSR]: ...
+    @overload
+    def submit(
+        self,
+        function: Literal["sparsetransform"],
+        data: FloatInput,
+        *,
+        cols: int = ...,
+        tenant: int | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[True],
+    ) -> RequestFuture[tuple[CSR, ResponseHeader]]: ...
+    @overload
+    def submit(
+        self,
+        function: Literal["bucketize"],
+        data: FloatInput,
+        *,
+        set: int = ...,
+        tenant: int | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[False] = ...,
+    ) -> RequestFuture[npt.NDArray[np.uint32]]: ...
+    @overload
+    def submit(
+        self,
+        function: Literal["bucketize"],
+        data: FloatInput,
+        *,
+        set: int = ...,
+        tenant: int | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[True],
+    ) -> RequestFuture[tuple[npt.NDArray[np.uint32], ResponseHeader]]: ...
+    @overload
+    def submit(
+        self,
+        function: Literal["sigridhash"],
+        data: IntInput,
+        *,
+        max_value: int,
+        salt: int = ...,
+        tenant: int | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[False] = ...,
+    ) -> RequestFuture[npt.NDArray[np.uint32]]: ...
+    @overload
+    def submit(
+        self,
+        function: Literal["sigridhash"],
+        data: IntInput,
+        *,
+        max_value: int,
+        salt: int = ...,
+        tenant: int | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[True],
+    ) -> RequestFuture[tuple[npt.NDArray[np.uint32], ResponseHeader]]: ...
+    @overload
+    def submit(
+        self,
+        function: Literal["firstx"],
+        data: RaggedInput,
+        *,
+        x: int,
+        tenant: int | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[False] = ...,
+    ) -> RequestFuture[Ragged]: ...
+    @overload
+    def submit(
+        self,
+        function: Literal["firstx"],
+        data: RaggedInput,
+        *,
+        x: int,
+        tenant: int | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[True],
+    ) -> RequestFuture[tuple[Ragged, ResponseHeader]]: ...
+    @overload
+    def submit(
+        self,
+        function: Literal["idlisttransform"],
+        data: RaggedInput,
+        *,
+        tenant: int | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[False] = ...,
+    ) -> RequestFuture[Ragged]: ...
+    @overload
+    def submit(
+        self,
+        function: Literal["idlisttransform"],
+        data: RaggedInput,
+        *,
+        tenant: int | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[True],
+    ) -> RequestFuture[tuple[Ragged, ResponseHeader]]: ...
+    @overload
+    def submit(
+        self,
+        function: Literal["cartesian"],
+        data: RaggedInput,
+        *,
+        tenant: int | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[False] = ...,
+    ) -> RequestFuture[Ragged]: ...
+    @overload
+    def submit(
+        self,
+        function: Literal["cartesian"],
+        data: RaggedInput,
+        *,
+        tenant: int | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[True],
+    ) -> RequestFuture[tuple[Ragged, ResponseHeader]]: ...
+    @overload
+    def submit(
+        self,
+        function: Literal["ngram"],
+        data: RaggedInput,
+        *,
+        n: int,
+        tenant: int | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[False] = ...,
+    ) -> RequestFuture[Ragged]: ...
+    @overload
+    def submit(
+        self,
+        function: Literal["ngram"],
+        data: RaggedInput,
+        *,
+        n: int,
+        tenant: int | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[True],
+    ) -> RequestFuture[tuple[Ragged, ResponseHeader]]: ...
+    @overload
+    def submit(
+        self,
+        function: Literal["getlocalhour"],
+        data: IntInput,
+        *,
+        utc_offset_s: int = ...,
+        tenant: int | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[False] = ...,
+    ) -> RequestFuture[npt.NDArray[np.uint32]]: ...
+    @overload
+    def submit(
+        self,
+        function: Literal["getlocalhour"],
+        data: IntInput,
+        *,
+        utc_offset_s: int = ...,
+        tenant: int | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[True],
+    ) -> RequestFuture[tuple[npt.NDArray[np.uint32], ResponseHeader]]: ...
+    @overload
+    def submit(
+        self,
+        function: Literal["onehot"],
+        data: IntInput,
+        *,
+        classes: int,
+        tenant: int | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[False] = ...,
+    ) -> RequestFuture[npt.NDArray[np.float32]]: ...
+    @overload
+    def submit(
+        self,
+        function: Literal["onehot"],
+        data: IntInput,
+        *,
+        classes: int,
+        tenant: int | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[True],
+    ) -> RequestFuture[tuple[npt.NDArray[np.float32], ResponseHeader]]: ...
+    @overload
+    def submit(
+        self,
+        function: Literal["boxcox"],
+        data: FloatInput,
+        *,
+        lmbda: float = ...,
+        tenant: int | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[False] = ...,
+    ) -> RequestFuture[npt.NDArray[np.float32]]: ...
+    @overload
+    def submit(
+        self,
+        function: Literal["boxcox"],
+        data: FloatInput,
+        *,
+        lmbda: float = ...,
+        tenant: int | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[True],
+    ) -> RequestFuture[tuple[npt.NDArray[np.float32], ResponseHeader]]: ...
+    @overload
+    def submit(
+        self,
+        function: int,
+        data: Data = ...,
+        *,
+        tenant: int | None = ...,
+        budget: float | None = ...,
+        return_info: bool = ...,
+        **params: object,
+    ) -> RequestFuture[Any]: ...
+    @overload
+    def submit(
+        self,
+        function: str,
+        data: Data = ...,
+        *,
+        tenant: int | None = ...,
+        budget: float | None = ...,
+        return_info: bool = ...,
+        param: int = ...,
+    ) -> RequestFuture[Any]: ...
+    # END GENERATED OVERLOADS submit
     def submit(
         self,
         function: str | int,
@@ -540,6 +937,430 @@ class Client:
             timeout,
         )
 
+    # BEGIN GENERATED OVERLOADS call (python/tools/gen_overloads.py)
+    @overload
+    def call(
+        self,
+        function: Literal["echo"],
+        data: BytesInput = ...,
+        *,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[False] = ...,
+    ) -> bytes: ...
+    @overload
+    def call(
+        self,
+        function: Literal["echo"],
+        data: BytesInput = ...,
+        *,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[True],
+    ) -> tuple[bytes, ResponseHeader]: ...
+    @overload
+    def call(
+        self,
+        function: Literal["topk"],
+        data: IntInput,
+        *,
+        k: int,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[False] = ...,
+    ) -> npt.NDArray[np.int32]: ...
+    @overload
+    def call(
+        self,
+        function: Literal["topk"],
+        data: IntInput,
+        *,
+        k: int,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[True],
+    ) -> tuple[npt.NDArray[np.int32], ResponseHeader]: ...
+    @overload
+    def call(
+        self,
+        function: Literal["logit"],
+        data: FloatInput,
+        *,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[False] = ...,
+    ) -> npt.NDArray[np.float32]: ...
+    @overload
+    def call(
+        self,
+        function: Literal["logit"],
+        data: FloatInput,
+        *,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[True],
+    ) -> tuple[npt.NDArray[np.float32], ResponseHeader]: ...
+    @overload
+    def call(
+        self,
+        function: Literal["minmax"],
+        data: FloatInput,
+        *,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[False] = ...,
+    ) -> npt.NDArray[np.float32]: ...
+    @overload
+    def call(
+        self,
+        function: Literal["minmax"],
+        data: FloatInput,
+        *,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[True],
+    ) -> tuple[npt.NDArray[np.float32], ResponseHeader]: ...
+    @overload
+    def call(
+        self,
+        function: Literal["matmul"],
+        data: MatmulInput,
+        *,
+        n: int = ...,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[False] = ...,
+    ) -> npt.NDArray[np.float32]: ...
+    @overload
+    def call(
+        self,
+        function: Literal["matmul"],
+        data: MatmulInput,
+        *,
+        n: int = ...,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[True],
+    ) -> tuple[npt.NDArray[np.float32], ResponseHeader]: ...
+    @overload
+    def call(
+        self,
+        function: Literal["spin"],
+        data: BytesInput = ...,
+        *,
+        us: int = ...,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[False] = ...,
+    ) -> bytes: ...
+    @overload
+    def call(
+        self,
+        function: Literal["spin"],
+        data: BytesInput = ...,
+        *,
+        us: int = ...,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[True],
+    ) -> tuple[bytes, ResponseHeader]: ...
+    @overload
+    def call(
+        self,
+        function: Literal["mapid"],
+        data: IntInput,
+        *,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[False] = ...,
+    ) -> npt.NDArray[np.uint32]: ...
+    @overload
+    def call(
+        self,
+        function: Literal["mapid"],
+        data: IntInput,
+        *,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[True],
+    ) -> tuple[npt.NDArray[np.uint32], ResponseHeader]: ...
+    @overload
+    def call(
+        self,
+        function: Literal["sparsetransform"],
+        data: FloatInput,
+        *,
+        cols: int = ...,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[False] = ...,
+    ) -> CSR: ...
+    @overload
+    def call(
+        self,
+        function: Literal["sparsetransform"],
+        data: FloatInput,
+        *,
+        cols: int = ...,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[True],
+    ) -> tuple[CSR, ResponseHeader]: ...
+    @overload
+    def call(
+        self,
+        function: Literal["bucketize"],
+        data: FloatInput,
+        *,
+        set: int = ...,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[False] = ...,
+    ) -> npt.NDArray[np.uint32]: ...
+    @overload
+    def call(
+        self,
+        function: Literal["bucketize"],
+        data: FloatInput,
+        *,
+        set: int = ...,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[True],
+    ) -> tuple[npt.NDArray[np.uint32], ResponseHeader]: ...
+    @overload
+    def call(
+        self,
+        function: Literal["sigridhash"],
+        data: IntInput,
+        *,
+        max_value: int,
+        salt: int = ...,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[False] = ...,
+    ) -> npt.NDArray[np.uint32]: ...
+    @overload
+    def call(
+        self,
+        function: Literal["sigridhash"],
+        data: IntInput,
+        *,
+        max_value: int,
+        salt: int = ...,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[True],
+    ) -> tuple[npt.NDArray[np.uint32], ResponseHeader]: ...
+    @overload
+    def call(
+        self,
+        function: Literal["firstx"],
+        data: RaggedInput,
+        *,
+        x: int,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[False] = ...,
+    ) -> Ragged: ...
+    @overload
+    def call(
+        self,
+        function: Literal["firstx"],
+        data: RaggedInput,
+        *,
+        x: int,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[True],
+    ) -> tuple[Ragged, ResponseHeader]: ...
+    @overload
+    def call(
+        self,
+        function: Literal["idlisttransform"],
+        data: RaggedInput,
+        *,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[False] = ...,
+    ) -> Ragged: ...
+    @overload
+    def call(
+        self,
+        function: Literal["idlisttransform"],
+        data: RaggedInput,
+        *,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[True],
+    ) -> tuple[Ragged, ResponseHeader]: ...
+    @overload
+    def call(
+        self,
+        function: Literal["cartesian"],
+        data: RaggedInput,
+        *,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[False] = ...,
+    ) -> Ragged: ...
+    @overload
+    def call(
+        self,
+        function: Literal["cartesian"],
+        data: RaggedInput,
+        *,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[True],
+    ) -> tuple[Ragged, ResponseHeader]: ...
+    @overload
+    def call(
+        self,
+        function: Literal["ngram"],
+        data: RaggedInput,
+        *,
+        n: int,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[False] = ...,
+    ) -> Ragged: ...
+    @overload
+    def call(
+        self,
+        function: Literal["ngram"],
+        data: RaggedInput,
+        *,
+        n: int,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[True],
+    ) -> tuple[Ragged, ResponseHeader]: ...
+    @overload
+    def call(
+        self,
+        function: Literal["getlocalhour"],
+        data: IntInput,
+        *,
+        utc_offset_s: int = ...,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[False] = ...,
+    ) -> npt.NDArray[np.uint32]: ...
+    @overload
+    def call(
+        self,
+        function: Literal["getlocalhour"],
+        data: IntInput,
+        *,
+        utc_offset_s: int = ...,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[True],
+    ) -> tuple[npt.NDArray[np.uint32], ResponseHeader]: ...
+    @overload
+    def call(
+        self,
+        function: Literal["onehot"],
+        data: IntInput,
+        *,
+        classes: int,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[False] = ...,
+    ) -> npt.NDArray[np.float32]: ...
+    @overload
+    def call(
+        self,
+        function: Literal["onehot"],
+        data: IntInput,
+        *,
+        classes: int,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[True],
+    ) -> tuple[npt.NDArray[np.float32], ResponseHeader]: ...
+    @overload
+    def call(
+        self,
+        function: Literal["boxcox"],
+        data: FloatInput,
+        *,
+        lmbda: float = ...,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[False] = ...,
+    ) -> npt.NDArray[np.float32]: ...
+    @overload
+    def call(
+        self,
+        function: Literal["boxcox"],
+        data: FloatInput,
+        *,
+        lmbda: float = ...,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[True],
+    ) -> tuple[npt.NDArray[np.float32], ResponseHeader]: ...
+    @overload
+    def call(
+        self,
+        function: int,
+        data: Data = ...,
+        *,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: bool = ...,
+        **params: object,
+    ) -> Any: ...
+    @overload
+    def call(
+        self,
+        function: str,
+        data: Data = ...,
+        *,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: bool = ...,
+        param: int = ...,
+    ) -> Any: ...
+    # END GENERATED OVERLOADS call
     def call(
         self,
         function: str | int,
