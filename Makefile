@@ -5,7 +5,7 @@
 CARGO ?= cargo
 PYTHON ?= python3
 
-.PHONY: build demo test test-rust test-python python-deps lint bench-kernels
+.PHONY: build demo test test-rust test-python python-deps lint typecheck bench-kernels
 
 build:
 	$(CARGO) build --release --workspace --bins --examples
@@ -31,6 +31,14 @@ lint: python-deps
 	$(PYTHON) -m ruff format --check python
 	$(PYTHON) -m ruff check --config python/pyproject.toml experiments
 	$(PYTHON) -m ruff format --config python/pyproject.toml --check experiments
+
+# The Python package's public API fully typed (pyright's type completeness, from npm), checked
+# on a regular (not editable) install in a throw-away venv, as a user would get it.
+typecheck:
+	rm -rf target/typecheck-venv
+	$(PYTHON) -m venv target/typecheck-venv
+	target/typecheck-venv/bin/pip install --quiet --disable-pip-version-check ./python
+	PATH=$(CURDIR)/target/typecheck-venv/bin:$$PATH pyright --verifytypes offrac --ignoreexternal
 
 bench-kernels:
 	$(CARGO) run --release -p offrac-accel --example kernel_bench

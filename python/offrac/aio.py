@@ -79,13 +79,13 @@ class Client:
         tenant: int,
         budget: float | None,
     ) -> None:
-        self.address = address
-        self.timeout = timeout
-        self.busy_retries = busy_retries
-        self.busy_backoff = busy_backoff
-        self.busy_backoff_max = busy_backoff_max
-        self.tenant = tenant
-        self.budget = budget
+        self.address: tuple[str, int] = address
+        self.timeout: float | None = timeout
+        self.busy_retries: int = busy_retries
+        self.busy_backoff: tuple[float, float] = busy_backoff
+        self.busy_backoff_max: float = busy_backoff_max
+        self.tenant: int = tenant
+        self.budget: float | None = budget
         self.last_response: ResponseHeader | None = None
         self._reader = reader
         self._writer = writer

@@ -204,11 +204,11 @@ class Step:
     __slots__ = ("device", "function", "param")
 
     def __init__(self, function: str | int, *, device: int = DEVICE_SELF, **params: object) -> None:
-        self.function = function_id(function)
-        self.param = param_of(self.function, params)
+        self.function: int = function_id(function)
+        self.param: int = param_of(self.function, params)
         if not 0 <= device <= 0xFF:
             raise ValueError(f"device {device} outside 0..=255")
-        self.device = device
+        self.device: int = device
 
     def hop(self) -> Hop:
         return Hop(self.function, self.device, self.param)
@@ -348,16 +348,16 @@ class Client:
         lo, hi = busy_backoff
         if not 0 <= lo <= hi:
             raise ValueError("busy_backoff must be (low, high) with 0 <= low <= high")
-        self.address = parse_address(address)
-        self.timeout = timeout
-        self.busy_retries = busy_retries
-        self.busy_backoff = (float(lo), float(hi))
-        self.busy_backoff_max = float(busy_backoff_max)
-        self.tenant = tenant
+        self.address: tuple[str, int] = parse_address(address)
+        self.timeout: float | None = timeout
+        self.busy_retries: int = busy_retries
+        self.busy_backoff: tuple[float, float] = (float(lo), float(hi))
+        self.busy_backoff_max: float = float(busy_backoff_max)
+        self.tenant: int = tenant
         self.budget = budget
         self.trace = trace
         _budget_us(budget)  # checked now, not at the first call
-        self.busy_retries_done = 0
+        self.busy_retries_done: int = 0
         self.last_response: ResponseHeader | None = None
 
         if reconnect_attempts < 1 or not 0 < reconnect_backoff[0] <= reconnect_backoff[1]:
@@ -366,7 +366,7 @@ class Client:
         self.reconnect_attempts = reconnect_attempts
         self.reconnect_backoff = reconnect_backoff
         #: Times the client reconnected after losing its connection.
-        self.reconnects = 0
+        self.reconnects: int = 0
         self._connect_timeout = connect_timeout if connect_timeout is not None else timeout
         self._nodelay = nodelay
         self._sock = self._open_socket()

@@ -43,11 +43,11 @@ class OffracError(Exception):
         detail: int = 0,
         header: ResponseHeader | None = None,
     ) -> None:
-        self.status = status if status is not None else self.STATUS
-        self.request_id = request_id
-        self.message = message
-        self.detail = detail
-        self.header = header
+        self.status: Status | None = status if status is not None else self.STATUS
+        self.request_id: int | None = request_id
+        self.message: str = message
+        self.detail: int = detail
+        self.header: ResponseHeader | None = header
         super().__init__(self._describe())
 
     @property
@@ -96,43 +96,43 @@ def _rebuild(
 class BusyError(OffracError):
     """BUSY: no reassembly buffer was free (after the client's retries, if any)."""
 
-    STATUS = Status.BUSY
+    STATUS: Status | None = Status.BUSY
 
 
 class UnknownFunctionError(OffracError):
     """UNKNOWN_FUNCTION: no slot hosts the function; ``detail`` is the function id."""
 
-    STATUS = Status.UNKNOWN_FUNCTION
+    STATUS: Status | None = Status.UNKNOWN_FUNCTION
 
 
 class TooLargeError(OffracError):
     """TOO_LARGE: the payload exceeds the node's maximum; ``detail`` is the maximum."""
 
-    STATUS = Status.TOO_LARGE
+    STATUS: Status | None = Status.TOO_LARGE
 
 
 class MalformedError(OffracError):
     """MALFORMED: the node rejected the header."""
 
-    STATUS = Status.MALFORMED
+    STATUS: Status | None = Status.MALFORMED
 
 
 class BadInputError(OffracError):
     """BAD_INPUT: the function rejected the payload or parameter."""
 
-    STATUS = Status.BAD_INPUT
+    STATUS: Status | None = Status.BAD_INPUT
 
 
 class InternalError(OffracError):
     """INTERNAL: a bug in the node or a function."""
 
-    STATUS = Status.INTERNAL
+    STATUS: Status | None = Status.INTERNAL
 
 
 class UnsupportedVersionError(OffracError):
     """UNSUPPORTED_VERSION: the node does not speak this version; ``detail`` is its highest."""
 
-    STATUS = Status.UNSUPPORTED_VERSION
+    STATUS: Status | None = Status.UNSUPPORTED_VERSION
 
 
 class RequestTimeoutError(OffracError):
@@ -140,19 +140,19 @@ class RequestTimeoutError(OffracError):
     hop got no answer, or it stalled mid-transfer). Not a builtin :class:`TimeoutError`, which
     is what a client-side timeout raises: the two stay apart in ``except`` clauses."""
 
-    STATUS = Status.TIMEOUT
+    STATUS: Status | None = Status.TIMEOUT
 
 
 class ShuttingDownError(OffracError):
     """SHUTTING_DOWN: the node is shutting down and did not run the request."""
 
-    STATUS = Status.SHUTTING_DOWN
+    STATUS: Status | None = Status.SHUTTING_DOWN
 
 
 class UnsupportedError(OffracError):
     """UNSUPPORTED: a valid request the node cannot serve (not sent by this version of the node)."""
 
-    STATUS = Status.UNSUPPORTED
+    STATUS: Status | None = Status.UNSUPPORTED
 
 
 class UnreachableError(OffracError):
@@ -160,7 +160,7 @@ class UnreachableError(OffracError):
     the link to it is down or broke before the hop's answer); ``hop`` is that hop, ``detail``
     the device id. The hop may have run if the link broke."""
 
-    STATUS = Status.UNREACHABLE
+    STATUS: Status | None = Status.UNREACHABLE
 
 
 class ConnectionClosedError(OffracError, ConnectionError):
