@@ -5,7 +5,7 @@
 CARGO ?= cargo
 PYTHON ?= python3
 
-.PHONY: build demo test test-rust test-python python-deps lint typecheck bench-kernels
+.PHONY: build demo test test-rust test-python python-deps lint typecheck api-docs bench-kernels
 
 build:
 	$(CARGO) build --release --workspace --bins --examples
@@ -39,6 +39,10 @@ typecheck:
 	$(PYTHON) -m venv target/typecheck-venv
 	target/typecheck-venv/bin/pip install --quiet --disable-pip-version-check ./python
 	PATH=$(CURDIR)/target/typecheck-venv/bin:$$PATH pyright --verifytypes offrac --ignoreexternal
+
+# The Python API reference, generated from the docstrings (open target/api-docs/index.html).
+api-docs: python-deps
+	$(PYTHON) -m pdoc --output-directory target/api-docs offrac
 
 bench-kernels:
 	$(CARGO) run --release -p offrac-accel --example kernel_bench
