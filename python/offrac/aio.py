@@ -78,8 +78,16 @@ class Client:
         busy_backoff_max: float,
         tenant: int,
         budget: float | None,
+        reconnect: bool = False,
+        reconnect_attempts: int = 5,
+        reconnect_backoff: tuple[float, float] = (0.05, 1.0),
     ) -> None:
         self.address: tuple[str, int] = address
+        self.reconnect: bool = reconnect
+        self.reconnect_attempts: int = reconnect_attempts
+        self.reconnect_backoff: tuple[float, float] = reconnect_backoff
+        #: Times the client connected again after losing its connection.
+        self.reconnects: int = 0
         self.timeout: float | None = timeout
         self.busy_retries: int = busy_retries
         self.busy_backoff: tuple[float, float] = busy_backoff
@@ -92,6 +100,8 @@ class Client:
         self._pending: dict[int, _Pending] = {}
         self._next_id = 1
         self._closed: OffracError | None = None
+        self._user_closed = False
+        self._reconnect_lock = asyncio.Lock()
         self._rng = random.Random()
         self._read_task = asyncio.get_running_loop().create_task(self._read_loop())
 
@@ -106,17 +116,22 @@ class Client:
         busy_backoff_max: float = 0.05,
         tenant: int = 0,
         budget: float | None = None,
+        reconnect: bool = False,
+        reconnect_attempts: int = 5,
+        reconnect_backoff: tuple[float, float] = (0.05, 1.0),
     ) -> Client:
         """Open the connection (within ``timeout``); the arguments mean what they mean for
-        :class:`offrac.Client`."""
+        :class:`offrac.Client`. With ``reconnect``, a client whose connection was lost
+        connects again before its next call (up to ``reconnect_attempts`` tries, jittered
+        exponential back-off between ``reconnect_backoff`` seconds); calls outstanding at the
+        loss fail with ConnectionClosedError and are never re-sent."""
         if busy_retries < 0:
             raise ValueError("busy_retries must be >= 0")
+        if reconnect_attempts < 1 or not 0 < reconnect_backoff[0] <= reconnect_backoff[1]:
+            raise ValueError("reconnect_attempts >= 1 and reconnect_backoff = (first, most) > 0")
         _budget_us(budget)
         host, port = parse_address(address)
-        try:
-            reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
-        except (OSError, asyncio.TimeoutError) as e:
-            raise ConnectError(f"cannot connect to {host}:{port}: {getattr(e, 'strerror', None) or e}") from e
+        reader, writer = await _open(host, port, timeout)
         return cls(
             reader,
             writer,
@@ -127,6 +142,9 @@ class Client:
             busy_backoff_max=busy_backoff_max,
             tenant=tenant,
             budget=budget,
+            reconnect=reconnect,
+            reconnect_attempts=reconnect_attempts,
+            reconnect_backoff=reconnect_backoff,
         )
 
     async def __aenter__(self) -> Client:
@@ -635,6 +653,7 @@ class Client:
 
     async def close(self) -> None:
         """Close the connection; outstanding calls fail with ConnectionClosedError."""
+        self._user_closed = True
         self._shutdown(ConnectionClosedError("client closed the connection"))
         self._read_task.cancel()
         # The reader's own end (cancelled, or the stream's error) is not ours to raise.
@@ -657,6 +676,8 @@ class Client:
         budget: float | None,
         timeout: float | None,
     ) -> Any:
+        if self._closed is not None and self.reconnect and not self._user_closed:
+            await self._reconnect()
         if self._closed is not None:
             raise ConnectionClosedError(f"connection is closed ({self._closed.message})")
         if timeout is not None and timeout < 0:
@@ -686,6 +707,29 @@ class Client:
             self._pending.pop(rid, None)
             if not fut.done():
                 fut.cancel()
+
+    async def _reconnect(self) -> None:
+        """Connect again after the connection was lost (one coroutine does it, the others
+        wait for it); ConnectError when every attempt fails."""
+        async with self._reconnect_lock:
+            if self._closed is None or self._user_closed:
+                return  # another call reconnected meanwhile
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._read_task
+            delay, most = self.reconnect_backoff
+            for attempt in range(self.reconnect_attempts):
+                try:
+                    reader, writer = await _open(*self.address, self.timeout)
+                    break
+                except ConnectError:
+                    if attempt + 1 == self.reconnect_attempts:
+                        raise
+                    await asyncio.sleep(self._rng.uniform(0.5, 1.0) * min(delay * 2.0**attempt, most))
+            self._writer.close()
+            self._reader, self._writer = reader, writer
+            self._closed = None
+            self.reconnects += 1
+            self._read_task = asyncio.get_running_loop().create_task(self._read_loop())
 
     def _backoff(self, attempt: int) -> float:
         lo, hi = self.busy_backoff
@@ -755,3 +799,13 @@ class Client:
             if not p.future.done():
                 p.future.set_exception(ConnectionClosedError(reason.message, request_id=rid))
         self._pending.clear()
+
+
+_Stream = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+
+
+async def _open(host: str, port: int, timeout: float | None) -> _Stream:
+    try:
+        return await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+    except (OSError, asyncio.TimeoutError) as e:
+        raise ConnectError(f"cannot connect to {host}:{port}: {getattr(e, 'strerror', None) or e}") from e

@@ -5,13 +5,15 @@ and a close that fails what is outstanding."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import numpy as np
 import pytest
 
-from offrac import BadInputError, ConnectionClosedError, Step, aio
+from offrac import BadInputError, ConnectError, ConnectionClosedError, Step, aio
 from offrac.registry import Ragged
 
+from _util import free_port
 from conftest import Node
 
 
@@ -77,5 +79,62 @@ def test_close_fails_outstanding_calls(node: Node) -> None:
             await task
         with pytest.raises(ConnectionClosedError):
             await c.call("echo", b"x")
+
+    run(main())
+
+
+def test_reconnect_after_the_node_restarts(start_node: Callable[..., Node]) -> None:
+    """A call outstanding when the node dies fails with ConnectionClosedError (never re-sent);
+    the next call connects again, also after a restart while idle; close() is final."""
+    port = free_port()
+    first = start_node(None, listen=f"127.0.0.1:{port}")
+
+    async def main() -> list[Node]:
+        nodes = [first]
+        c = await aio.Client.connect(
+            first.address, reconnect=True, reconnect_backoff=(0.02, 0.2), reconnect_attempts=30
+        )
+        assert await c.call("echo", b"one") == b"one"
+        slow = asyncio.ensure_future(c.call("spin", b"", us=800_000))
+        await asyncio.sleep(0.2)
+        first.stopped = True  # killed on purpose: teardown need not stop it
+        first.kill()
+        with pytest.raises(ConnectionClosedError):
+            await slow
+        nodes.append(start_node(None, listen=f"127.0.0.1:{port}"))
+        # Two calls race to reconnect: one connection is opened, both are answered.
+        assert await asyncio.gather(c.call("echo", b"a"), c.call("echo", b"b")) == [b"a", b"b"]
+        assert c.reconnects == 1
+        nodes[-1].stopped = True
+        nodes[-1].kill()
+        await asyncio.sleep(0.2)  # lost while idle: the next call notices and reconnects
+        nodes.append(start_node(None, listen=f"127.0.0.1:{port}"))
+        assert await c.call("echo", b"idle") == b"idle"
+        assert c.reconnects == 2
+        await c.close()
+        with pytest.raises(ConnectionClosedError):
+            await c.call("echo", b"x")
+        return nodes
+
+    nodes = run(main())
+    assert isinstance(nodes, list)
+    nodes[-1].stop()
+
+
+def test_reconnect_gives_up_with_connect_error(start_node: Callable[..., Node]) -> None:
+    node = start_node()
+
+    async def main() -> None:
+        c = await aio.Client.connect(
+            node.address, reconnect=True, reconnect_backoff=(0.01, 0.02), reconnect_attempts=3
+        )
+        assert await c.call("echo", b"a") == b"a"
+        node.stopped = True
+        node.kill()
+        await asyncio.sleep(0.1)
+        with pytest.raises(ConnectError):
+            await c.call("echo", b"b")
+        assert c.reconnects == 0
+        await c.close()
 
     run(main())
