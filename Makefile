@@ -5,7 +5,7 @@
 CARGO ?= cargo
 PYTHON ?= python3
 
-.PHONY: build demo test test-rust test-python python-deps lint typecheck api-docs bench-kernels
+.PHONY: build demo test test-rust test-python python-deps lint typecheck api-docs bench-kernels rtl-deps rtl-test rtl-synth
 
 build:
 	$(CARGO) build --release --workspace --bins --examples
@@ -31,6 +31,8 @@ lint: python-deps
 	$(PYTHON) -m ruff format --check python
 	$(PYTHON) -m ruff check --config python/pyproject.toml experiments
 	$(PYTHON) -m ruff format --config python/pyproject.toml --check experiments
+	$(PYTHON) -m ruff check --config python/pyproject.toml rtl
+	$(PYTHON) -m ruff format --config python/pyproject.toml --check rtl
 
 # The Python package's public API fully typed (pyright's type completeness, from npm), checked
 # on a regular (not editable) install in a throw-away venv, as a user would get it.
@@ -46,3 +48,20 @@ api-docs: python-deps
 
 bench-kernels:
 	$(CARGO) run --release -p offrac-accel --example kernel_bench
+
+# Hardware (rtl/, issue #12): cocotb testbenches on Icarus Verilog (apt: iverilog).
+rtl-deps:
+	$(PYTHON) -m pip install --quiet --disable-pip-version-check -r rtl/requirements.txt
+
+rtl-test: rtl-deps
+	$(PYTHON) -m pytest -q rtl/tests
+
+# LUT/FF of each RTL module on UltraScale+ (apt: yosys); reports in rtl/build/.
+RTL_SYNTH_TOPS = offrac_req_header_parse offrac_resp_header_build
+rtl-synth:
+	@mkdir -p rtl/build
+	@for top in $(RTL_SYNTH_TOPS); do \
+	    yosys -q -p "read_verilog rtl/$$top.v; synth_xilinx -family xcup -top $$top; tee -q -o rtl/build/$$top.synth.txt stat" || exit 1; \
+	    awk -v top=$$top '$$1 ~ /^LUT[1-6]$$/ {lut += $$2} $$1 ~ /^FD/ {ff += $$2} \
+	        END {printf "%-28s LUT %5d  FF %5d\n", top, lut, ff}' rtl/build/$$top.synth.txt; \
+	done
