@@ -57,7 +57,7 @@ rtl-test: rtl-deps
 	$(PYTHON) -m pytest -q rtl/tests
 
 # LUT/FF of each RTL module on UltraScale+ (apt: yosys); reports in rtl/build/.
-RTL_SYNTH_TOPS = offrac_req_header_parse offrac_resp_header_build
+RTL_SYNTH_TOPS = offrac_req_header_parse offrac_resp_header_build offrac_accel_echo
 rtl-synth:
 	@mkdir -p rtl/build
 	@for top in $(RTL_SYNTH_TOPS); do \
