@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import functools
 import struct
 from dataclasses import dataclass, field
 from typing import Final
@@ -286,6 +287,17 @@ def _pad_hops(hops: tuple[Hop, ...] | list[Hop]) -> tuple[Hop, ...]:
     return hops + (Hop(),) * (MAX_HOPS - len(hops))
 
 
+@functools.lru_cache(maxsize=1024)
+def _hop_block(hops: tuple[Hop, ...]) -> bytes:
+    """The header's hop records (and the extension's, beyond four hops) for ``hops``: a
+    client sends the same chains over and over, so they are encoded once."""
+    n = len(hops)
+    encoded = b"".join(h.encode() for h in hops)
+    if n <= HEADER_HOPS:
+        return encoded + _ZERO_HOP * (HEADER_HOPS - n)
+    return encoded + _ZERO_HOP * (MAX_HOPS - n) + bytes(EXT_LEN - MAX_HOPS // 2 * _HOP.size)
+
+
 def _request_flags(hops: int, trace: bool, direct: bool) -> int:
     return (
         (FLAG_HOP_EXT if hops > HEADER_HOPS else 0)
@@ -404,10 +416,7 @@ class RequestHeader:
                 direct=direct,
             )
             return header.encode()
-        encoded = b"".join(h.encode() for h in hops)
-        if n <= HEADER_HOPS:
-            return fixed + encoded + _ZERO_HOP * (HEADER_HOPS - n)
-        return fixed + encoded + _ZERO_HOP * (MAX_HOPS - n) + bytes(EXT_LEN - MAX_HOPS // 2 * _HOP.size)
+        return fixed + _hop_block(hops if type(hops) is tuple else tuple(hops))
 
     @property
     def current_hop(self) -> Hop:
