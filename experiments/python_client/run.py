@@ -48,7 +48,8 @@ def p50_us(samples: list[float]) -> float:
     return median(samples) * 1e6
 
 
-def raw_socket(addr: str) -> float:
+def raw_socket(addr: str) -> tuple[float, float]:
+    """p50 round trip (µs) and this thread's CPU time per call (µs, user + system)."""
     host, port = addr.rsplit(":", 1)
     payload = X.astype("<i4").tobytes()
     with socket.create_connection((host, int(port))) as s:
@@ -56,6 +57,7 @@ def raw_socket(addr: str) -> float:
         buf = bytearray(1 << 16)
         view = memoryview(buf)
         times = []
+        cpu = time.thread_time()
         for i in range(CALLS):
             wire = RequestHeader.single(i + 1, 1, 16, len(payload)).encode() + payload
             t = time.perf_counter()
@@ -67,16 +69,21 @@ def raw_socket(addr: str) -> float:
                 if got >= HEADER_LEN and need == HEADER_LEN:
                     need = HEADER_LEN + ResponseHeader.decode(bytes(buf[:HEADER_LEN])).payload_len
             times.append(time.perf_counter() - t)
-    return p50_us(times)
+        cpu = time.thread_time() - cpu
+    return p50_us(times), cpu / CALLS * 1e6
 
 
-def sync_call(c: Client) -> float:
+def sync_call(c: Client) -> tuple[float, float]:
+    """As :func:`raw_socket`, through ``Client.call``. CPU time is steadier than wall time
+    on a shared machine: it is the client's own work per call."""
     times = []
+    cpu = time.thread_time()
     for _ in range(CALLS):
         t = time.perf_counter()
         c.call("topk", X, k=16)
         times.append(time.perf_counter() - t)
-    return p50_us(times)
+    cpu = time.thread_time() - cpu
+    return p50_us(times), cpu / CALLS * 1e6
 
 
 def future_call(c: Client) -> float:
@@ -101,10 +108,14 @@ def main() -> None:
     with Server(["serve", "--listen", "127.0.0.1:0"], "node") as node, Client(node.addr) as c:
         sync_call(c)  # warm-up
         for rnd in range(ROUNDS):
+            raw_p50, raw_cpu = raw_socket(node.addr)
+            call_p50, call_cpu = sync_call(c)
             row = {
                 "round": rnd,
-                "raw_p50_us": raw_socket(node.addr),
-                "call_p50_us": sync_call(c),
+                "raw_p50_us": raw_p50,
+                "call_p50_us": call_p50,
+                "raw_cpu_us": raw_cpu,
+                "call_cpu_us": call_cpu,
                 "future_p50_us": future_call(c),
                 "submit_req_per_s": submit_rate(c),
                 "rust_req_per_s": run_load(
@@ -113,7 +124,16 @@ def main() -> None:
             }
             log(", ".join(f"{k} {v:.1f}" for k, v in row.items()))
             rows.append(row)
-    fields = ["round", "raw_p50_us", "call_p50_us", "future_p50_us", "submit_req_per_s", "rust_req_per_s"]
+    fields = [
+        "round",
+        "raw_p50_us",
+        "call_p50_us",
+        "raw_cpu_us",
+        "call_cpu_us",
+        "future_p50_us",
+        "submit_req_per_s",
+        "rust_req_per_s",
+    ]
     finish(HERE, rows, fields, plot, summarize)
 
 
@@ -145,6 +165,9 @@ def summarize(rows: list[dict[str, Any]]) -> str:
             ],
         )
         + "\n"
+        + f"CPU time of the calling thread per call: raw socket {m['raw_cpu_us']:.1f} µs, "
+        f"Client.call {m['call_cpu_us']:.1f} µs ({m['call_cpu_us'] - m['raw_cpu_us']:+.1f} µs of client "
+        "work per call; steadier than the p50s on a shared machine).\n\n"
         + md_table(
             ["throughput", "req/s", "vs Rust"],
             [
