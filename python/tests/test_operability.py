@@ -240,4 +240,4 @@ def test_status_finds_the_metrics_through_describe(node_bin: Path, node: Node) -
     r = offrac(node_bin, "status", "--addr", node.address)
     assert r.returncode == 0, r.stderr
     out = r.stdout.decode()
-    assert f"metrics at {node.metrics}" in out and "slot  function" in out
+    assert f"metrics at {node.metrics}" in out and "| slot | function " in out

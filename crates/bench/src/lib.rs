@@ -34,5 +34,5 @@ pub use conn::{Caller, Outcome, WireConn};
 pub use direct::DirectCaller;
 pub use error::BenchError;
 pub use open::run_open_loop;
-pub use report::{BenchReport, ClientRow, Row, CSV_HEADER};
+pub use report::{text_table, BenchReport, ClientRow, Row, CSV_HEADER};
 pub use spec::{parse_mix, BenchSpec, MixItem};

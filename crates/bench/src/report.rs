@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use comfy_table::{CellAlignment, Table};
 use offrac_proto::Status;
 use serde::Serialize;
 
@@ -291,44 +292,18 @@ impl BenchReport {
 
     /// CSV lines (no header; see [`CSV_HEADER`]): one per row, then the total.
     pub fn to_csv(&self) -> String {
-        let mut out = String::new();
+        let mut w = csv::WriterBuilder::new()
+            .has_headers(false)
+            .from_writer(Vec::new());
         for r in self.rows.iter().chain(std::iter::once(&self.total)) {
-            let _ = writeln!(
-                out,
-                "{},{},{},{},{},{},{},{},{},{},{:.1},{:.4},{:.2},{:.2},{:.2},{:.2},{:.2},{:.2},{:.2},{:.2},{:.2},{:.2},{:.2},{:.2},{:.2},{:.2},{:.2}",
-                csv_field(&self.label),
-                self.mode,
-                self.clients,
-                self.offered_rate.map(|r| format!("{r:.1}")).unwrap_or_default(),
-                self.fragments,
-                csv_field(&r.label),
-                r.function,
-                r.bytes,
-                r.ok,
-                r.errors,
-                r.req_per_s,
-                r.gbit_per_s,
-                r.mean_us,
-                r.p25_us,
-                r.p50_us,
-                r.p75_us,
-                r.p90_us,
-                r.p99_us,
-                r.p999_us,
-                r.max_us,
-                r.last_frag_p50_us,
-                r.last_frag_p99_us,
-                r.reassembly_us,
-                r.queue_us,
-                r.exec_us,
-                r.network_us,
-                self.client_p50_spread_us,
-            );
+            // Serializing plain numbers and strings into memory cannot fail.
+            let _ = w.serialize(CsvRecord::new(self, r));
         }
-        out
+        let bytes = w.into_inner().unwrap_or_default();
+        String::from_utf8(bytes).unwrap_or_default()
     }
 
-    /// Aligned human-readable table.
+    /// Human-readable table.
     pub fn render_table(&self) -> String {
         let mut out = String::new();
         let rate = self
@@ -349,40 +324,19 @@ impl BenchReport {
             out,
             "latencies in µs; reasm/queue/exec: server-reported means; net = mean - their sum; last50: p50 from the last fragment"
         );
-        // The row column fits the longest label ("sparsetransform/1024").
-        let w = self
-            .rows
-            .iter()
-            .map(|r| r.label.chars().count())
-            .max()
-            .unwrap_or(0)
-            .max(14);
-        let head = format!(
-            "{:<w$} {:>9} {:>6} {:>10} {:>7} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>7} {:>7} {:>7}",
-            "row", "ok", "err", "req/s", "Gbit/s", "p25", "p50", "p75", "p90", "p99", "p99.9", "last50",
-            "reasm", "queue", "exec", "net"
-        );
-        let rule = "-".repeat(head.chars().count());
-        let _ = writeln!(out, "{head}\n{rule}");
-        let line = |r: &Row| {
-            // A row nothing was sent for (e.g. a trace function absent from the
-            // window) has no latencies: say so instead of printing zeros.
-            if r.ok + r.errors == 0 {
-                return format!("{:<w$} {:>9} {:>6}  (no requests sent)", r.label, 0, 0);
-            }
-            format!(
-                "{:<w$} {:>9} {:>6} {:>10.0} {:>7.3} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>7.2} {:>7.2} {:>7.2} {:>7.1}",
-                r.label, r.ok, r.errors, r.req_per_s, r.gbit_per_s, r.p25_us, r.p50_us, r.p75_us,
-                r.p90_us, r.p99_us, r.p999_us, r.last_frag_p50_us, r.reassembly_us, r.queue_us,
-                r.exec_us, r.network_us
-            )
-        };
-        for r in &self.rows {
-            let _ = writeln!(out, "{}", line(r));
-        }
+        let mut rows: Vec<&Row> = self.rows.iter().collect();
         if self.rows.len() > 1 {
-            let _ = writeln!(out, "{rule}\n{}", line(&self.total));
+            rows.push(&self.total);
         }
+        let table = text_table(
+            &[
+                "row", "ok", "err", "req/s", "Gbit/s", "p25", "p50", "p75", "p90", "p99", "p99.9",
+                "last50", "reasm", "queue", "exec", "net",
+            ],
+            1,
+            rows.into_iter().map(table_cells),
+        );
+        let _ = writeln!(out, "{table}");
         let _ = writeln!(
             out,
             "per-client p50: P5 {:.1} µs, P95 {:.1} µs, spread {:.1} µs",
@@ -407,11 +361,132 @@ impl BenchReport {
     }
 }
 
-fn csv_field(s: &str) -> String {
-    if s.contains([',', '"', '\n']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s.to_string()
+/// A table for people, in the one style the CLI prints (Markdown, so it
+/// pastes into docs): the first `text_columns` columns left-aligned, the
+/// rest (numbers) right-aligned.
+pub fn text_table<R: Into<comfy_table::Row>>(
+    header: &[&str],
+    text_columns: usize,
+    rows: impl IntoIterator<Item = R>,
+) -> Table {
+    let mut table = Table::new();
+    table.load_preset(comfy_table::presets::ASCII_MARKDOWN);
+    table.set_header(header.to_vec());
+    for r in rows {
+        table.add_row(r);
+    }
+    for (i, column) in table.column_iter_mut().enumerate() {
+        if i >= text_columns {
+            column.set_cell_alignment(CellAlignment::Right);
+        }
+    }
+    table
+}
+
+/// One table row's cells. A row nothing was sent for (e.g. a trace
+/// function absent from the window) has no latencies: it says so instead
+/// of printing zeros.
+fn table_cells(r: &Row) -> Vec<String> {
+    if r.ok + r.errors == 0 {
+        return vec![
+            r.label.clone(),
+            "0".into(),
+            "0".into(),
+            "(no requests sent)".into(),
+        ];
+    }
+    let f1 = |x: f64| format!("{x:.1}");
+    let f2 = |x: f64| format!("{x:.2}");
+    vec![
+        r.label.clone(),
+        r.ok.to_string(),
+        r.errors.to_string(),
+        format!("{:.0}", r.req_per_s),
+        format!("{:.3}", r.gbit_per_s),
+        f1(r.p25_us),
+        f1(r.p50_us),
+        f1(r.p75_us),
+        f1(r.p90_us),
+        f1(r.p99_us),
+        f1(r.p999_us),
+        f1(r.last_frag_p50_us),
+        f2(r.reassembly_us),
+        f2(r.queue_us),
+        f2(r.exec_us),
+        f1(r.network_us),
+    ]
+}
+
+/// One CSV line, in the order of [`CSV_HEADER`] (the field names are the
+/// column names; a test keeps them equal). Figures are rounded to what the
+/// measurement resolves.
+#[derive(Serialize)]
+struct CsvRecord<'a> {
+    label: &'a str,
+    mode: &'a str,
+    clients: usize,
+    offered_rate: Option<f64>,
+    fragments: usize,
+    row: &'a str,
+    function: &'a str,
+    bytes: usize,
+    ok: u64,
+    errors: u64,
+    req_per_s: f64,
+    gbit_per_s: f64,
+    mean_us: f64,
+    p25_us: f64,
+    p50_us: f64,
+    p75_us: f64,
+    p90_us: f64,
+    p99_us: f64,
+    p999_us: f64,
+    max_us: f64,
+    last_frag_p50_us: f64,
+    last_frag_p99_us: f64,
+    reassembly_us: f64,
+    queue_us: f64,
+    exec_us: f64,
+    network_us: f64,
+    client_p50_spread_us: f64,
+}
+
+impl<'a> CsvRecord<'a> {
+    fn new(report: &'a BenchReport, r: &'a Row) -> CsvRecord<'a> {
+        let round = |x: f64, digits: i32| {
+            let k = 10f64.powi(digits);
+            (x * k).round() / k
+        };
+        let us = |x: f64| round(x, 2);
+        CsvRecord {
+            label: &report.label,
+            mode: &report.mode,
+            clients: report.clients,
+            offered_rate: report.offered_rate.map(|x| round(x, 1)),
+            fragments: report.fragments,
+            row: &r.label,
+            function: &r.function,
+            bytes: r.bytes,
+            ok: r.ok,
+            errors: r.errors,
+            req_per_s: round(r.req_per_s, 1),
+            gbit_per_s: round(r.gbit_per_s, 4),
+            mean_us: us(r.mean_us),
+            p25_us: us(r.p25_us),
+            p50_us: us(r.p50_us),
+            p75_us: us(r.p75_us),
+            p90_us: us(r.p90_us),
+            p99_us: us(r.p99_us),
+            p999_us: us(r.p999_us),
+            max_us: us(r.max_us),
+            last_frag_p50_us: us(r.last_frag_p50_us),
+            last_frag_p99_us: us(r.last_frag_p99_us),
+            reassembly_us: us(r.reassembly_us),
+            queue_us: us(r.queue_us),
+            exec_us: us(r.exec_us),
+            network_us: us(r.network_us),
+            client_p50_spread_us: us(report.client_p50_spread_us),
+        }
     }
 }
 
@@ -448,10 +523,22 @@ mod tests {
 
     #[test]
     fn csv_columns_match_the_header() {
-        let r = report("x");
+        let r = report("a label, with a comma");
+        // The header the csv writer derives from the record's fields.
+        let mut w = csv::Writer::from_writer(Vec::new());
+        w.serialize(CsvRecord::new(&r, &r.total)).unwrap();
+        let text = String::from_utf8(w.into_inner().unwrap()).unwrap();
+        assert_eq!(text.lines().next(), Some(CSV_HEADER));
         let cols = CSV_HEADER.split(',').count();
-        for line in r.to_csv().lines() {
-            assert_eq!(line.split(',').count(), cols, "{line}");
+        let lines = r.to_csv();
+        let mut rd = csv::ReaderBuilder::new()
+            .has_headers(false)
+            .from_reader(lines.as_bytes());
+        let records: Vec<csv::StringRecord> = rd.records().map(|x| x.unwrap()).collect();
+        assert_eq!(records.len(), r.rows.len() + 1);
+        for rec in &records {
+            assert_eq!(rec.len(), cols, "{rec:?}");
+            assert_eq!(&rec[0], "a label, with a comma");
         }
     }
 

@@ -18,25 +18,22 @@ pub fn run(a: Args) -> Result<(), CliError> {
         print!("{}", registry_json());
         return Ok(());
     }
-    println!(
-        "{:>3}  {:<16} {:<14} {:<24} params",
-        "id", "name", "input", "output"
-    );
-    for s in &FUNCTIONS {
+    let rows = FUNCTIONS.iter().map(|s| {
         let params: Vec<String> = s
             .params
             .iter()
             .map(|p| format!("{}{}", p.name, if p.required { "" } else { "?" }))
             .collect();
-        println!(
-            "{:>3}  {:<16} {:<14} {:<24} {}",
-            s.id as u8,
-            s.name,
+        vec![
+            (s.id as u8).to_string(),
+            s.name.to_string(),
             s.input.describe(),
             s.output.describe(),
-            params.join(" ")
-        );
-    }
+            params.join(" "),
+        ]
+    });
+    let header = ["id", "name", "input", "output", "params"];
+    println!("{}", offrac_bench::text_table(&header, header.len(), rows));
     println!("(? = optional; `offrac functions --json` has each field's bits and meaning)");
     Ok(())
 }

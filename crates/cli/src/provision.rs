@@ -106,20 +106,17 @@ pub fn run(a: Args) -> Result<(), CliError> {
         a.addr,
         t_oh / 1e3
     );
-    println!(
-        "{:<16} {:>10} {:>8} {:>14} {:>6}",
-        "function", "T_acc µs", "runs", "Gbit/s a slot", "slots"
-    );
-    for r in &rows {
-        println!(
-            "{:<16} {:>10.3} {:>8} {:>14.3} {:>6}",
-            r["function"].as_str().unwrap_or("?"),
-            r["t_acc_ns"].as_f64().unwrap_or(0.0) / 1e3,
-            r["runs"],
-            r["per_slot_gbps"].as_f64().unwrap_or(0.0),
-            r["slots"]
-        );
-    }
+    let cells = rows.iter().map(|r| {
+        vec![
+            r["function"].as_str().unwrap_or("?").to_string(),
+            format!("{:.3}", r["t_acc_ns"].as_f64().unwrap_or(0.0) / 1e3),
+            r["runs"].to_string(),
+            format!("{:.3}", r["per_slot_gbps"].as_f64().unwrap_or(0.0)),
+            r["slots"].to_string(),
+        ]
+    });
+    let header = ["function", "T_acc µs", "runs", "Gbit/s a slot", "slots"];
+    println!("{}", offrac_bench::text_table(&header, 1, cells));
     println!("N = ceil(Θ · (T_oh + T_acc) / s), seed 001 §III-C; slots run in parallel only up to the node's free cores");
     Ok(())
 }

@@ -117,10 +117,7 @@ fn value_of(text: &str, prefix: &str) -> Option<f64> {
 
 /// A human summary of the metrics text: one row per slot, then refusals.
 pub fn summarize(text: &str) -> String {
-    let mut out = format!(
-        "{:<6}{:<17}{:>12}{:>10}{:>10}{:>12}\n",
-        "slot", "function", "completions", "errors", "queued", "busy (s)"
-    );
+    let mut rows = Vec::new();
     for line in text
         .lines()
         .filter(|l| l.starts_with("offrac_slot_completions_total{"))
@@ -132,16 +129,24 @@ pub fn summarize(text: &str) -> String {
         let get = |metric: &str| value_of(text, &format!("{metric}{labels} ")).unwrap_or(0.0);
         let slot = labels.split('"').nth(1).unwrap_or("?");
         let function = labels.split('"').nth(3).unwrap_or("?");
-        out += &format!(
-            "{:<6}{:<17}{:>12}{:>10}{:>10}{:>12.3}\n",
-            slot,
-            function,
-            get("offrac_slot_completions_total"),
-            get("offrac_slot_errors_total"),
-            get("offrac_slot_queue_depth"),
-            get("offrac_slot_busy_seconds_total")
-        );
+        rows.push(vec![
+            slot.to_string(),
+            function.to_string(),
+            get("offrac_slot_completions_total").to_string(),
+            get("offrac_slot_errors_total").to_string(),
+            get("offrac_slot_queue_depth").to_string(),
+            format!("{:.3}", get("offrac_slot_busy_seconds_total")),
+        ]);
     }
+    let header = [
+        "slot",
+        "function",
+        "completions",
+        "errors",
+        "queued",
+        "busy (s)",
+    ];
+    let mut out = format!("{}\n", offrac_bench::text_table(&header, 2, rows));
     let refused: Vec<String> = text
         .lines()
         .filter_map(|l| l.strip_prefix("offrac_refusals_total{reason=\""))
