@@ -245,3 +245,58 @@ fn grpc_baseline_runs_the_built_ins() {
     assert_eq!(o.header.status, Status::BadInput);
     s.shutdown();
 }
+
+/// What grpcurl asks first: the server lists `offrac.Accel` through the
+/// reflection service and describes it from the compiled `accel.proto`.
+#[test]
+fn grpc_baseline_answers_reflection() {
+    use offrac_bench::grpc::serve_grpc;
+    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+    use tonic_reflection::pb::v1::ServerReflectionRequest;
+
+    let s = serve_grpc("127.0.0.1:0", 1).expect("serve");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let ask = |req: MessageRequest| {
+        rt.block_on(async {
+            let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", s.addr))
+                .expect("address")
+                .connect()
+                .await
+                .expect("connect");
+            let mut c = ServerReflectionClient::new(channel);
+            let msg = ServerReflectionRequest {
+                host: String::new(),
+                message_request: Some(req),
+            };
+            let mut answers = c
+                .server_reflection_info(tokio_stream::iter([msg]))
+                .await
+                .expect("reflection")
+                .into_inner();
+            answers
+                .message()
+                .await
+                .expect("answer")
+                .and_then(|r| r.message_response)
+        })
+    };
+    let Some(MessageResponse::ListServicesResponse(list)) =
+        ask(MessageRequest::ListServices(String::new()))
+    else {
+        panic!("no service list");
+    };
+    let names: Vec<&str> = list.service.iter().map(|x| x.name.as_str()).collect();
+    assert!(names.contains(&"offrac.Accel"), "{names:?}");
+    let Some(MessageResponse::FileDescriptorResponse(fd)) =
+        ask(MessageRequest::FileContainingSymbol("offrac.Accel".into()))
+    else {
+        panic!("no descriptor for offrac.Accel");
+    };
+    assert!(!fd.file_descriptor_proto.is_empty());
+    s.shutdown();
+}
