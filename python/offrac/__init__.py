@@ -27,7 +27,7 @@ from .errors import (
     UnsupportedVersionError,
     error_for_response,
 )
-from .pool import Pool
+from .pool import AsyncPool, Pool
 from .protocol import (
     DEVICE_SELF,
     FLAG_TRACE,
@@ -68,6 +68,7 @@ __all__ = [
     "REQUEST_MAGIC",
     "RESPONSE_MAGIC",
     "VERSION",
+    "AsyncPool",
     "BadInputError",
     "BusyError",
     "Client",

@@ -3,12 +3,13 @@ function, by the nodes' describe answers."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 
 import numpy as np
 import pytest
 
-from offrac import Pool, Step
+from offrac import AsyncPool, Pool, Step
 
 from conftest import Node
 
@@ -31,3 +32,23 @@ def test_calls_go_round_robin_to_nodes_hosting_the_function(start_node: Callable
         assert out.tolist() == [63]
         with pytest.raises(ValueError, match="no node of this pool hosts minmax"):
             p.call("minmax", np.float32([1.0]))
+
+
+def test_the_asyncio_pool_routes_like_the_sync_one(start_node: Callable[..., Node]) -> None:
+    a, b = start_node(A), start_node(B)
+
+    async def main() -> None:
+        async with await AsyncPool.connect([a.address, b.address], per_node=2) as p:
+            assert len(p.clients) == 4
+            x = np.arange(64, dtype=np.int32)
+            answers = await asyncio.gather(*(p.call("topk", x, k=2, return_info=True) for _ in range(8)))
+            devices = [info.device for _, info in answers]
+            assert devices.count(1) == devices.count(2) == 4
+            assert all(out.tolist() == [63, 62] for out, _ in answers)
+            _, info = await p.call("logit", np.float32([0.5]), return_info=True)
+            assert info.device == 2
+            assert (await p.call_chain([Step("topk", k=3), Step("topk", k=1)], x)).tolist() == [63]
+            with pytest.raises(ValueError, match="no node of this pool hosts minmax"):
+                await p.call("minmax", np.float32([1.0]))
+
+    asyncio.run(main())
