@@ -78,7 +78,7 @@ class _Hosts:
     def __init__(self) -> None:
         self.hosts: dict[int, list[Any]] = {}
         self.turns: dict[int, Iterator[int]] = {}
-        self.lock = threading.Lock()
+        self.lock: threading.Lock = threading.Lock()
 
     def add(self, description: dict[str, Any], conns: Sequence[Any]) -> None:
         for f in description["functions"]:
