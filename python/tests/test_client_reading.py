@@ -11,7 +11,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from offrac import Client, ConnectionClosedError
+from offrac import Client, ConnectionClosedError, Step
 
 from conftest import Node
 
@@ -198,3 +198,43 @@ def _catch(into: list[BaseException], f: Callable[[], object]) -> None:
         f()
     except BaseException as e:
         into.append(e)
+
+
+def test_out_arrays_take_the_answer_straight_from_the_socket(node: Node) -> None:
+    """``out=``: the result is read into the caller's array (no copy on the way), which is
+    returned with its shape; from the calling thread and from the reader thread alike."""
+    x = np.random.default_rng(4).normal(0, 5, 1 << 18).astype(np.float32)  # 1 MiB
+    with node.client() as c:
+        want = c.call("minmax", x)
+        out = np.empty(1 << 18, np.float32)
+        got = c.call("minmax", x, out=out)
+        assert got is out
+        np.testing.assert_array_equal(out, want)
+        assert c.direct_reads == 1
+        # A shape of the caller's choosing is kept; top-k into a preallocated int32 array.
+        ints = np.arange(1000, dtype=np.int32)
+        top = np.zeros((4, 4), np.int32)
+        assert c.call("topk", ints, k=16, out=top) is top
+        assert top.ravel().tolist() == list(range(999, 983, -1))
+        # Many in flight through futures: the reader thread fills each array.
+        outs = [np.empty(1000, np.float32) for _ in range(20)]
+        futs = [c.submit("minmax", x[i * 1000 : (i + 1) * 1000], out=o) for i, o in enumerate(outs)]
+        for i, (f, o) in enumerate(zip(futs, outs, strict=True)):
+            assert f.result(timeout=10) is o
+            np.testing.assert_array_equal(o, c.call("minmax", x[i * 1000 : (i + 1) * 1000]))
+        # A chain's last step decides the dtype.
+        last = np.empty(8, np.float32)
+        assert c.call_chain([Step("topk", k=8), "logit"], ints, out=last) is last
+        # The wrong size raises and writes nothing; the stream stays in step.
+        small = np.full(3, -1.0, np.float32)
+        with pytest.raises(ValueError, match="out has 12 bytes"):
+            c.call("minmax", x[:10], out=small)
+        assert small.tolist() == [-1.0, -1.0, -1.0]
+        assert c.call("echo", b"still in step") == b"still in step"
+        # Checked before anything is sent.
+        with pytest.raises(TypeError, match="int32"):
+            c.call("topk", ints, k=4, out=np.empty(4, np.float32))
+        with pytest.raises(TypeError, match="returns bytes"):
+            c.call("echo", b"x", out=np.empty(1, np.uint8))
+        with pytest.raises(TypeError, match="contiguous"):
+            c.call("minmax", x[:10], out=np.empty(20, np.float32)[::2])

@@ -70,6 +70,8 @@ def render(method: str) -> list[str]:
             f"{p['name']}: {PARAM[p['kind']]}" + ("" if p["required"] else " = ...") for p in f["params"]
         ]
         result = OUTPUT[f["output"]]
+        # The synchronous client reads array results straight into a caller's array.
+        into = [f"out: {result} | None = ..."] if method != "aio-call" and result.startswith("npt.") else []
         for info, res in (
             ("Literal[False] = ...", result),
             ("Literal[True]", f"tuple[{result}, ResponseHeader]"),
@@ -81,10 +83,12 @@ def render(method: str) -> list[str]:
                 "*",
                 *params,
                 *common,
+                *into,
                 f"return_info: {info}",
             ]
             out += _overload(prefix, name, args, wrap.format(res))
-    tail = [*common, "return_info: bool = ..."]
+    any_out = [] if method == "aio-call" else ["out: npt.NDArray[Any] | None = ..."]
+    tail = [*common, *any_out, "return_info: bool = ..."]
     out += _overload(
         prefix,
         name,
