@@ -145,6 +145,7 @@ _Decoder = Callable[[bytearray], Any]
 @dataclass
 class _Pending:
     future: RequestFuture[Any] | _LedFuture
+    #: The request as sent (header and payload joined, or the header alone; see ``payload``).
     wire: bytes
     decode: _Decoder | None  # None: raw mode, the result is (header, payload) whatever the status
     return_info: bool
@@ -152,6 +153,25 @@ class _Pending:
     attempt: int = 0
     #: The caller's array the result goes into (``out=``).
     out: npt.NDArray[Any] | None = None
+    #: A large payload, sent from its own buffer after ``wire`` (never copied into a joined
+    #: message); empty when ``wire`` holds the whole request.
+    payload: bytes = b""
+
+
+#: Payloads from this size on are sent from their own buffer (gathered by ``sendmsg``) rather
+#: than copied behind the header: below it, one joined buffer is cheaper.
+_GATHER_MIN: Final = 16384
+
+
+def _send_gather(sock: socket.socket, header: bytes, payload: bytes) -> None:
+    """``sendall(header + payload)`` without joining them."""
+    sent = sock.sendmsg([header, payload])
+    if sent < len(header):
+        sock.sendall(header[sent:])
+        sent = len(header)
+    rest = memoryview(payload)[sent - len(header) :]
+    if rest:
+        sock.sendall(rest)
 
 
 #: The payload of an answer read straight into its request's ``out`` array.
@@ -1729,7 +1749,11 @@ class Client:
             header = RequestHeader.encode_chain(
                 rid, hops, len(payload), tenant_id, budget_us=budget_us, trace=self.trace
             )
-            pending = _Pending(fut, header + payload, decode, return_info, retries, out=out)
+            # Small requests leave as one buffer; large payloads as a second one (sendmsg).
+            if len(payload) < _GATHER_MIN:
+                pending = _Pending(fut, header + payload, decode, return_info, retries, out=out)
+            else:
+                pending = _Pending(fut, header, decode, return_info, retries, out=out, payload=payload)
             if out is not None:
                 self._outs = True
             self._pending[rid] = pending
@@ -1742,7 +1766,10 @@ class Client:
     def _transmit(self, pending: _Pending) -> None:
         try:
             with self._send_lock:
-                self._sock.sendall(pending.wire)
+                if pending.payload:
+                    _send_gather(self._sock, pending.wire, pending.payload)
+                else:
+                    self._sock.sendall(pending.wire)
         except OSError as e:
             self._shutdown(ConnectionClosedError(f"send failed: {e}"))
 
