@@ -14,7 +14,7 @@ demo: build
 	./target/release/offrac demo
 
 python-deps:
-	$(PYTHON) -m pip install --quiet --disable-pip-version-check -e 'python[test]'
+	$(PYTHON) -m pip install --quiet --disable-pip-version-check -e 'python[test,cnn]'
 
 test: build python-deps test-rust test-python
 
@@ -33,6 +33,8 @@ lint: python-deps
 	$(PYTHON) -m ruff format --config python/pyproject.toml --check experiments
 	$(PYTHON) -m ruff check --config python/pyproject.toml rtl
 	$(PYTHON) -m ruff format --config python/pyproject.toml --check rtl
+	$(PYTHON) -m ruff check --config python/pyproject.toml models
+	$(PYTHON) -m ruff format --config python/pyproject.toml --check models
 
 # The Python package's public API fully typed (pyright's type completeness, from npm), checked
 # on a regular (not editable) install in a throw-away venv, as a user would get it.
