@@ -33,14 +33,15 @@ import optax
 import sklearn
 from onnx import TensorProto, helper, numpy_helper
 from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+from onnxruntime.quantization.shape_inference import quant_pre_process
 
 import digits
 import reference as ref
 
 SEED = digits.SEED
-EPOCHS = 12
+EPOCHS = 30
 BATCH = 32
-LEARNING_RATE = 1e-3
+LEARNING_RATE = 2e-3  # peak, cosine-decayed to 0 over the run
 CALIBRATION_IMAGES = 256
 OPSET = 17
 VECTORS = 20  # held-out samples written to model.json as test vectors
@@ -94,9 +95,25 @@ def forward(params: Params, x: jax.Array) -> jax.Array:
     return x @ params["dense2.w"] + params["dense2.b"]
 
 
+def shift(x: npt.NDArray[np.float32], rng: np.random.Generator) -> npt.NDArray[np.float32]:
+    """Move each image by -1, 0 or +1 digit pixel (UPSCALE px) per axis, zero-filled.
+
+    1,437 images are few for 72k weights; the digits have blank margins, so a one-pixel move
+    is still a plausible digit and the held-out accuracy gains from it.
+    """
+    out = np.zeros_like(x)
+    h, w = x.shape[2:]
+    for i, (dy, dx) in enumerate(rng.integers(-1, 2, size=(len(x), 2)) * ref.UPSCALE):
+        out[i, :, max(dy, 0) : h + min(dy, 0), max(dx, 0) : w + min(dx, 0)] = x[
+            i, :, max(-dy, 0) : h + min(-dy, 0), max(-dx, 0) : w + min(-dx, 0)
+        ]
+    return out
+
+
 def train(x_train: npt.NDArray[np.float32], y_train: IntArray) -> Params:
     params = init_params(jax.random.PRNGKey(SEED))
-    opt = optax.adam(LEARNING_RATE)
+    steps_per_epoch = len(y_train) // BATCH
+    opt = optax.adam(optax.cosine_decay_schedule(LEARNING_RATE, EPOCHS * steps_per_epoch))
     state = opt.init(params)
 
     def loss_fn(p: Params, x: jax.Array, y: jax.Array) -> jax.Array:
@@ -116,7 +133,8 @@ def train(x_train: npt.NDArray[np.float32], y_train: IntArray) -> Params:
         # The last partial batch is dropped: one compiled shape, and each epoch reshuffles.
         for start in range(0, n - BATCH + 1, BATCH):
             idx = order[start : start + BATCH]
-            params, state, loss = step(params, state, jnp.asarray(x_train[idx]), jnp.asarray(y_train[idx]))
+            x = shift(x_train[idx], rng)
+            params, state, loss = step(params, state, jnp.asarray(x), jnp.asarray(y_train[idx]))
             losses.append(float(loss))
         print(f"epoch {epoch + 1:2d}/{EPOCHS}: mean loss {np.mean(losses):.4f}", flush=True)
     return params
@@ -208,8 +226,11 @@ class Calibration(CalibrationDataReader):  # type: ignore[misc]
 
 def quantize(src: Path, dst: Path, calib: npt.NDArray[np.uint16]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
+        # onnxruntime's recommended first step: shape inference and graph clean-up before calibration.
+        pre = Path(tmp) / "pre.onnx"
+        quant_pre_process(str(src), str(pre))
         quantize_static(
-            str(src),
+            str(pre),
             str(Path(tmp) / dst.name),
             Calibration(calib),
             quant_format=QuantFormat.QDQ,
