@@ -161,12 +161,12 @@ def _run(op: str, args: list[Any], attrs: dict[str, Any], dtype: type[np.floatin
     if op == "Conv":
         return conv2d(args[0], args[1], args[2] if len(args) > 2 else None, attrs)
     if op == "Relu":
-        return np.maximum(args[0], 0).astype(dtype)
+        return np.maximum(np.asarray(args[0], dtype=dtype), dtype(0))
     if op == "MaxPool":
         return maxpool2d(args[0], attrs)
     if op == "Flatten":
         axis = int(attrs.get("axis", 1))
-        x = args[0]
+        x: FArray = np.asarray(args[0])
         return x.reshape(int(np.prod(x.shape[:axis])), -1)
     if op == "Gemm":
         return gemm(args[0], args[1], args[2] if len(args) > 2 else None, attrs)
@@ -187,7 +187,7 @@ def conv2d(x: FArray, w: FArray, b: FArray | None, attrs: dict[str, Any]) -> FAr
     xp = np.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)))
     # windows: (N, C, H_out, W_out, kh, kw); contract C, kh, kw against the weights' I, H, W.
     windows = np.lib.stride_tricks.sliding_window_view(xp, (kh, kw), axis=(2, 3))
-    out = np.tensordot(windows, w, axes=([1, 4, 5], [1, 2, 3]))  # (N, H_out, W_out, O)
+    out: FArray = np.tensordot(windows, w, axes=([1, 4, 5], [1, 2, 3]))  # (N, H_out, W_out, O)
     if b is not None:
         out = out + b
     return np.ascontiguousarray(out.transpose(0, 3, 1, 2))
@@ -201,7 +201,7 @@ def maxpool2d(x: FArray, attrs: dict[str, Any]) -> FArray:
     n, c, h, w = x.shape
     if h % kh or w % kw:
         raise ValueError(f"{h}x{w} is not divisible by the pool {kh}x{kw}")
-    return x.reshape(n, c, h // kh, kh, w // kw, kw).max(axis=(3, 5))
+    return np.asarray(x.reshape(n, c, h // kh, kh, w // kw, kw).max(axis=(3, 5)), dtype=x.dtype)
 
 
 def gemm(a: FArray, b: FArray, c: FArray | None, attrs: dict[str, Any]) -> FArray:

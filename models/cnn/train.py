@@ -117,7 +117,8 @@ def train(x_train: npt.NDArray[np.float32], y_train: IntArray) -> Params:
     state = opt.init(params)
 
     def loss_fn(p: Params, x: jax.Array, y: jax.Array) -> jax.Array:
-        return optax.softmax_cross_entropy_with_integer_labels(forward(p, x), y).mean()
+        loss: jax.Array = optax.softmax_cross_entropy_with_integer_labels(forward(p, x), y).mean()
+        return loss
 
     @jax.jit
     def step(p: Params, s: Any, x: jax.Array, y: jax.Array) -> tuple[Params, Any, jax.Array]:
