@@ -286,6 +286,19 @@ def _decode_matrix(buf: bytearray) -> npt.NDArray[np.float32]:
 def output_decoder(fid: int, shape: tuple[int, ...] | None = None) -> _Decoder:
     """How to decode what function ``fid`` returns, from its output layout in the registry
     (``shape`` reshapes element-wise results)."""
+    if shape is None or len(shape) <= 1:
+        # Flat results: one decoder per function, made once.
+        cached = _FLAT_DECODERS.get(fid)
+        if cached is None:
+            cached = _FLAT_DECODERS[fid] = _make_decoder(fid, None)
+        return cached
+    return _make_decoder(fid, shape)
+
+
+_FLAT_DECODERS: dict[int, _Decoder] = {}
+
+
+def _make_decoder(fid: int, shape: tuple[int, ...] | None) -> _Decoder:
     if fid == FunctionId.MATMUL:
         return _decode_matrix
     spec = _spec(fid)

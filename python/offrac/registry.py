@@ -37,6 +37,10 @@ __all__ = [
 _U32_MAX: Final = 0xFFFF_FFFF
 _DTYPES: Final[dict[str, str]] = {"int32": "<i4", "uint32": "<u4", "float32": "<f4"}
 _WIRE: Final[dict[str, np.dtype[Any]]] = {k: np.dtype(v) for k, v in _DTYPES.items()}
+#: Array layouts: (the wire's dtype, the same in this machine's byte order).
+_ARRAYS: Final[dict[str, tuple[np.dtype[Any], np.dtype[Any]]]] = {
+    f"{k}[]": (w, w.newbyteorder("=")) for k, w in _WIRE.items()
+}
 
 
 @dataclass(frozen=True)
@@ -241,9 +245,14 @@ def _words(buf: bytes | bytearray, dtype: str, what: str) -> npt.NDArray[Any]:
 def decode_output(layout: str, buf: bytes | bytearray, shape: tuple[int, ...] | None = None) -> Any:
     """A result in ``layout`` as numpy (arrays), :class:`Ragged`, :class:`CSR` or bytes.
     Raises ValueError when the bytes do not fit the layout."""
-    if layout.endswith("[]"):
-        elem = layout[:-2]
-        out = _words(buf, _DTYPES[elem], layout).astype(np.dtype(_DTYPES[elem]).newbyteorder("="), copy=False)
+    array = _ARRAYS.get(layout)
+    if array is not None:
+        wire, native = array
+        if len(buf) % 4:
+            raise ValueError(f"{layout}: {len(buf)} bytes, not a whole number of 4-byte elements")
+        out = np.frombuffer(buf, dtype=wire)
+        if wire != native:  # a big-endian machine
+            out = out.astype(native)
         if shape is not None and len(shape) > 1 and math.prod(shape) == out.size:
             out = out.reshape(shape)
         return out
