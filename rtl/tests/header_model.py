@@ -24,6 +24,8 @@ REQUEST_MAGIC = 0x4F51
 RESPONSE_MAGIC = 0x5352
 VERSION = 1
 HEADER_HOPS = 4
+MAX_HOPS = 8
+ORIGIN_OFFSET = 40  # in the hop extension
 FLAG_HOP_EXT = 0x01
 FLAG_TRACE = 0x02
 FLAG_DIRECT_REPLY = 0x04
@@ -39,10 +41,10 @@ ERRORS = {
     "BadHopCount": 4,
     "NeedlessExtension": 5,
     "BadHopIndex": 6,
-    "UnusedHop": 7,
+    "UnusedHop": 7,  # error hop 0..3 in the header, 4..7 in the extension
+    "ReservedBytes": 8,
 }
-# Errors only the hop extension (second beat) can show; the header parser does not see it.
-EXTENSION_ERRORS = {"ReservedBytes", "UnusedHop"}
+FATAL = {ERRORS["BadMagic"], ERRORS["BadVersion"]}
 
 
 @dataclass
@@ -51,9 +53,14 @@ class Decoded:
     error_hop: int = 0
     fields: dict[str, int] = field(default_factory=dict)
     hops: list[tuple[int, int, int]] = field(default_factory=list)  # (function, device, param)
+    origin_id: int = 0
 
 
-def decode_request(b: bytes) -> Decoded:
+def hop_at(b: bytes, off: int) -> tuple[int, int, int]:
+    return (b[off], b[off + 1], int.from_bytes(b[off + 2 : off + 10], "little"))
+
+
+def decode_header(b: bytes) -> Decoded:
     """Decode one 64-byte header: fields always (the RTL shows them even on error), first error wins."""
     assert len(b) == 64
     magic, version, flags, tenant, hop_count, hop_index, request_id, payload_len = struct.unpack_from(
@@ -69,12 +76,8 @@ def decode_request(b: bytes) -> Decoded:
         "reply_device": b[20],
         "budget_us": int.from_bytes(b[21:24], "little"),
     }
-    hops = [
-        (b[24 + 10 * i], b[25 + 10 * i], int.from_bytes(b[26 + 10 * i : 34 + 10 * i], "little"))
-        for i in range(HEADER_HOPS)
-    ]
+    hops = [hop_at(b, 24 + 10 * i) for i in range(HEADER_HOPS)] + [(0, 0, 0)] * HEADER_HOPS
     has_ext = bool(flags & FLAG_HOP_EXT)
-    carries_origin = bool(flags & FLAG_FORWARDED) and bool(flags & FLAG_DIRECT_REPLY)
     unused = [i for i in range(hop_count, HEADER_HOPS) if hops[i] != (0, 0, 0)]
 
     def result(name: str | None, hop: int = 0) -> Decoded:
@@ -86,9 +89,9 @@ def decode_request(b: bytes) -> Decoded:
         return result("BadVersion")
     if flags & ~KNOWN_FLAGS:
         return result("ReservedFlags")
-    if hop_count == 0 or hop_count > (8 if has_ext else HEADER_HOPS):
+    if hop_count == 0 or hop_count > (MAX_HOPS if has_ext else HEADER_HOPS):
         return result("BadHopCount")
-    if has_ext and hop_count <= HEADER_HOPS and not carries_origin:
+    if has_ext and hop_count <= HEADER_HOPS and not carries_origin(flags):
         return result("NeedlessExtension")
     if hop_index >= hop_count:
         return result("BadHopIndex")
@@ -97,7 +100,49 @@ def decode_request(b: bytes) -> Decoded:
     return result(None)
 
 
-def encode_request(fields: dict[str, int], hops: list[tuple[int, int, int]]) -> bytes:
+def carries_origin(flags: int) -> bool:
+    return bool(flags & FLAG_FORWARDED) and bool(flags & FLAG_DIRECT_REPLY)
+
+
+def wire_beats(header: bytes) -> int:
+    """Beats the parser takes for a request: the extension follows a flagged header unless it is fatal."""
+    d = decode_header(header[:64])
+    return 2 if d.fields["flags"] & FLAG_HOP_EXT and d.error not in FATAL else 1
+
+
+def decode_request(b: bytes) -> Decoded:
+    """Decode a header and, when it is flagged, its extension (`b` is 64 or 128 bytes, as wire_beats says).
+
+    The header's error wins; an extension is still shown (hops 4..7, origin_id) as it came.
+    Then decode_ext's order: reserved bytes, then the first non-zero hop past hop_count.
+    """
+    assert len(b) == 64 * wire_beats(b), len(b)
+    d = decode_header(b[:64])
+    if len(b) == 64:
+        return d
+    ext = b[64:]
+    d.hops[HEADER_HOPS:] = [hop_at(ext, 10 * i) for i in range(HEADER_HOPS)]
+    origin = carries_origin(d.fields["flags"])
+    if origin:
+        d.origin_id = int.from_bytes(ext[ORIGIN_OFFSET : ORIGIN_OFFSET + 8], "little")
+    if d.error:
+        return d
+    if any(ext[ORIGIN_OFFSET + 8 * origin :]):
+        d.error = ERRORS["ReservedBytes"]
+        return d
+    unused = [i for i in range(d.fields["hop_count"], MAX_HOPS) if d.hops[i] != (0, 0, 0)]
+    if unused:
+        d.error, d.error_hop = ERRORS["UnusedHop"], unused[0]
+    return d
+
+
+def padded_hops(hops: list[dict[str, int]]) -> list[tuple[int, int, int]]:
+    """A vector's hops (four, or eight with an extension) as the eight the parser shows."""
+    return [(h["function"], h["device"], h["param"]) for h in hops] + [(0, 0, 0)] * (MAX_HOPS - len(hops))
+
+
+def encode_request(fields: dict[str, int], hops: list[tuple[int, int, int]], origin_id: int = 0) -> bytes:
+    """The header, and the extension (hops 4..7, origin_id) when `fields` flag it."""
     b = struct.pack(
         "<HBBHBBQIB",
         REQUEST_MAGIC,
@@ -110,9 +155,16 @@ def encode_request(fields: dict[str, int], hops: list[tuple[int, int, int]]) -> 
         fields["payload_len"],
         fields["reply_device"],
     ) + fields["budget_us"].to_bytes(3, "little")
-    for function, device, param in hops:
+    for function, device, param in hops[:HEADER_HOPS]:
         b += struct.pack("<BBQ", function, device, param)
     assert len(b) == 64
+    if fields["flags"] & FLAG_HOP_EXT:
+        for function, device, param in hops[HEADER_HOPS:]:
+            b += struct.pack("<BBQ", function, device, param)
+        b += struct.pack("<Q", origin_id) + bytes(16)
+        assert len(b) == 128
+    else:
+        assert hops[HEADER_HOPS:] == [(0, 0, 0)] * HEADER_HOPS and origin_id == 0
     return b
 
 
@@ -154,10 +206,10 @@ def encode_response(f: dict[str, int]) -> bytes:
     return b
 
 
-def random_valid_request(rng: random.Random) -> tuple[dict[str, int], list[tuple[int, int, int]]]:
-    """Fields of a header the decoder accepts, spread over the whole valid space."""
-    ext = rng.random() < 0.3
-    hop_count = rng.randint(1, 8) if ext else rng.randint(1, HEADER_HOPS)
+def random_valid_request(rng: random.Random) -> tuple[dict[str, int], list[tuple[int, int, int]], int]:
+    """Fields, eight hops and origin_id of a request the decoder accepts, spread over the valid space."""
+    ext = rng.random() < 0.4
+    hop_count = rng.randint(1, MAX_HOPS) if ext else rng.randint(1, HEADER_HOPS)
     flags = rng.choice([0, FLAG_TRACE]) | rng.choice([0, FLAG_DIRECT_REPLY]) | rng.choice([0, FLAG_FORWARDED])
     if ext and hop_count <= HEADER_HOPS:
         flags |= FLAG_DIRECT_REPLY | FLAG_FORWARDED  # the only reason for a short chain's extension
@@ -177,14 +229,33 @@ def random_valid_request(rng: random.Random) -> tuple[dict[str, int], list[tuple
         "reply_device": edge(8),
         "budget_us": edge(24),
     }
-    hops = [(edge(8), edge(8), edge(64)) if i < hop_count else (0, 0, 0) for i in range(HEADER_HOPS)]
-    return fields, hops
+    hops = [(edge(8), edge(8), edge(64)) if i < hop_count else (0, 0, 0) for i in range(MAX_HOPS)]
+    origin_id = edge(64) if ext and carries_origin(flags) else 0
+    return fields, hops, origin_id
 
 
 def mutate(rng: random.Random, b: bytes) -> bytes:
-    """A header with one to three bytes of its first 64 changed, favouring the checked ones."""
+    """A request with one to three bytes changed, favouring the checked ones, as the parser would take it.
+
+    A change to the flags can add or remove the extension beat: the result is cut to the header, or
+    given a (mostly zero) extension, so that it is the beats wire_beats says.
+    """
     out = bytearray(b)
     for _ in range(rng.randint(1, 3)):
-        pos = rng.choice([0, 1, 2, 3, 3, 6, 6, 7, 7, rng.randrange(24, 64), rng.randrange(64)])
+        pos = rng.choice(
+            [0, 1, 2, 3, 3, 6, 6, 7, 7, rng.randrange(24, 64), rng.randrange(64)]
+            + (
+                [rng.randrange(64, 128), rng.randrange(104, 128), rng.choice([104, 112, 127])]
+                if len(b) > 64
+                else []
+            )
+        )
         out[pos] = rng.choice([0, 1, 4, 5, 8, 9, 0xFF, rng.getrandbits(8)])
+    if wire_beats(bytes(out)) == 1:
+        return bytes(out[:64])
+    if len(out) == 64:
+        ext = bytearray(64)
+        if rng.random() < 0.5:
+            ext[rng.randrange(64)] = rng.getrandbits(8)
+        out += ext
     return bytes(out)
