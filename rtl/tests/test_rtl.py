@@ -45,6 +45,7 @@ def test_model_matches_response_vectors() -> None:
         ("offrac_req_header_parse", "tb_req_header_parse"),
         ("offrac_resp_header_build", "tb_resp_header_build"),
         ("offrac_accel_echo", "tb_accel_echo"),
+        ("offrac_minmax_elem", "tb_minmax_elem"),
     ],
 )
 def test_rtl(toplevel: str, bench: str) -> None:
