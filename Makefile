@@ -59,12 +59,13 @@ rtl-test: rtl-deps
 	$(PYTHON) -m pytest -q rtl/tests
 
 # LUT/FF/DSP/BRAM of each RTL module on UltraScale+ (apt: yosys); reports in rtl/build/.
-# BRAM in 36 Kb blocks (a RAMB18 counts half); LUTRAM: LUTs used as memory.
-RTL_SYNTH_TOPS = offrac_req_header_parse offrac_resp_header_build offrac_accel_echo
+# Flattened (a top counts its submodules); BRAM in 36 Kb blocks (a RAMB18 counts half);
+# LUTRAM: distributed-RAM cells (RAM32M16 etc.), not in the LUT count.
+RTL_SYNTH_TOPS = offrac_req_header_parse offrac_resp_header_build offrac_accel_echo offrac_minmax_elem offrac_accel_minmax
 rtl-synth:
 	@mkdir -p rtl/build
 	@for top in $(RTL_SYNTH_TOPS); do \
-	    yosys -q -p "read_verilog rtl/$$top.v; synth_xilinx -family xcup -top $$top; tee -q -o rtl/build/$$top.synth.txt stat" || exit 1; \
+	    yosys -q -p "read_verilog rtl/offrac_*.v; synth_xilinx -family xcup -flatten -top $$top; tee -q -o rtl/build/$$top.synth.txt stat" || exit 1; \
 	    awk -v top=$$top '$$1 ~ /^LUT[1-6]$$/ {lut += $$2} $$1 ~ /^FD/ {ff += $$2} $$1 ~ /^DSP/ {dsp += $$2} \
 	        $$1 ~ /^RAMB36/ {bram += $$2} $$1 ~ /^RAMB18/ {bram += $$2 / 2} $$1 ~ /^RAM(32|64|128|256)/ {lutram += $$2} \
 	        END {printf "%-28s LUT %5d  FF %5d  DSP %3d  BRAM %5.1f  LUTRAM %4d\n", top, lut, ff, dsp, bram, lutram}' rtl/build/$$top.synth.txt; \

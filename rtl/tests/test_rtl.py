@@ -20,6 +20,11 @@ RTL = TESTS.parent
 BUILD = Path(os.environ.get("OFFRAC_RTL_BUILD", RTL / "build"))
 
 
+# Modules a top instantiates, and the parameters a testbench needs (a small buffer reaches TOO_LARGE cheaply).
+SUBMODULES = {"offrac_accel_minmax": ("offrac_minmax_elem",)}
+PARAMETERS: dict[str, dict[str, object]] = {"offrac_accel_minmax": {"MAX_BEATS": 8}}
+
+
 def test_model_matches_request_vectors() -> None:
     for v in VECTORS["requests"]:
         b = bytes.fromhex(v["hex"])
@@ -46,13 +51,15 @@ def test_model_matches_response_vectors() -> None:
         ("offrac_resp_header_build", "tb_resp_header_build"),
         ("offrac_accel_echo", "tb_accel_echo"),
         ("offrac_minmax_elem", "tb_minmax_elem"),
+        ("offrac_accel_minmax", "tb_accel_minmax"),
     ],
 )
 def test_rtl(toplevel: str, bench: str) -> None:
     runner = get_runner("icarus")
     build_dir = BUILD / toplevel
     runner.build(
-        sources=[RTL / f"{toplevel}.v"],
+        sources=[RTL / f"{m}.v" for m in (toplevel, *SUBMODULES.get(toplevel, ()))],
+        parameters=PARAMETERS.get(toplevel, {}),
         hdl_toplevel=toplevel,
         build_dir=build_dir,
         build_args=["-Wall"],

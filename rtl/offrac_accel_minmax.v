@@ -1,0 +1,397 @@
+/*
+ * offrac accelerator, function 3 (minmax): min-max normalization of a
+ * float32 array, bit-exact with crates/accel/src/minmax.rs.
+ *
+ * The wrapper interface of offrac_accel_echo.v (512-bit payload in and out
+ * with tkeep/tlast, one metadata word per request in and out), plus a
+ * status and a detail beside the metadata word out, in the protocol's codes:
+ *
+ *   0 OK           the result payload follows (same beats and tkeep as the input)
+ *   3 TOO_LARGE    more than MAX_BEATS beats; detail = MAX_BEATS * 64 (the maximum, in bytes)
+ *   5 BAD_INPUT    empty payload or a length not a multiple of 4 (detail 0), or an
+ *                  infinite element (detail = its index, the first one)
+ *
+ * An error has no payload out. The checks' order is the Rust code's
+ * (element_count, then the infinity scan); TOO_LARGE comes first because
+ * the node refuses such a request before running it. A request longer than
+ * the buffer is still read to its end (nothing stored past MAX_BEATS) and
+ * answered, so the stream never stalls and no request goes unanswered.
+ *
+ * The payload is buffered (MAX_BEATS x 512 bits, one write port, one
+ * registered read port: block RAM) because the output needs min and max of
+ * the whole input. Then, one element per cycle from the buffer:
+ *   1. min/max exactly as nan_min_max_generic: per lane (element j of each
+ *      whole 64-byte beat) over the whole beats, the 16 lanes folded in
+ *      order, then the elements of a partial last beat in order. The order
+ *      decides which of -0.0 / +0.0 is the minimum, which the output of a
+ *      -0.0 element shows, so it is kept, not just the values.
+ *   2. each element through offrac_minmax_elem (about 31 cycles each).
+ * Throughput is therefore about 32 cycles per element: correctness first.
+ *
+ * Input beats are assumed as the dispatcher gives them: all but the last
+ * full, tkeep a contiguous run from byte 0. Metadata is taken only between
+ * requests, data only after its request's metadata. Both outputs are a
+ * register stage held while the sink stalls.
+ */
+
+`resetall
+`timescale 1ns / 1ps
+`default_nettype none
+
+module offrac_accel_minmax #(
+    parameter DATA_WIDTH = 512,
+    parameter KEEP_WIDTH = DATA_WIDTH / 8,
+    parameter META_WIDTH = 128,
+    parameter MAX_BEATS  = 512,            // 32 KiB, the software's inline_max_bytes
+    parameter ADDR_WIDTH = $clog2(MAX_BEATS)
+) (
+    input  wire                   clk,
+    input  wire                   rst,
+
+    // request payload in
+    input  wire [DATA_WIDTH-1:0]  s_axis_tdata,
+    input  wire [KEEP_WIDTH-1:0]  s_axis_tkeep,
+    input  wire                   s_axis_tvalid,
+    output wire                   s_axis_tready,
+    input  wire                   s_axis_tlast,
+
+    // request metadata in, one word per request
+    input  wire [META_WIDTH-1:0]  s_meta_tdata,
+    input  wire                   s_meta_tvalid,
+    output wire                   s_meta_tready,
+
+    // result payload out
+    output wire [DATA_WIDTH-1:0]  m_axis_tdata,
+    output wire [KEEP_WIDTH-1:0]  m_axis_tkeep,
+    output wire                   m_axis_tvalid,
+    input  wire                   m_axis_tready,
+    output wire                   m_axis_tlast,
+
+    // result metadata out, one word per request, before its payload
+    output wire [META_WIDTH-1:0]  m_meta_tdata,
+    output wire [7:0]             m_meta_status,
+    output wire [31:0]            m_meta_detail,
+    output wire                   m_meta_tvalid,
+    input  wire                   m_meta_tready
+);
+
+localparam LANES = 16;   // float32 per beat: the Rust code's LANES, one block per beat
+
+localparam [7:0]
+    STATUS_OK        = 8'd0,
+    STATUS_TOO_LARGE = 8'd3,
+    STATUS_BAD_INPUT = 8'd5;
+
+localparam [31:0] POS_INF = 32'h7F800000;
+localparam [31:0] NEG_INF = 32'hFF800000;
+
+localparam [3:0]
+    ST_IDLE       = 4'd0,
+    ST_IN         = 4'd1,
+    ST_STATUS     = 4'd2,
+    ST_SCAN_FETCH = 4'd3,
+    ST_SCAN       = 4'd4,
+    ST_REDUCE     = 4'd5,
+    ST_TAIL_FETCH = 4'd6,
+    ST_TAIL       = 4'd7,
+    ST_NORM_FETCH = 4'd8,
+    ST_NORM_SEND  = 4'd9,
+    ST_NORM_WAIT  = 4'd10,
+    ST_NORM_PUSH  = 4'd11;
+
+// IEEE a < b on float32 bits: false with a NaN, -0 == +0
+function lt;
+    input [31:0] a, b;
+    begin
+        if ((a[30:23] == 8'hFF && a[22:0] != 0) || (b[30:23] == 8'hFF && b[22:0] != 0)) begin
+            lt = 1'b0;
+        end else if (a[30:0] == 0 && b[30:0] == 0) begin
+            lt = 1'b0;
+        end else begin
+            case ({a[31], b[31]})
+                2'b10:   lt = 1'b1;
+                2'b01:   lt = 1'b0;
+                2'b00:   lt = a[30:0] < b[30:0];
+                default: lt = a[30:0] > b[30:0];
+            endcase
+        end
+    end
+endfunction
+
+reg [3:0]             state = ST_IDLE;
+reg [META_WIDTH-1:0]  meta_word;
+
+// what the input showed
+reg [ADDR_WIDTH:0]    n_beats;        // beats stored (at most MAX_BEATS)
+reg                   too_large;
+reg                   any_bytes;
+reg                   ragged;
+reg                   inf_found;
+reg [ADDR_WIDTH+3:0]  inf_index;
+reg [KEEP_WIDTH-1:0]  last_keep;
+reg [4:0]             tail_n;         // elements in the last beat, 0..16
+
+// the buffer
+reg [DATA_WIDTH-1:0]  mem [0:MAX_BEATS-1];
+reg [DATA_WIDTH-1:0]  rd_data;
+reg [ADDR_WIDTH:0]    beat_idx;       // read address (and beat being worked on)
+reg [3:0]             el_idx;
+
+// min / max
+reg [31:0]            lane_lo [0:LANES-1];
+reg [31:0]            lane_hi [0:LANES-1];
+reg [LANES-1:0]       lane_seen;      // an unseen lane is (+inf, -inf)
+reg [31:0]            lo_reg, hi_reg;
+
+// outputs
+reg [DATA_WIDTH-1:0]  acc;            // the result beat being assembled
+reg [DATA_WIDTH-1:0]  data_reg;
+reg [KEEP_WIDTH-1:0]  keep_reg;
+reg                   last_reg;
+reg                   data_valid_reg = 1'b0;
+reg [META_WIDTH-1:0]  meta_reg;
+reg [7:0]             status_reg;
+reg [31:0]            detail_reg;
+reg                   meta_valid_reg = 1'b0;
+
+wire meta_out_free = !meta_valid_reg || m_meta_tready;
+wire data_out_free = !data_valid_reg || m_axis_tready;
+
+assign s_meta_tready = state == ST_IDLE;
+assign s_axis_tready = state == ST_IN;
+wire meta_take = s_meta_tvalid && s_meta_tready;
+wire data_take = s_axis_tvalid && s_axis_tready;
+
+// ---- per-beat checks on the input ---------------------------------------
+
+wire [LANES-1:0] el_whole, el_part, el_inf;
+genvar i;
+generate
+    for (i = 0; i < LANES; i = i + 1) begin : el
+        assign el_whole[i] = &s_axis_tkeep[4*i +: 4];
+        assign el_part[i]  = |s_axis_tkeep[4*i +: 4] && !el_whole[i];
+        assign el_inf[i]   = el_whole[i] && s_axis_tdata[32*i+23 +: 8] == 8'hFF
+                             && s_axis_tdata[32*i +: 23] == 23'd0;
+    end
+endgenerate
+
+reg [3:0] first_inf;
+reg [4:0] whole_n;
+integer k;
+always @* begin
+    first_inf = 4'd0;
+    whole_n   = 5'd16;
+    for (k = LANES - 1; k >= 0; k = k - 1) begin
+        if (el_inf[k]) begin
+            first_inf = k[3:0];
+        end
+        if (!el_whole[k]) begin
+            whole_n = k[4:0];
+        end
+    end
+end
+
+// ---- the buffer: write while reading in, registered read after -------
+
+always @(posedge clk) begin
+    if (data_take && !too_large && n_beats != MAX_BEATS) begin
+        mem[n_beats[ADDR_WIDTH-1:0]] <= s_axis_tdata;
+    end
+end
+
+always @(posedge clk) begin
+    rd_data <= mem[beat_idx[ADDR_WIDTH-1:0]];
+end
+
+// ---- the element pass ---------------------------------------------------
+
+wire [31:0] x_el = rd_data[32*el_idx +: 32];
+wire [31:0] lane_lo_eff = lane_seen[el_idx] ? lane_lo[el_idx] : POS_INF;
+wire [31:0] lane_hi_eff = lane_seen[el_idx] ? lane_hi[el_idx] : NEG_INF;
+
+wire [ADDR_WIDTH:0] last_beat = n_beats - 1'b1;
+wire [ADDR_WIDTH:0] n_full    = (tail_n == 5'd16) ? n_beats : last_beat;   // whole beats: lanes
+wire [4:0]          n_el      = (beat_idx == last_beat) ? tail_n : 5'd16;   // elements of this beat
+
+wire        elem_s_ready;
+wire [31:0] elem_y;
+wire        elem_m_valid;
+
+offrac_minmax_elem u_elem (
+    .clk     (clk),
+    .rst     (rst),
+    .s_x     (x_el),
+    .s_lo    (lo_reg),
+    .s_hi    (hi_reg),
+    .s_valid (state == ST_NORM_SEND),
+    .s_ready (elem_s_ready),
+    .m_y     (elem_y),
+    .m_valid (elem_m_valid),
+    .m_ready (state == ST_NORM_WAIT)
+);
+
+always @(posedge clk) begin
+    if (m_meta_tready) begin
+        meta_valid_reg <= 1'b0;
+    end
+    if (m_axis_tready) begin
+        data_valid_reg <= 1'b0;
+    end
+
+    case (state)
+        ST_IDLE: begin
+            if (meta_take) begin
+                meta_word <= s_meta_tdata;
+                n_beats   <= 0;
+                too_large <= 1'b0;
+                any_bytes <= 1'b0;
+                ragged    <= 1'b0;
+                inf_found <= 1'b0;
+                state     <= ST_IN;
+            end
+        end
+        ST_IN: begin
+            if (data_take) begin
+                if (n_beats == MAX_BEATS) begin
+                    too_large <= 1'b1;
+                end else begin
+                    n_beats <= n_beats + 1'b1;
+                end
+                any_bytes <= any_bytes || |s_axis_tkeep;
+                ragged    <= ragged || |el_part;
+                if (!inf_found && |el_inf) begin
+                    inf_found <= 1'b1;
+                    inf_index <= {n_beats[ADDR_WIDTH-1:0], first_inf};
+                end
+                if (s_axis_tlast) begin
+                    last_keep <= s_axis_tkeep;
+                    tail_n    <= whole_n;
+                    state     <= ST_STATUS;
+                end
+            end
+        end
+        ST_STATUS: begin
+            if (meta_out_free) begin
+                meta_reg       <= meta_word;
+                meta_valid_reg <= 1'b1;
+                detail_reg     <= 32'd0;
+                lane_seen      <= {LANES{1'b0}};
+                lo_reg         <= POS_INF;
+                hi_reg         <= NEG_INF;
+                beat_idx       <= 0;
+                el_idx         <= 4'd0;
+                if (too_large) begin
+                    status_reg <= STATUS_TOO_LARGE;
+                    detail_reg <= MAX_BEATS * 64;
+                    state      <= ST_IDLE;
+                end else if (!any_bytes || ragged) begin
+                    status_reg <= STATUS_BAD_INPUT;
+                    state      <= ST_IDLE;
+                end else if (inf_found) begin
+                    status_reg <= STATUS_BAD_INPUT;
+                    detail_reg <= {{(32-ADDR_WIDTH-4){1'b0}}, inf_index};
+                    state      <= ST_IDLE;
+                end else begin
+                    status_reg <= STATUS_OK;
+                    state      <= (n_full == 0) ? ST_REDUCE : ST_SCAN_FETCH;
+                end
+            end
+        end
+        ST_SCAN_FETCH: begin
+            state <= ST_SCAN;   // rd_data is beat beat_idx from the next cycle
+        end
+        ST_SCAN: begin
+            // lane el_idx of a whole beat: `if v < m { v } else { m }`
+            lane_lo[el_idx]   <= lt(x_el, lane_lo_eff) ? x_el : lane_lo_eff;
+            lane_hi[el_idx]   <= lt(lane_hi_eff, x_el) ? x_el : lane_hi_eff;
+            lane_seen[el_idx] <= 1'b1;
+            el_idx <= el_idx + 4'd1;
+            if (el_idx == 4'd15) begin
+                beat_idx <= beat_idx + 1'b1;
+                state    <= (beat_idx + 1'b1 == n_full) ? ST_REDUCE : ST_SCAN_FETCH;
+            end
+        end
+        ST_REDUCE: begin
+            // the lanes in order, then the tail
+            if (lt(lane_lo_eff, lo_reg)) begin
+                lo_reg <= lane_lo_eff;
+            end
+            if (lt(hi_reg, lane_hi_eff)) begin
+                hi_reg <= lane_hi_eff;
+            end
+            el_idx <= el_idx + 4'd1;
+            if (el_idx == 4'd15) begin
+                beat_idx <= last_beat;
+                if (tail_n == 5'd16 || tail_n == 5'd0) begin
+                    beat_idx <= 0;
+                    state    <= ST_NORM_FETCH;
+                end else begin
+                    state    <= ST_TAIL_FETCH;
+                end
+            end
+        end
+        ST_TAIL_FETCH: begin
+            state <= ST_TAIL;
+        end
+        ST_TAIL: begin
+            if (lt(x_el, lo_reg)) begin
+                lo_reg <= x_el;
+            end
+            if (lt(hi_reg, x_el)) begin
+                hi_reg <= x_el;
+            end
+            el_idx <= el_idx + 4'd1;
+            if ({1'b0, el_idx} == tail_n - 5'd1) begin
+                el_idx   <= 4'd0;
+                beat_idx <= 0;
+                state    <= ST_NORM_FETCH;
+            end
+        end
+        ST_NORM_FETCH: begin
+            state <= (n_el == 5'd0) ? ST_NORM_PUSH : ST_NORM_SEND;
+        end
+        ST_NORM_SEND: begin
+            if (elem_s_ready) begin
+                state <= ST_NORM_WAIT;
+            end
+        end
+        ST_NORM_WAIT: begin
+            if (elem_m_valid) begin
+                acc[32*el_idx +: 32] <= elem_y;
+                el_idx <= el_idx + 4'd1;
+                state  <= ({1'b0, el_idx} == n_el - 5'd1) ? ST_NORM_PUSH : ST_NORM_SEND;
+            end
+        end
+        default: begin   // ST_NORM_PUSH
+            if (data_out_free) begin
+                data_reg       <= acc;
+                keep_reg       <= (beat_idx == last_beat) ? last_keep : {KEEP_WIDTH{1'b1}};
+                last_reg       <= beat_idx == last_beat;
+                data_valid_reg <= 1'b1;
+                el_idx         <= 4'd0;
+                beat_idx       <= beat_idx + 1'b1;
+                state          <= (beat_idx == last_beat) ? ST_IDLE : ST_NORM_FETCH;
+            end
+        end
+    endcase
+
+    if (rst) begin
+        state          <= ST_IDLE;
+        data_valid_reg <= 1'b0;
+        meta_valid_reg <= 1'b0;
+    end
+end
+
+assign m_axis_tdata  = data_reg;
+assign m_axis_tkeep  = keep_reg;
+assign m_axis_tvalid = data_valid_reg;
+assign m_axis_tlast  = last_reg;
+
+assign m_meta_tdata  = meta_reg;
+assign m_meta_status = status_reg;
+assign m_meta_detail = detail_reg;
+assign m_meta_tvalid = meta_valid_reg;
+
+endmodule
+
+`resetall

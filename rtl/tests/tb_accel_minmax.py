@@ -1,0 +1,215 @@
+"""cocotb testbench of rtl/offrac_accel_minmax.v: whole requests against the min-max model, under stalls.
+
+Built with MAX_BEATS = 8 (512 bytes, test_rtl.py) so that TOO_LARGE is cheap to reach.
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+from typing import Any
+
+import cocotb
+import numpy as np
+from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge
+from minmax_model import STATUS_BAD_INPUT, STATUS_OK, STATUS_TOO_LARGE, minmax, random_array, random_nan
+from tb_accel_echo import BEAT, Beat, from_beats, idle, to_beats
+from tb_util import sig, start
+
+MAX_BYTES = 8 * BEAT
+Answer = tuple[int, int, int]  # metadata word, status, detail
+
+
+def beats_of(payload: bytes) -> list[Beat]:
+    return to_beats(payload) if payload else [(0, 0, 1)]  # an empty payload: one beat, no bytes
+
+
+async def run(
+    dut: Any, payloads: list[bytes], rng: random.Random, p_in: float, p_out: float
+) -> tuple[list[Answer], list[bytes]]:
+    """Send requests with random gaps on both inputs and stalls on both outputs; check them with the model."""
+    metas = [rng.getrandbits(128) for _ in payloads]
+    beats = [b for p in payloads for b in beats_of(p)]
+    out_beats: list[Beat] = []
+    answers: list[Answer] = []
+    want = [minmax(p, MAX_BYTES) for p in payloads]
+    n_data = sum(len(beats_of(p)) for p, w in zip(payloads, want, strict=True) if w[0] == STATUS_OK)
+    bi = mi = 0
+    limit = 200 + sum(40 * (len(p) // 4 + 2) + 20 for p in payloads) / min(p_in, p_out)
+    for _ in range(int(limit)):
+        data_on = bi < len(beats) and rng.random() < p_in
+        meta_on = mi < len(metas) and rng.random() < p_in
+        dut.s_axis_tvalid.value = int(data_on)
+        if bi < len(beats):
+            dut.s_axis_tdata.value, dut.s_axis_tkeep.value, dut.s_axis_tlast.value = beats[bi]
+        dut.s_meta_tvalid.value = int(meta_on)
+        if mi < len(metas):
+            dut.s_meta_tdata.value = metas[mi]
+        dut.m_axis_tready.value = int(rng.random() < p_out)
+        dut.m_meta_tready.value = int(rng.random() < p_out)
+        await ReadOnly()
+        if data_on and sig(dut.s_axis_tready):
+            bi += 1
+        if meta_on and sig(dut.s_meta_tready):
+            mi += 1
+        if sig(dut.m_axis_tvalid) and sig(dut.m_axis_tready):
+            out_beats.append((sig(dut.m_axis_tdata), sig(dut.m_axis_tkeep), sig(dut.m_axis_tlast)))
+        if sig(dut.m_meta_tvalid) and sig(dut.m_meta_tready):
+            answers.append((sig(dut.m_meta_tdata), sig(dut.m_meta_status), sig(dut.m_meta_detail)))
+        await FallingEdge(dut.clk)
+        if len(answers) == len(payloads) and len(out_beats) == n_data and bi == len(beats):
+            idle(dut)
+            dut.m_axis_tready.value = 1
+            dut.m_meta_tready.value = 1
+            for _ in range(3):
+                await ReadOnly()
+                assert not sig(dut.m_axis_tvalid) and not sig(dut.m_meta_tvalid), "output beyond the input"
+                await FallingEdge(dut.clk)
+            frames = from_beats(out_beats)
+            assert answers == [(m, w[0], w[1]) for m, w in zip(metas, want, strict=True)]
+            ok = [w[2] for w in want if w[0] == STATUS_OK]
+            for i, (got, exp) in enumerate(zip(frames, ok, strict=True)):
+                assert got == exp, f"result {i}: {diff(got, exp)}"
+            return answers, frames
+    raise AssertionError(f"stalled: {bi}/{len(beats)} beats in, {len(answers)}/{len(payloads)} answers")
+
+
+def diff(got: bytes, exp: bytes) -> str:
+    if len(got) != len(exp):
+        return f"{len(got)} bytes, want {len(exp)}"
+    g, e = np.frombuffer(got, "<u4"), np.frombuffer(exp, "<u4")
+    i = int(np.flatnonzero(g != e)[0])
+    return f"element {i}: {g[i]:08x}, want {e[i]:08x}"
+
+
+def sizes(rng: random.Random, n: int) -> list[int]:
+    """Element counts around the 16-element beat (the lane / tail split) and up to the buffer."""
+    return [rng.choice([1, 2, 15, 16, 17, 31, 32, 33, 48, 127, 128, rng.randint(1, 128)]) for _ in range(n)]
+
+
+@cocotb.test()
+async def random_arrays(dut: Any) -> None:
+    """Random float32 arrays (every style of random_array) at full rate: results bit for bit."""
+    idle(dut)
+    await start(dut)
+    rng = random.Random(51)
+    payloads = [random_array(rng, n).tobytes() for n in sizes(rng, 45)]
+    answers, _ = await run(dut, payloads, rng, 1.0, 1.0)
+    assert all(a[1] == STATUS_OK for a in answers)
+
+
+@cocotb.test()
+async def signed_zeros_and_lanes(dut: Any) -> None:
+    """Arrays of +-0.0, 1.0 and NaN: which zero is the minimum depends on the lane order, and shows."""
+    idle(dut)
+    await start(dut)
+    rng = random.Random(52)
+    pool = [0x00000000, 0x80000000, 0x3F800000, 0x7FC00000]
+    arrays = [[rng.choice(pool) for _ in range(n)] for n in sizes(rng, 40)]
+    # beat 0 lane 3 is -0.0, beat 1 lane 1 is +0.0: lane 1 folds first, so lo = +0.0 and -0.0 maps to
+    # -0.0 (a front-to-back scan would take -0.0 as lo and give +0.0)
+    crafted = [0x3F800000] * 32
+    crafted[3], crafted[17] = 0x80000000, 0x00000000
+    arrays.append(crafted)
+    payloads = [struct.pack(f"<{len(a)}I", *a) for a in arrays]
+    _, frames = await run(dut, payloads, rng, 1.0, 1.0)
+    assert struct.unpack_from("<I", frames[-1], 3 * 4)[0] == 0x80000000
+    assert any(b"\x00\x00\x00\x80" in f for f in frames)
+
+
+@cocotb.test()
+async def errors(dut: Any) -> None:
+    """Empty, ragged, infinite and too-large requests among valid ones: status and detail, no payload."""
+    idle(dut)
+    await start(dut)
+    rng = random.Random(53)
+    payloads: list[bytes] = []
+    for _ in range(30):
+        kind = rng.choice(["ok", "empty", "ragged", "inf", "large", "edge_large"])
+        n = rng.randint(1, 100)
+        xs = random_array(rng, n).view("<u4").copy()
+        if kind == "inf":
+            for _ in range(rng.randint(1, 3)):
+                xs[rng.randrange(n)] = rng.choice([0x7F800000, 0xFF800000])
+            if n > 1 and rng.random() < 0.5:
+                xs[0] = random_nan(rng)
+        p = xs.tobytes()
+        if kind == "empty":
+            p = b""
+        elif kind == "ragged":
+            p = p + rng.randbytes(rng.choice([1, 2, 3]))
+        elif kind == "large":
+            p = rng.randbytes(rng.randint(MAX_BYTES + 1, 3 * MAX_BYTES))
+        elif kind == "edge_large":
+            p = random_array(rng, MAX_BYTES // 4 + rng.choice([0, 1])).tobytes()  # exactly full, or one over
+        payloads.append(p)
+    answers, _ = await run(dut, payloads, rng, 0.8, 0.8)
+    seen = {(a[1], a[2] != 0) for a in answers}
+    want = {(STATUS_OK, False), (STATUS_BAD_INPUT, False), (STATUS_BAD_INPUT, True), (STATUS_TOO_LARGE, True)}
+    assert want <= seen, seen
+
+
+@cocotb.test()
+async def backpressure(dut: Any) -> None:
+    """Sparse inputs and sinks ready 2-60% of the time: nothing dropped, duplicated or reordered."""
+    idle(dut)
+    await start(dut)
+    rng = random.Random(54)
+    for p_in, p_out in [(0.5, 0.2), (1.0, 0.6), (0.3, 1.0)]:
+        payloads = [random_array(rng, n).tobytes() for n in sizes(rng, 10)]
+        payloads.append(rng.randbytes(MAX_BYTES + 64))
+        await run(dut, payloads, rng, p_in, p_out)
+    # a beat takes ~32 cycles per element to compute: sinks this slow make results wait on a full stage
+    payloads = [random_array(rng, rng.choice([1, 2, 17])).tobytes() for _ in range(12)]
+    await run(dut, payloads, rng, 1.0, 0.02)
+
+
+@cocotb.test()
+async def no_data_before_metadata(dut: Any) -> None:
+    """Data offered without metadata waits; it goes once the metadata word does."""
+    idle(dut)
+    await start(dut)
+    dut.s_axis_tvalid.value = 1
+    dut.s_axis_tdata.value, dut.s_axis_tkeep.value, dut.s_axis_tlast.value = to_beats(bytes(4))[0]
+    for _ in range(5):
+        await ReadOnly()
+        assert not sig(dut.s_axis_tready), "data taken before its metadata"
+        await FallingEdge(dut.clk)
+    idle(dut)
+    await run(dut, [struct.pack("<2f", 1.0, 2.0)], random.Random(55), 1.0, 1.0)
+
+
+async def pulse_reset(dut: Any) -> None:
+    idle(dut)
+    dut.rst.value = 1
+    await RisingEdge(dut.clk)
+    await FallingEdge(dut.clk)
+    dut.rst.value = 0
+    await ReadOnly()
+    assert not sig(dut.m_axis_tvalid) and not sig(dut.m_meta_tvalid), "reset left an output"
+    assert sig(dut.s_meta_tready) and not sig(dut.s_axis_tready), "reset left the request open"
+    await FallingEdge(dut.clk)
+
+
+@cocotb.test()
+async def reset_mid_request(dut: Any) -> None:
+    """Reset while a request is read in, and again while one is normalized with its output stalled."""
+    idle(dut)
+    await start(dut)
+    rng = random.Random(56)
+    for cycles in (3, 300):
+        beats = to_beats(random_array(rng, 100).tobytes())
+        dut.s_meta_tvalid.value = 1
+        dut.s_meta_tdata.value = 1
+        await FallingEdge(dut.clk)
+        dut.s_meta_tvalid.value = 0
+        for i in range(cycles):  # beats at full rate, then the output stalled (idle: sinks not ready)
+            dut.s_axis_tvalid.value = int(i < len(beats))
+            if i < len(beats):
+                dut.s_axis_tdata.value, dut.s_axis_tkeep.value, dut.s_axis_tlast.value = beats[i]
+                await ReadOnly()
+                assert sig(dut.s_axis_tready)
+            await FallingEdge(dut.clk)
+        await pulse_reset(dut)
+        payloads = [random_array(rng, n).tobytes() for n in sizes(rng, 6)]
+        await run(dut, payloads, rng, 0.7, 0.7)
