@@ -61,7 +61,7 @@ rtl-test: rtl-deps
 # LUT/FF/DSP/BRAM of each RTL module on UltraScale+ (apt: yosys); reports in rtl/build/.
 # Flattened (a top counts its submodules); BRAM in 36 Kb blocks (a RAMB18 counts half);
 # LUTRAM: distributed-RAM cells (RAM32M16 etc.), not in the LUT count.
-RTL_SYNTH_TOPS = offrac_req_header_parse offrac_resp_header_build offrac_accel_echo offrac_minmax_elem offrac_accel_minmax
+RTL_SYNTH_TOPS = offrac_req_header_parse offrac_resp_header_build offrac_accel_echo offrac_minmax_elem offrac_accel_minmax offrac_accel_topk
 rtl-synth:
 	@mkdir -p rtl/build
 	@for top in $(RTL_SYNTH_TOPS); do \

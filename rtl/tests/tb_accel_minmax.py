@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 import struct
+from collections.abc import Callable
 from typing import Any
 
 import cocotb
@@ -14,7 +15,7 @@ import numpy as np
 from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge
 from minmax_model import STATUS_BAD_INPUT, STATUS_OK, STATUS_TOO_LARGE, minmax, random_array, random_nan
 from tb_accel_echo import BEAT, Beat, from_beats, idle, to_beats
-from tb_util import sig, start
+from tb_util import kept_data, sig, start
 
 MAX_BYTES = 8 * BEAT
 Answer = tuple[int, int, int]  # metadata word, status, detail
@@ -24,16 +25,29 @@ def beats_of(payload: bytes) -> list[Beat]:
     return to_beats(payload) if payload else [(0, 0, 1)]  # an empty payload: one beat, no bytes
 
 
+Model = Callable[[bytes, int], tuple[int, int, bytes]]  # (payload, metadata word) -> status, detail, result
+
+
 async def run(
-    dut: Any, payloads: list[bytes], rng: random.Random, p_in: float, p_out: float
+    dut: Any,
+    payloads: list[bytes],
+    rng: random.Random,
+    p_in: float,
+    p_out: float,
+    metas: list[int] | None = None,
+    model: Model = lambda p, _meta: minmax(p, MAX_BYTES),
 ) -> tuple[list[Answer], list[bytes]]:
-    """Send requests with random gaps on both inputs and stalls on both outputs; check them with the model."""
-    metas = [rng.getrandbits(128) for _ in payloads]
+    """Send requests with random gaps on both inputs and stalls on both outputs; check them with the model.
+
+    Also used by the other accelerators' testbenches, with their model and metadata words.
+    """
+    if metas is None:
+        metas = [rng.getrandbits(128) for _ in payloads]
     beats = [b for p in payloads for b in beats_of(p)]
     out_beats: list[Beat] = []
     answers: list[Answer] = []
-    want = [minmax(p, MAX_BYTES) for p in payloads]
-    n_data = sum(len(beats_of(p)) for p, w in zip(payloads, want, strict=True) if w[0] == STATUS_OK)
+    want = [model(p, m) for p, m in zip(payloads, metas, strict=True)]
+    n_data = sum(len(to_beats(w[2])) for w in want if w[0] == STATUS_OK)
     bi = mi = 0
     limit = 200 + sum(40 * (len(p) // 4 + 2) + 20 for p in payloads) / min(p_in, p_out)
     for _ in range(int(limit)):
@@ -53,7 +67,8 @@ async def run(
         if meta_on and sig(dut.s_meta_tready):
             mi += 1
         if sig(dut.m_axis_tvalid) and sig(dut.m_axis_tready):
-            out_beats.append((sig(dut.m_axis_tdata), sig(dut.m_axis_tkeep), sig(dut.m_axis_tlast)))
+            keep = sig(dut.m_axis_tkeep)
+            out_beats.append((kept_data(dut.m_axis_tdata, keep), keep, sig(dut.m_axis_tlast)))
         if sig(dut.m_meta_tvalid) and sig(dut.m_meta_tready):
             answers.append((sig(dut.m_meta_tdata), sig(dut.m_meta_status), sig(dut.m_meta_detail)))
         await FallingEdge(dut.clk)

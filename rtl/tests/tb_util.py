@@ -33,6 +33,15 @@ def sig(h: SimHandleBase) -> int:
     return int(h.value)  # type: ignore[attr-defined]
 
 
+def kept_data(h: SimHandleBase, keep: int) -> int:
+    """tdata of which only the tkeep bytes count: those must be 0/1, the others may be X (read as 0)."""
+    bits = str(h.value)[::-1]  # type: ignore[attr-defined]  # bit 0 first
+    for i in range(len(bits) // 8):
+        if keep >> i & 1:
+            assert set(bits[8 * i : 8 * i + 8]) <= {"0", "1"}, f"byte {i} of a kept lane is not 0/1"
+    return int(bits[::-1].translate(str.maketrans("xXzZuUwW-", "000000000")), 2)
+
+
 async def stream(
     dut: Any,
     items: Sequence[Any],

@@ -20,9 +20,12 @@ RTL = TESTS.parent
 BUILD = Path(os.environ.get("OFFRAC_RTL_BUILD", RTL / "build"))
 
 
-# Modules a top instantiates, and the parameters a testbench needs (a small buffer reaches TOO_LARGE cheaply).
+# Modules a top instantiates, and the parameters a testbench needs (small limits are cheap to reach).
 SUBMODULES = {"offrac_accel_minmax": ("offrac_minmax_elem",)}
-PARAMETERS: dict[str, dict[str, object]] = {"offrac_accel_minmax": {"MAX_BEATS": 8}}
+PARAMETERS: dict[str, dict[str, object]] = {
+    "offrac_accel_minmax": {"MAX_BEATS": 8},
+    "offrac_accel_topk": {"K_MAX": 16},
+}
 
 
 def test_model_matches_request_vectors() -> None:
@@ -52,6 +55,7 @@ def test_model_matches_response_vectors() -> None:
         ("offrac_accel_echo", "tb_accel_echo"),
         ("offrac_minmax_elem", "tb_minmax_elem"),
         ("offrac_accel_minmax", "tb_accel_minmax"),
+        ("offrac_accel_topk", "tb_accel_topk"),
     ],
 )
 def test_rtl(toplevel: str, bench: str) -> None:
