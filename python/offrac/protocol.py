@@ -326,6 +326,9 @@ class RequestHeader:
     #: within it is answered TIMEOUT.
     budget_us: int = 0
     hops: tuple[Hop, ...] = field(default_factory=lambda: (Hop(),) * MAX_HOPS)
+    #: On a hop a node forwards with a direct reply (flags bits 2 and 3): the caller's own
+    #: request id, in the hop extension (bytes 40..48); 0 otherwise.
+    origin_id: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "hops", _pad_hops(self.hops))
@@ -439,7 +442,16 @@ class RequestHeader:
         if not self.flags & FLAG_HOP_EXT:
             return head
         ext = b"".join(h.encode() for h in self.hops[HEADER_HOPS:])
+        if self.carries_origin:
+            _check_range("origin_id", self.origin_id, _U64)
+            ext += self.origin_id.to_bytes(8, "little")
         return head + ext + b"\0" * (EXT_LEN - len(ext))
+
+    @property
+    def carries_origin(self) -> bool:
+        """A forwarded direct-reply hop: its extension carries the caller's request id."""
+        both = FLAG_DIRECT_REPLY | FLAG_FORWARDED
+        return self.flags & both == both
 
     def _check_fields(self) -> None:
         _check_range("flags", self.flags, _U8)
@@ -515,7 +527,10 @@ class RequestHeader:
             raise HeaderError(
                 "BadHopCount", f"hop_count {hop_count} outside 1..={most}", request_id=request_id
             )
-        if ext and hop_count <= HEADER_HOPS:
+        # A forwarded direct-reply hop carries the caller's request id in the extension.
+        both = FLAG_DIRECT_REPLY | FLAG_FORWARDED
+        origin = ext and flags & both == both
+        if ext and hop_count <= HEADER_HOPS and not origin:
             raise HeaderError(
                 "NeedlessExtension",
                 f"the hop extension flag is set but hop_count {hop_count} fits the header",
@@ -527,7 +542,8 @@ class RequestHeader:
                 f"hop_index {hop_index} not below hop_count {hop_count}",
                 request_id=request_id,
             )
-        if ext and any(b[HEADER_LEN + HEADER_HOPS * _HOP.size :]):
+        reserved = HEADER_LEN + HEADER_HOPS * _HOP.size + (8 if origin else 0)
+        if ext and any(b[reserved:]):
             raise HeaderError("ReservedBytes", "reserved bytes are not zero", request_id=request_id)
         for i in range(hop_count, len(hops)):
             if not hops[i].is_zero:
@@ -542,6 +558,7 @@ class RequestHeader:
             flags=flags,
             budget_us=int.from_bytes(budget, "little"),
             hops=hops,
+            origin_id=int.from_bytes(b[HEADER_LEN + 40 : HEADER_LEN + 48], "little") if origin else 0,
         )
 
 

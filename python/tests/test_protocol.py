@@ -51,6 +51,7 @@ def _request_from_fields(f: dict[str, Any]) -> RequestHeader:
         flags=f["flags"],
         budget_us=f["budget_us"],
         hops=tuple(Hop(h["function"], h["device"], h["param"]) for h in f["hops"]),
+        origin_id=f.get("origin_id", 0),
     )
 
 

@@ -75,6 +75,8 @@ fn request_vectors_decode_and_reencode() {
                 assert_eq!(h.hop_index as u64, u(f, "hop_index"), "{note}");
                 assert_eq!(h.reply_device as u64, u(f, "reply_device"), "{note}");
                 assert_eq!(h.budget_us as u64, u(f, "budget_us"), "{note}");
+                let origin = f.get("origin_id").and_then(Value::as_u64).unwrap_or(0);
+                assert_eq!(h.origin_id, origin, "{note}");
                 for (i, hv) in f["hops"].as_array().unwrap().iter().enumerate() {
                     let want = Hop {
                         function: u(hv, "function") as u8,
