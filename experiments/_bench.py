@@ -191,6 +191,21 @@ def write_csv(path: Path, rows: Iterable[dict[str, Any]], fields: Sequence[str])
             w.writerow(r)
 
 
+def read_csv(path: Path, text: Sequence[str]) -> list[dict[str, Any]]:
+    """Rows :func:`write_csv` wrote, numbers back as int or float; the ``text`` columns stay
+    strings (for redrawing a plot or summary without measuring again)."""
+    with path.open(newline="") as f:
+        rows: list[dict[str, Any]] = list(csv.DictReader(f))
+    for r in rows:
+        for k, v in r.items():
+            if k not in text:
+                try:
+                    r[k] = int(v)
+                except ValueError:
+                    r[k] = float(v)
+    return rows
+
+
 def md_table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     for r in rows:

@@ -8,7 +8,6 @@ re-summarizes the CSVs of an earlier run.
 
 from __future__ import annotations
 
-import csv
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,10 +18,12 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-from _bench import REPO, log, machine, md_table, median, node, raw_echo, write_csv
+from _bench import REPO, log, machine, md_table, median, node, raw_echo, read_csv, write_csv
 from _bench import load as run_load
 
 HERE = Path(__file__).resolve().parent
+#: Columns of the CSVs that hold text, not numbers.
+TEXT = ("io", "server", "busy_poll")
 CONFIGS = REPO / "experiments" / "configs"
 MIX = "echo:4096"
 CLIENTS = [1, 2, 4, 8, 16, 28]
@@ -220,21 +221,10 @@ def summarize(sweep_rows: list[dict[str, Any]], ratio_rows: list[dict[str, Any]]
     return "\n".join(parts)
 
 
-def read_csv(path: Path) -> list[dict[str, Any]]:
-    """Rows written by an earlier run, numbers converted back."""
-    with path.open() as f:
-        rows: list[dict[str, Any]] = list(csv.DictReader(f))
-    for r in rows:
-        for k, v in r.items():
-            if k not in ("io", "server", "busy_poll"):
-                r[k] = float(v) if "." in v else int(v)
-    return rows
-
-
 def main() -> None:
     if "--from-csv" in sys.argv:
         # Re-plot and re-summarize the committed results without measuring.
-        ratio_rows, sweep_rows = read_csv(HERE / "ratio.csv"), read_csv(HERE / "results.csv")
+        ratio_rows, sweep_rows = read_csv(HERE / "ratio.csv", TEXT), read_csv(HERE / "results.csv", TEXT)
     else:
         ratio_rows = one_client_ratios()
         sweep_rows = sweep()

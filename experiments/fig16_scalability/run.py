@@ -11,7 +11,6 @@ plot.png from results.csv.
 
 from __future__ import annotations
 
-import csv
 import sys
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ import matplotlib
 matplotlib.use("Agg")
 import _plots as plots
 import matplotlib.pyplot as plt
-from _bench import REPO, Server, cpu_server, finish, log, machine, md_table, node
+from _bench import REPO, Server, cpu_server, finish, log, machine, md_table, node, read_csv
 from _bench import load as run_load
 
 HERE = Path(__file__).resolve().parent
@@ -127,13 +126,7 @@ def plot(rows: list[dict[str, Any]]) -> None:
 
 def read_rows() -> list[dict[str, Any]]:
     """results.csv as plot() wants it (numbers as numbers)."""
-    with (HERE / "results.csv").open() as f:
-        rows: list[dict[str, Any]] = list(csv.DictReader(f))
-    for r in rows:
-        for key, value in r.items():
-            if key != "server":
-                r[key] = float(value) if "." in value or "e" in value else int(value)
-    return rows
+    return read_csv(HERE / "results.csv", ("server",))
 
 
 def summarize(rows: list[dict[str, Any]]) -> str:

@@ -22,7 +22,6 @@ same rounds. Then closed-loop throughput at 1-8 clients (no busy-poll) for `1 ho
 
 from __future__ import annotations
 
-import csv
 import sys
 import tempfile
 from pathlib import Path
@@ -34,13 +33,12 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-from _bench import Server, finish, log, machine, md_table, median, node_pair
+from _bench import Server, finish, log, machine, md_table, median, node_pair, read_csv
 from _bench import load as run_load
 
 HERE = Path(__file__).resolve().parent
 QUICK = "--quick" in sys.argv
 SUMMARY_ONLY = "--summary-only" in sys.argv
-INTS = ("round", "clients", "errors")
 # Nodes' I/O mode and whether the client busy-polls: on 2 cores, two busy-polling nodes and a
 # busy-polling client fight over the CPUs (see the summary), so the default is blocking nodes
 # and a client sleeping in the kernel.
@@ -81,11 +79,7 @@ def measure(addr: str, clients: int, chain: str, busy: bool, reply_at: str | Non
 def main() -> None:
     if SUMMARY_ONLY:
         # Redraw the plot and summary from results.csv (e.g. after editing the text).
-        with (HERE / "results.csv").open() as f:
-            rows = [
-                {k: v if k in ("kind", "case") else int(v) if k in INTS else float(v) for k, v in r.items()}
-                for r in csv.DictReader(f)
-            ]
+        rows = read_csv(HERE / "results.csv", ("kind", "case"))
         plot(rows)
         (HERE / "summary.md").write_text(summarize(rows))
         return
