@@ -981,6 +981,28 @@ class Client:
     @overload
     def submit(
         self,
+        function: Literal["cnn"],
+        data: IntInput,
+        *,
+        tenant: int | None = ...,
+        budget: float | None = ...,
+        out: npt.NDArray[np.float32] | None = ...,
+        return_info: Literal[False] = ...,
+    ) -> RequestFuture[npt.NDArray[np.float32]]: ...
+    @overload
+    def submit(
+        self,
+        function: Literal["cnn"],
+        data: IntInput,
+        *,
+        tenant: int | None = ...,
+        budget: float | None = ...,
+        out: npt.NDArray[np.float32] | None = ...,
+        return_info: Literal[True],
+    ) -> RequestFuture[tuple[npt.NDArray[np.float32], ResponseHeader]]: ...
+    @overload
+    def submit(
+        self,
         function: int,
         data: Data = ...,
         *,
@@ -1507,6 +1529,30 @@ class Client:
         data: FloatInput,
         *,
         lmbda: float = ...,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        out: npt.NDArray[np.float32] | None = ...,
+        return_info: Literal[True],
+    ) -> tuple[npt.NDArray[np.float32], ResponseHeader]: ...
+    @overload
+    def call(
+        self,
+        function: Literal["cnn"],
+        data: IntInput,
+        *,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        out: npt.NDArray[np.float32] | None = ...,
+        return_info: Literal[False] = ...,
+    ) -> npt.NDArray[np.float32]: ...
+    @overload
+    def call(
+        self,
+        function: Literal["cnn"],
+        data: IntInput,
+        *,
         tenant: int | None = ...,
         timeout: float | None = ...,
         budget: float | None = ...,

@@ -158,6 +158,7 @@ class FunctionId(enum.IntEnum):
     GETLOCALHOUR = 14
     ONEHOT = 15
     BOXCOX = 16
+    CNN = 17
 
 
 def _check_against_registry() -> None:

@@ -4,7 +4,7 @@
 identical to it by a test, so ids, names, payload layouts and parameter fields come from one
 table. This module turns it into parameter packing and payload encoding/decoding:
 
-- arrays (``int32[]``, ``uint32[]``, ``float32[]``) are numpy arrays;
+- arrays (``int32[]``, ``uint32[]``, ``float32[]``, ``uint16[]``) are numpy arrays;
 - the ragged layout (``ragged<uint32>``: id lists) is :class:`Ragged`, also accepted as a list
   of sequences; ``ragged<uint32,float32>`` (CSR) is :class:`CSR`.
 """
@@ -35,7 +35,7 @@ __all__ = [
 ]
 
 _U32_MAX: Final = 0xFFFF_FFFF
-_DTYPES: Final[dict[str, str]] = {"int32": "<i4", "uint32": "<u4", "float32": "<f4"}
+_DTYPES: Final[dict[str, str]] = {"int32": "<i4", "uint32": "<u4", "float32": "<f4", "uint16": "<u2"}
 _WIRE: Final[dict[str, np.dtype[Any]]] = {k: np.dtype(v) for k, v in _DTYPES.items()}
 #: Array layouts: (the wire's dtype, the same in this machine's byte order).
 _ARRAYS: Final[dict[str, tuple[np.dtype[Any], np.dtype[Any]]]] = {
@@ -214,7 +214,7 @@ def _array_bytes(data: Any, elem: str, name: str) -> tuple[bytes, tuple[int, ...
             raise ValueError(f"{name} input must be integers; got floats with a fractional part")
     elif arr.dtype.kind not in "biu":
         raise TypeError(f"{name} input must be an integer array ({elem} on the wire), not dtype {arr.dtype}")
-    info = np.iinfo(np.int32 if elem == "int32" else np.uint32)
+    info = np.iinfo(_WIRE[elem])
     if arr.size and (arr.min() < info.min or arr.max() > info.max):
         raise ValueError(f"{name} input has values outside the {elem} range")
     return np.ascontiguousarray(arr, dtype=_DTYPES[elem]).tobytes(), arr.shape
@@ -248,8 +248,10 @@ def decode_output(layout: str, buf: bytes | bytearray, shape: tuple[int, ...] | 
     array = _ARRAYS.get(layout)
     if array is not None:
         wire, native = array
-        if len(buf) % 4:
-            raise ValueError(f"{layout}: {len(buf)} bytes, not a whole number of 4-byte elements")
+        if len(buf) % wire.itemsize:
+            raise ValueError(
+                f"{layout}: {len(buf)} bytes, not a whole number of {wire.itemsize}-byte elements"
+            )
         out = np.frombuffer(buf, dtype=wire)
         if wire != native:  # a big-endian machine
             out = out.astype(native)

@@ -26,6 +26,7 @@ INPUT = {
     "bytes": "BytesInput",
     "int32[]": "IntInput",
     "uint32[]": "IntInput",
+    "uint16[]": "IntInput",
     "float32[]": "FloatInput",
     "ragged<uint32>": "RaggedInput",
 }

@@ -8,6 +8,7 @@
 
 use offrac_proto::FunctionId;
 
+mod cnn;
 pub mod dlrm;
 mod echo;
 mod elems;
@@ -18,6 +19,9 @@ pub mod ragged;
 mod spin;
 mod topk;
 
+pub use cnn::{
+    cnn_warm_up, digit_image, Cnn, CNN_CHANNELS, CNN_CLASSES, CNN_INPUT_BYTES, CNN_SIDE,
+};
 pub use echo::Echo;
 pub use logit::Logit;
 pub use matmul::{MatMul, MATMUL_MAX_N};
@@ -102,6 +106,7 @@ pub fn builtin_with(f: FunctionId, state: &FunctionState) -> Box<dyn Accelerator
         FunctionId::GetLocalHour => Box::new(GetLocalHour),
         FunctionId::Onehot => Box::new(Onehot),
         FunctionId::BoxCox => Box::new(BoxCox),
+        FunctionId::Cnn => Box::new(Cnn::new()),
     }
 }
 

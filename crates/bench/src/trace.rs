@@ -25,11 +25,11 @@ pub struct TraceRow {
     pub response_size: usize,
 }
 
-/// The function an app id maps to; `None` for the CNN (app 2, not built in)
-/// and unknown apps.
+/// The function an app id maps to; `None` for unknown apps.
 pub fn app_function(app: u32) -> Option<FunctionId> {
     match app {
         1 => Some(FunctionId::TopK),
+        2 => Some(FunctionId::Cnn),
         3 => Some(FunctionId::Logit),
         5 => Some(FunctionId::MinMax),
         _ => None,
@@ -38,10 +38,7 @@ pub fn app_function(app: u32) -> Option<FunctionId> {
 
 /// Name of an app id, for reports.
 pub fn app_name(app: u32) -> String {
-    match app {
-        2 => "cnn".to_string(),
-        a => app_function(a).map_or_else(|| format!("app{a}"), |f| f.name().to_string()),
-    }
+    app_function(app).map_or_else(|| format!("app{app}"), |f| f.name().to_string())
 }
 
 /// Parse the CSV text (header line first; CRLF or LF).
@@ -102,9 +99,8 @@ pub struct ReplaySpec {
     pub label: String,
 }
 
-/// Replay `rows` on one connection. Rows of functions this node cannot run
-/// (the CNN) keep their sleep but are not sent; they are counted in
-/// `report.skipped`.
+/// Replay `rows` on one connection. Rows of unknown apps keep their sleep
+/// but are not sent; they are counted in `report.skipped`.
 pub fn replay(spec: &ReplaySpec, rows: &[TraceRow]) -> Result<BenchReport, BenchError> {
     if !(spec.speedup.is_finite() && spec.speedup > 0.0) {
         return Err(BenchError::Config("speed-up must be positive".into()));
@@ -223,6 +219,8 @@ mod tests {
         assert_eq!(rows.len(), 2);
         assert_eq!(rows[0].request_size, 512);
         assert_eq!(app_name(rows[1].app), "cnn");
+        assert_eq!(app_function(2), Some(FunctionId::Cnn));
+        assert_eq!(app_name(4), "app4");
         assert!(parse_trace("x\n").is_err());
         assert!(parse_trace("app,sleep_time,request_size,response_size\n1,-1,5,5\n").is_err());
         assert!(parse_trace("app,sleep_time,request_size,response_size\n1,2,5\n").is_err());

@@ -191,11 +191,11 @@ fn the_azure_trace_parses_with_its_documented_counts() {
 }
 
 #[test]
-fn replay_sends_known_functions_and_counts_skipped_cnn_rows() {
+fn replay_sends_every_trace_app_including_the_cnn_and_counts_unknown_ones() {
     use offrac_bench::trace::parse_trace;
     let text = "app,sleep_time,request_size,response_size\r\n\
                 1,0.0,512,64\r\n2,0.0,24576,64\r\n3,0.001,1024,1024\r\n5,0.0,4096,4096\r\n\
-                1,0.0,512,64\r\n2,0.0,24576,64\r\n";
+                1,0.0,512,64\r\n2,0.0,24576,64\r\n4,0.0,100,100\r\n";
     let rows = parse_trace(text).expect("parse");
     let n = node();
     let spec = ReplaySpec {
@@ -209,11 +209,16 @@ fn replay_sends_known_functions_and_counts_skipped_cnn_rows() {
         label: "t".into(),
     };
     let r = replay(&spec, &rows).expect("replay");
-    assert_eq!(r.skipped.get("cnn"), Some(&2));
+    assert_eq!(r.skipped.get("app4"), Some(&1));
+    assert_eq!(r.skipped.len(), 1);
     let labels: Vec<&str> = r.rows.iter().map(|x| x.label.as_str()).collect();
-    assert_eq!(labels, ["topk/512", "logit/1024", "minmax/4096"]);
+    assert_eq!(
+        labels,
+        ["topk/512", "cnn/24576", "logit/1024", "minmax/4096"]
+    );
     assert_eq!(r.rows[0].ok, 2);
-    assert_eq!(r.total.ok, 4);
+    assert_eq!(r.rows[1].ok, 2);
+    assert_eq!(r.total.ok, 6);
     assert_eq!(r.total.errors, 0);
     assert!(!r.rows[0].cdf.is_empty());
     n.shutdown().expect("shutdown");

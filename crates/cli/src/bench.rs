@@ -31,7 +31,7 @@ impl Args {
 enum Sub {
     /// Drive load at a node (or a baseline): closed loop, or open loop with --rate.
     Load(LoadArgs),
-    /// Replay the Azure Functions 2021 trace against a node (CNN rows are skipped and counted).
+    /// Replay the Azure Functions 2021 trace against a node (rows of unknown apps are skipped and counted).
     Replay(ReplayArgs),
     /// Serve the raw TCP echo (same framing, nothing else) on one epoll thread, like the node.
     ServeRaw(ServeArgs),

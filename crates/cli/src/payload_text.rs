@@ -10,25 +10,21 @@ fn bad(s: &str, e: Elem) -> CliError {
     CliError::Usage(format!("cannot parse {s:?} as {}", e.name()))
 }
 
-/// One element as 4 little-endian bytes; `uint32` also takes `0x…` hex (the
-/// form of Criteo's hashed ids).
-fn element(s: &str, e: Elem) -> Result<[u8; 4], CliError> {
-    match e {
-        Elem::I32 => s
-            .parse::<i32>()
-            .map(i32::to_le_bytes)
-            .map_err(|_| bad(s, e)),
-        Elem::F32 => s
-            .parse::<f32>()
-            .map(f32::to_le_bytes)
-            .map_err(|_| bad(s, e)),
+/// One element as little-endian bytes (4, or 2 for `uint16`); `uint32` also
+/// takes `0x…` hex (the form of Criteo's hashed ids).
+fn element(s: &str, e: Elem) -> Result<Vec<u8>, CliError> {
+    let bytes = match e {
+        Elem::I32 => s.parse::<i32>().map(|v| v.to_le_bytes().to_vec()).ok(),
+        Elem::F32 => s.parse::<f32>().map(|v| v.to_le_bytes().to_vec()).ok(),
         Elem::U32 => match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
             Some(h) => u32::from_str_radix(h, 16),
             None => s.parse::<u32>(),
         }
-        .map(u32::to_le_bytes)
-        .map_err(|_| bad(s, e)),
-    }
+        .map(|v| v.to_le_bytes().to_vec())
+        .ok(),
+        Elem::U16 => s.parse::<u16>().map(|v| v.to_le_bytes().to_vec()).ok(),
+    };
+    bytes.ok_or_else(|| bad(s, e))
 }
 
 fn items(s: &str) -> impl Iterator<Item = &str> {
@@ -72,28 +68,33 @@ pub fn encode(layout: Layout, data: &str) -> Result<Vec<u8>, CliError> {
     }
 }
 
-fn element_text(w: [u8; 4], e: Elem) -> String {
+/// One element's text; `w` holds exactly `e.size()` bytes.
+fn element_text(w: &[u8], e: Elem) -> String {
+    let word = |w: &[u8]| <[u8; 4]>::try_from(w).unwrap_or_default();
     match e {
-        Elem::I32 => i32::from_le_bytes(w).to_string(),
-        Elem::U32 => u32::from_le_bytes(w).to_string(),
-        Elem::F32 => f32::from_le_bytes(w).to_string(),
+        Elem::I32 => i32::from_le_bytes(word(w)).to_string(),
+        Elem::U32 => u32::from_le_bytes(word(w)).to_string(),
+        Elem::F32 => f32::from_le_bytes(word(w)).to_string(),
+        Elem::U16 => u16::from_le_bytes(<[u8; 2]>::try_from(w).unwrap_or_default()).to_string(),
     }
 }
 
 /// A result with `layout` as text; a payload that does not fit the layout is
 /// shown as bytes with a note.
 pub fn decode(layout: Layout, b: &[u8]) -> String {
-    let (words, tail) = b.as_chunks::<4>();
     match layout {
         Layout::Bytes => String::from_utf8_lossy(b).into_owned(),
-        Layout::Array(e) if tail.is_empty() => words
-            .iter()
-            .map(|&w| element_text(w, e))
+        Layout::Array(e) if b.len().is_multiple_of(e.size()) => b
+            .chunks_exact(e.size())
+            .map(|w| element_text(w, e))
             .collect::<Vec<_>>()
             .join(","),
-        Layout::Ragged(es) if tail.is_empty() => decode_ragged(es, words)
-            .unwrap_or_else(|| format!("(not a valid {} payload) {b:?}", layout.describe())),
-        _ => format!("(not a whole number of 4-byte elements) {b:?}"),
+        Layout::Array(e) => format!("(not a whole number of {}-byte elements) {b:?}", e.size()),
+        Layout::Ragged(es) => match b.as_chunks::<4>() {
+            (words, []) => decode_ragged(es, words)
+                .unwrap_or_else(|| format!("(not a valid {} payload) {b:?}", layout.describe())),
+            _ => format!("(not a whole number of 4-byte elements) {b:?}"),
+        },
     }
 }
 
@@ -114,7 +115,7 @@ fn decode_ragged(es: &[Elem], words: &[[u8; 4]]) -> Option<String> {
             .map(|i| {
                 es.iter()
                     .enumerate()
-                    .map(|(a, &e)| element_text(values[a * n + i], e))
+                    .map(|(a, &e)| element_text(&values[a * n + i], e))
                     .collect::<Vec<_>>()
                     .join(":")
             })
@@ -146,5 +147,16 @@ mod tests {
         let a = FunctionId::TopK.spec().input;
         assert_eq!(decode(a, &encode(a, "-5, 3").unwrap()), "-5,3");
         assert!(decode(l, &[1, 0, 0, 0]).starts_with("(not a valid"));
+    }
+
+    #[test]
+    fn uint16_pixels_are_two_bytes() {
+        let l = FunctionId::Cnn.spec().input;
+        let b = encode(l, "0, 65535, 4096").unwrap();
+        assert_eq!(b, [0, 0, 0xff, 0xff, 0, 0x10]);
+        assert_eq!(decode(l, &b), "0,65535,4096");
+        assert!(encode(l, "65536").is_err());
+        assert!(encode(l, "-1").is_err());
+        assert!(decode(l, &[1, 2, 3]).starts_with("(not a whole number of 2-byte"));
     }
 }

@@ -17,8 +17,9 @@ use crate::rng::SplitMix64;
 /// positive counts spread over six decades; `sigridhash`: random ids;
 /// `getlocalhour`: timestamps of 2026; `onehot`: ids below `param`; the
 /// id-list functions: the ragged layout, rows of 0-7 ids (0-3 for
-/// `cartesian`). Array payloads are rounded down to whole elements, at least
-/// one.
+/// `cartesian`); `cnn`: a random 8×8 grey image expanded to the CNN's
+/// 64×64×3 uint16 input (always 24,576 bytes). Array payloads are rounded
+/// down to whole elements, at least one.
 pub fn generate_payload(
     function: FunctionId,
     param: u64,
@@ -99,6 +100,13 @@ pub fn generate_payload(
                 8
             };
             id_lists(&mut rng, bytes, max_len)
+        }
+        FunctionId::Cnn => {
+            // A random 8×8 grey "digit", expanded as the CNN's input; the
+            // size is fixed, whatever `bytes` asks for.
+            let mut grey = [0u8; 64];
+            grey.iter_mut().for_each(|g| *g = rng.below(17) as u8);
+            offrac_accel::digit_image(&grey)
         }
     };
     if out.len() > u32::MAX as usize {

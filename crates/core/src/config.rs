@@ -84,6 +84,13 @@ pub struct EngineConfig {
     pub reassembly_timeout: Duration,
     /// The function id hosted by each slot, in slot order.
     pub slots: Vec<u8>,
+    /// Per slot (in slot order), the most requests its queue holds besides
+    /// the one running, on top of `slot_queue_bytes`; `None` (or no entry):
+    /// bounded by bytes only; entries beyond `slots` are ignored. The
+    /// default is each function's `default_queue_depth`. A large slot (the CNN)
+    /// keeps a short queue so a burst waits in the pool, where BUSY
+    /// back-pressure applies, not behind milliseconds of queued work.
+    pub slot_queue_depths: Vec<Option<usize>>,
     /// This node's device id, stamped on responses.
     pub device_id: u8,
     /// The other devices this node can forward a chain hop to (its device
@@ -103,6 +110,8 @@ pub enum ConfigError {
     SmallQueueTooSmall { queue: u64, small: u64 },
     #[error("at least one slot must be configured")]
     NoSlots,
+    #[error("slot {0}: queue_depth must be at least 1")]
+    ZeroQueueDepth(usize),
     #[error("stall_timeout_ms must be positive")]
     NoStallTimeout,
     #[error("reassembly_timeout_ms must be positive")]
@@ -134,6 +143,10 @@ impl Default for EngineConfig {
             slots: offrac_proto::FunctionId::ALL
                 .iter()
                 .map(|f| f.id())
+                .collect(),
+            slot_queue_depths: offrac_proto::FunctionId::ALL
+                .iter()
+                .map(|f| f.default_queue_depth())
                 .collect(),
             device_id: 0,
             peers: Vec::new(),
@@ -173,6 +186,10 @@ impl EngineConfig {
         }
         if self.slots.is_empty() {
             return Err(ConfigError::NoSlots);
+        }
+        let depths = &self.slot_queue_depths[..self.slot_queue_depths.len().min(self.slots.len())];
+        if let Some(slot) = depths.iter().position(|&d| d == Some(0)) {
+            return Err(ConfigError::ZeroQueueDepth(slot));
         }
         if self.stall_timeout.is_zero() {
             return Err(ConfigError::NoStallTimeout);

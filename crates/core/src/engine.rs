@@ -129,7 +129,11 @@ impl Engine {
         let slots: Vec<SlotQueue> = cfg
             .slots
             .iter()
-            .map(|&f| SlotQueue::new(f, cfg.slot_queue_bytes))
+            .enumerate()
+            .map(|(i, &f)| {
+                let depth = cfg.slot_queue_depths.get(i).copied().flatten();
+                SlotQueue::with_depth(f, cfg.slot_queue_bytes, depth)
+            })
             .collect();
         Ok(Engine {
             pool,

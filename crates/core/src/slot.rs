@@ -11,22 +11,30 @@ pub struct SlotQueue {
     queue: VecDeque<Job>,
     queued_bytes: u64,
     capacity: u64,
+    /// Most jobs waiting (not counting the running one).
+    max_depth: usize,
     busy: bool,
 }
 
 impl SlotQueue {
     pub fn new(function: u8, capacity: u64) -> SlotQueue {
+        SlotQueue::with_depth(function, capacity, None)
+    }
+
+    /// A queue also bounded to `max_depth` waiting jobs (at least 1).
+    pub fn with_depth(function: u8, capacity: u64, max_depth: Option<usize>) -> SlotQueue {
         SlotQueue {
             function,
             queue: VecDeque::new(),
             queued_bytes: 0,
             capacity,
+            max_depth: max_depth.unwrap_or(usize::MAX).max(1),
             busy: false,
         }
     }
 
     pub fn has_room(&self, cost: u64) -> bool {
-        self.queued_bytes + cost <= self.capacity
+        self.queued_bytes + cost <= self.capacity && self.queue.len() < self.max_depth
     }
 
     pub fn push(&mut self, job: Job) {
@@ -65,5 +73,21 @@ impl SlotQueue {
     pub fn drain(&mut self) -> Vec<Job> {
         self.queued_bytes = 0;
         self.queue.drain(..).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn depth_bounds_waiting_jobs_not_the_running_one() {
+        let q = SlotQueue::with_depth(17, 1 << 20, Some(2));
+        assert_eq!(q.max_depth, 2);
+        assert!(q.has_room(24_576));
+        let unbounded = SlotQueue::new(0, 100);
+        assert!(unbounded.has_room(100) && !unbounded.has_room(101));
+        // Depth 0 would refuse every job forever: it means 1.
+        assert_eq!(SlotQueue::with_depth(0, 100, Some(0)).max_depth, 1);
     }
 }

@@ -253,6 +253,9 @@ fn config(policy: BufferPolicy, slot_policy: SlotPolicy, small: bool) -> EngineC
         stall_timeout: Duration::from_millis(1),
         reassembly_timeout: Duration::from_micros(1500),
         slots: vec![0, 1, 1, 2],
+        // One slot of function 1 holds a single waiting job: its overflow
+        // stays in the pool or goes to the other slot.
+        slot_queue_depths: vec![None, Some(1)],
         device_id: 0,
         peers: Vec::new(),
     }

@@ -222,6 +222,7 @@ impl Default for RawSelector {
 struct RawSlot {
     function: String,
     inline_max_bytes: Option<usize>,
+    queue_depth: Option<usize>,
 }
 
 /// A validated node configuration.
@@ -319,6 +320,9 @@ pub struct SlotSettings {
     /// Run requests up to this many bytes on the I/O thread (`None`: the
     /// function's own default, see `Accelerator::inline_max_bytes`).
     pub inline_max_bytes: Option<usize>,
+    /// Most requests waiting in the slot's queue besides the running one
+    /// (`None`: bounded by `selector.slot_queue_bytes` only).
+    pub queue_depth: Option<usize>,
 }
 
 fn cluster_settings(raw: RawCluster) -> Result<ClusterSettings, ConfigError> {
@@ -359,6 +363,7 @@ impl NodeConfig {
                     Ok(SlotSettings {
                         function,
                         inline_max_bytes: s.inline_max_bytes,
+                        queue_depth: s.queue_depth.or(function.default_queue_depth()),
                     })
                 })
                 .collect::<Result<Vec<_>, ConfigError>>()?,
@@ -367,6 +372,7 @@ impl NodeConfig {
                 .map(|&function| SlotSettings {
                     function,
                     inline_max_bytes: None,
+                    queue_depth: function.default_queue_depth(),
                 })
                 .collect(),
         };
@@ -388,6 +394,7 @@ impl NodeConfig {
             stall_timeout: Duration::from_millis(raw.stall_timeout_ms),
             reassembly_timeout: Duration::from_millis(raw.reassembly_timeout_ms),
             slots,
+            slot_queue_depths: slot_settings.iter().map(|s| s.queue_depth).collect(),
             device_id: raw.device_id,
             peers: raw.devices.iter().map(|d| d.id).collect(),
         };
@@ -448,6 +455,26 @@ mod tests {
         assert_eq!(c.engine.slots, all);
         assert_eq!(c.io_mode, IoMode::Poll);
         assert_eq!(c.engine.max_payload, c.engine.buffer_bytes);
+    }
+
+    #[test]
+    fn cnn_slots_get_a_short_queue_unless_configured() {
+        let c = NodeConfig::parse(
+            "[[slots]]\nfunction = \"cnn\"\n[[slots]]\nfunction = \"cnn\"\nqueue_depth = 9\n\
+             [[slots]]\nfunction = \"topk\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.engine.slot_queue_depths, [Some(4), Some(9), None]);
+        let zero = NodeConfig::parse("[[slots]]\nfunction = \"topk\"\nqueue_depth = 0\n");
+        assert!(
+            matches!(
+                zero,
+                Err(ConfigError::Engine(
+                    offrac_core::ConfigError::ZeroQueueDepth(0)
+                ))
+            ),
+            "{zero:?}"
+        );
     }
 
     #[test]

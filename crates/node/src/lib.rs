@@ -47,6 +47,8 @@ pub enum NodeError {
     Io(#[from] std::io::Error),
     #[error("function {0} has no built-in implementation")]
     NoAccelerator(u8),
+    #[error("cannot start an accelerator: {0}")]
+    Accelerator(String),
     #[error(transparent)]
     Driver(#[from] DriverError),
     #[error("the node thread panicked")]
@@ -141,6 +143,10 @@ pub fn start(cfg: NodeConfig, listen: &str) -> Result<NodeHandle, NodeError> {
         IoMode::Blocking => (Duration::ZERO, Duration::ZERO),
     };
 
+    if cfg.engine.slots.contains(&FunctionId::Cnn.id()) {
+        // Parse and optimise the model before listening, not on the first request.
+        offrac_accel::cnn_warm_up().map_err(|e| NodeError::Accelerator(e.to_string()))?;
+    }
     let (done_tx, done_rx) = crossbeam_channel::unbounded();
     let mut workers = Vec::new();
     let mut inline = Vec::new();

@@ -32,6 +32,7 @@ pub enum FunctionId {
     GetLocalHour = 14,
     Onehot = 15,
     BoxCox = 16,
+    Cnn = 17,
 }
 
 /// One element of an array payload: always little-endian.
@@ -40,6 +41,8 @@ pub enum Elem {
     I32,
     U32,
     F32,
+    /// 2-byte pixels (the CNN's image channels); arrays only, never ragged.
+    U16,
 }
 
 impl Elem {
@@ -49,6 +52,15 @@ impl Elem {
             Elem::I32 => "int32",
             Elem::U32 => "uint32",
             Elem::F32 => "float32",
+            Elem::U16 => "uint16",
+        }
+    }
+
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            Elem::U16 => 2,
+            Elem::I32 | Elem::U32 | Elem::F32 => 4,
         }
     }
 }
@@ -58,7 +70,7 @@ impl Elem {
 pub enum Layout {
     /// Opaque bytes.
     Bytes,
-    /// A flat array of 4-byte elements.
+    /// A flat array of elements (4 bytes each, 2 for `uint16`).
     Array(Elem),
     /// Rows of variable length: `u32 rows`, `u32 offsets[rows + 1]`, then one
     /// array of `offsets[rows]` elements per entry (parallel arrays: ids; or
@@ -205,14 +217,14 @@ pub struct FunctionSpec {
     pub granularity: Granularity,
 }
 
-use Elem::{F32, I32, U32};
+use Elem::{F32, I32, U16, U32};
 use Granularity::{Other, PerRow, PerTensor};
 use ParamKind::{Float, Signed, Unsigned};
 
 const IDS: Layout = Layout::Ragged(&[U32]);
 
 /// The registry, in id order (`FUNCTIONS[i].id as usize == i`).
-pub static FUNCTIONS: [FunctionSpec; 17] = [
+pub static FUNCTIONS: [FunctionSpec; 18] = [
     FunctionSpec {
         id: FunctionId::Echo,
         name: "echo",
@@ -401,11 +413,21 @@ pub static FUNCTIONS: [FunctionSpec; 17] = [
         state: SlotState::None,
         granularity: PerTensor,
     },
+    FunctionSpec {
+        id: FunctionId::Cnn,
+        name: "cnn",
+        summary: "digit class scores of one 64x64 RGB48 image (uint16 HWC) by the trained CNN of models/cnn",
+        input: Layout::Array(U16),
+        output: Layout::Array(F32),
+        params: &[],
+        state: SlotState::None,
+        granularity: Other,
+    },
 ];
 
 impl FunctionId {
-    pub const ALL: [FunctionId; 17] = {
-        let mut all = [FunctionId::Echo; 17];
+    pub const ALL: [FunctionId; 18] = {
+        let mut all = [FunctionId::Echo; 18];
         let mut i = 0;
         while i < FUNCTIONS.len() {
             all[i] = FUNCTIONS[i].id;
@@ -433,6 +455,17 @@ impl FunctionId {
 
     pub fn from_name(name: &str) -> Option<FunctionId> {
         FUNCTIONS.iter().find(|s| s.name == name).map(|s| s.id)
+    }
+
+    /// The queue depth a slot of this function gets unless its `[[slots]]`
+    /// table sets `queue_depth`: the CNN's large slot keeps a short queue
+    /// (`docs/operations.md`, "A large slot"); the others are bounded by
+    /// bytes only.
+    pub fn default_queue_depth(self) -> Option<usize> {
+        match self {
+            FunctionId::Cnn => Some(4),
+            _ => None,
+        }
     }
 
     /// Every registered name, comma-separated (for error messages).
@@ -496,6 +529,18 @@ mod tests {
         let k = &FunctionId::TopK.spec().params[0];
         assert_eq!(k.pack_text(&u64::MAX.to_string()), Some(u64::MAX));
         assert_eq!(k.pack_text("-1"), None);
+    }
+
+    #[test]
+    fn ragged_layouts_hold_4_byte_elements_only() {
+        // Ragged offsets count 4-byte words (docs/protocol.md, "Payload layouts").
+        for s in &FUNCTIONS {
+            for l in [s.input, s.output] {
+                if let Layout::Ragged(es) = l {
+                    assert!(es.iter().all(|e| e.size() == 4), "{}", s.name);
+                }
+            }
+        }
     }
 
     #[test]

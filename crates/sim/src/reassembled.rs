@@ -159,6 +159,7 @@ pub(crate) fn engine_config(cfg: &SimConfig, pool: &PoolModel) -> EngineConfig {
         stall_timeout: Duration::from_secs(1),
         reassembly_timeout: Duration::from_secs(1),
         slots,
+        slot_queue_depths: Vec::new(),
         device_id: 0,
         peers: Vec::new(),
     }
