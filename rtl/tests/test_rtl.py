@@ -6,7 +6,9 @@ testbenches trust it for the random cases.
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,9 @@ TESTS = Path(__file__).resolve().parent
 RTL = TESTS.parent
 # Out of the source tree's way; override with OFFRAC_RTL_BUILD.
 BUILD = Path(os.environ.get("OFFRAC_RTL_BUILD", RTL / "build"))
+# Core traces replayed per configuration (make rtl-traces raises it); CI keeps it small.
+TRACES = int(os.environ.get("OFFRAC_RTL_TRACES", "25"))
+TRACE_SEED = int(os.environ.get("OFFRAC_RTL_TRACE_SEED", "1"))
 
 
 # Modules a top instantiates, and the parameters a testbench needs (small limits are cheap to reach).
@@ -59,11 +64,20 @@ def test_model_matches_response_vectors() -> None:
     ],
 )
 def test_rtl(toplevel: str, bench: str) -> None:
+    run(toplevel, bench, BUILD / toplevel, PARAMETERS.get(toplevel, {}), {})
+
+
+def run(
+    toplevel: str,
+    bench: str,
+    build_dir: Path,
+    parameters: dict[str, object],
+    env: dict[str, str],
+) -> None:
     runner = get_runner("icarus")
-    build_dir = BUILD / toplevel
     runner.build(
         sources=[RTL / f"{m}.v" for m in (toplevel, *SUBMODULES.get(toplevel, ()))],
-        parameters=PARAMETERS.get(toplevel, {}),
+        parameters=parameters,
         hdl_toplevel=toplevel,
         build_dir=build_dir,
         build_args=["-Wall"],
@@ -75,6 +89,42 @@ def test_rtl(toplevel: str, bench: str) -> None:
         build_dir=build_dir,
         test_dir=TESTS,
         results_xml=str(build_dir / "results.xml"),
+        extra_env=env,
     )
     tests, failed = get_results(Path(results))
     assert tests > 0 and failed == 0, f"{failed} of {tests} cocotb tests failed"
+
+
+def core_traces(kind: str, name: str, *config: str) -> Path:
+    """Traces from the sans-IO core (crates/core/examples/rtl_trace.rs) for one RTL configuration."""
+    out = BUILD / "traces" / f"{name}-{TRACES}-{TRACE_SEED}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    cargo = os.environ.get("CARGO", "cargo")
+    cmd = [cargo, "run", "--release", "-q", "-p", "offrac-core", "--example", "rtl_trace", "--"]
+    with open(out, "w") as f:
+        subprocess.run(
+            [*cmd, kind, str(TRACES), str(TRACE_SEED), *config], stdout=f, check=True, cwd=RTL.parent
+        )
+    return out
+
+
+# (buffers, bytes each, policy): the three policies, a one-buffer pool, small buffers that fill.
+POOL_CONFIGS = [
+    (4, 1000, "naive-rr"),
+    (3, 256, "eligible-rr"),
+    (4, 1000, "jsb"),
+    (1, 64, "eligible-rr"),
+    (6, 4096, "jsb"),
+]
+POLICY_CODE = {"naive-rr": 0, "eligible-rr": 1, "jsb": 2}
+
+
+@pytest.mark.parametrize(("buffers", "capacity", "policy"), POOL_CONFIGS)
+def test_pool_admit(buffers: int, capacity: int, policy: str) -> None:
+    name = f"pool-{buffers}x{capacity}-{policy}"
+    traces = core_traces("pool", name, str(buffers), str(capacity), policy)
+    summary = BUILD / "traces" / f"{name}.summary.json"
+    params = {"BUF_COUNT": buffers, "BUF_BYTES": capacity, "POLICY": POLICY_CODE[policy]}
+    env = {"OFFRAC_TRACES": str(traces), "OFFRAC_TRACE_SUMMARY": str(summary)}
+    run("offrac_pool_admit", "tb_pool_admit", BUILD / name, params, env)
+    print(name, json.loads(summary.read_text()))
