@@ -31,7 +31,7 @@
  * trusted (an abort of a buffer not reassembling is the caller's bug).
  *
  * The decision is combinational over the buffers' state and registered once
- * (one cycle from s_admit to m_admit); s_admit_tready = !m_admit_valid ||
+ * (one cycle from s_admit to m_admit); s_admit_tready = !m_admit_tvalid ||
  * m_admit_tready, one admission a cycle.
  */
 
@@ -51,14 +51,14 @@ module offrac_pool_admit #(
 
     // admission: a new request's payload length in, the pool's answer out
     input  wire [SIZE_WIDTH-1:0]           s_admit_size,
-    input  wire                            s_admit_valid,
-    output wire                            s_admit_ready,
+    input  wire                            s_admit_tvalid,
+    output wire                            s_admit_tready,
 
     output wire                            m_admit_ok,
     output wire [ID_WIDTH-1:0]             m_admit_buffer,
     output wire [SIZE_WIDTH-1:0]           m_admit_size,
-    output wire                            m_admit_valid,
-    input  wire                            m_admit_ready,
+    output wire                            m_admit_tvalid,
+    input  wire                            m_admit_tready,
 
     // events, one of each kind per cycle at most
     input  wire                            finish_valid,
@@ -84,8 +84,8 @@ reg                  out_ok_reg = 1'b0;
 reg [ID_WIDTH-1:0]   out_buffer_reg = {ID_WIDTH{1'b0}};
 reg [SIZE_WIDTH-1:0] out_size_reg = {SIZE_WIDTH{1'b0}};
 
-assign s_admit_ready = !out_valid_reg || m_admit_ready;
-wire admit_take = s_admit_valid && s_admit_ready;
+assign s_admit_tready = !out_valid_reg || m_admit_tready;
+wire admit_take = s_admit_tvalid && s_admit_tready;
 
 // eligibility of each buffer for the request offered now
 reg [BUF_COUNT-1:0] eligible;
@@ -142,7 +142,7 @@ end
 
 integer b;
 always @(posedge clk) begin
-    if (s_admit_ready) begin
+    if (s_admit_tready) begin
         out_valid_reg  <= admit_take;
         out_ok_reg     <= pick_ok;
         out_buffer_reg <= pick;
@@ -175,7 +175,7 @@ always @(posedge clk) begin
     end
 end
 
-assign m_admit_valid  = out_valid_reg;
+assign m_admit_tvalid  = out_valid_reg;
 assign m_admit_ok     = out_ok_reg;
 assign m_admit_buffer = out_buffer_reg;
 assign m_admit_size   = out_size_reg;

@@ -20,7 +20,7 @@ SIZE_WIDTH = 32
 
 
 def idle(dut: Any) -> None:
-    dut.s_admit_valid.value = 0
+    dut.s_admit_tvalid.value = 0
     dut.s_admit_size.value = 0
     dut.finish_valid.value = 0
     dut.finish_buffer.value = 0
@@ -50,7 +50,7 @@ def drive_events(dut: Any, ops: list[dict[str, Any]]) -> None:
 async def replay(dut: Any, trace: dict[str, Any], rng: random.Random, p_ready: float) -> int:
     """Run one trace from reset; return the number of decisions that differ from the core's."""
     idle(dut)
-    dut.m_admit_ready.value = 1
+    dut.m_admit_tready.value = 1
     dut.rst.value = 1
     await RisingEdge(dut.clk)
     await FallingEdge(dut.clk)
@@ -66,9 +66,9 @@ async def replay(dut: Any, trace: dict[str, Any], rng: random.Random, p_ready: f
     gi = 0
     wait = 0
     for _ in range(100 * len(trace["ops"]) + 1000):
-        out_valid = sig(dut.m_admit_valid)
+        out_valid = sig(dut.m_admit_tvalid)
         ready = rng.random() < p_ready
-        dut.m_admit_ready.value = int(ready)
+        dut.m_admit_tready.value = int(ready)
         idle(dut)
         dut.rst.value = 0
         if out_valid and ready:
@@ -93,8 +93,8 @@ async def replay(dut: Any, trace: dict[str, Any], rng: random.Random, p_ready: f
                     dut.rst.value = 1
                     issued = True
             elif head["op"] == "admit":
-                if not out_valid or ready:  # s_admit_ready, known at this edge
-                    dut.s_admit_valid.value = 1
+                if not out_valid or ready:  # s_admit_tready, known at this edge
+                    dut.s_admit_tvalid.value = 1
                     dut.s_admit_size.value = head["size"]
                     b = head["buffer"]
                     expected.append((int(b >= 0), max(b, 0), head["size"]))
@@ -147,15 +147,15 @@ async def core_traces(dut: Any) -> None:
 
 async def offer(dut: Any, size: int) -> tuple[int, int]:
     """One admission with the output always ready: (ok, buffer)."""
-    dut.m_admit_ready.value = 1
-    dut.s_admit_valid.value = 1
+    dut.m_admit_tready.value = 1
+    dut.s_admit_tvalid.value = 1
     dut.s_admit_size.value = size
     await ReadOnly()
-    assert sig(dut.s_admit_ready)
+    assert sig(dut.s_admit_tready)
     await FallingEdge(dut.clk)
-    dut.s_admit_valid.value = 0
+    dut.s_admit_tvalid.value = 0
     await ReadOnly()
-    assert sig(dut.m_admit_valid)
+    assert sig(dut.m_admit_tvalid)
     got = (sig(dut.m_admit_ok), sig(dut.m_admit_buffer))
     await FallingEdge(dut.clk)
     return got
@@ -197,14 +197,14 @@ async def stalled_output(dut: Any) -> None:
     i = 0
     for _ in range(10_000):
         ready = rng.random() < 0.1
-        dut.m_admit_ready.value = int(ready)
-        dut.s_admit_valid.value = int(i < len(sizes) and rng.random() < 0.7)
+        dut.m_admit_tready.value = int(ready)
+        dut.s_admit_tvalid.value = int(i < len(sizes) and rng.random() < 0.7)
         dut.s_admit_size.value = sizes[i] if i < len(sizes) else 0
         await ReadOnly()
-        assert sig(dut.s_admit_ready) == int(not sig(dut.m_admit_valid) or ready)
-        took = sig(dut.s_admit_valid) and sig(dut.s_admit_ready)
+        assert sig(dut.s_admit_tready) == int(not sig(dut.m_admit_tvalid) or ready)
+        took = sig(dut.s_admit_tvalid) and sig(dut.s_admit_tready)
         answer = None
-        if sig(dut.m_admit_valid) and ready:
+        if sig(dut.m_admit_tvalid) and ready:
             answer = (sig(dut.m_admit_ok), sig(dut.m_admit_buffer), sig(dut.m_admit_size))
             answers.append(answer)
         await FallingEdge(dut.clk)
@@ -223,7 +223,7 @@ async def stalled_output(dut: Any) -> None:
     assert used(dut) == [0] * int(dut.BUF_COUNT.value) and sig(dut.buf_reassembling) == 0
     for _ in range(3):
         await ReadOnly()
-        assert not sig(dut.m_admit_valid), "an answer beyond the requests"
+        assert not sig(dut.m_admit_tvalid), "an answer beyond the requests"
         await FallingEdge(dut.clk)
 
 
@@ -235,19 +235,19 @@ async def reset_mid_request(dut: Any) -> None:
     n = int(dut.BUF_COUNT.value)
     for _ in range(n - 1):
         await offer(dut, 7)
-    dut.m_admit_ready.value = 0
-    dut.s_admit_valid.value = 1
+    dut.m_admit_tready.value = 0
+    dut.s_admit_tvalid.value = 1
     dut.s_admit_size.value = 3
     await FallingEdge(dut.clk)
     idle(dut)
     await ReadOnly()
-    assert sig(dut.m_admit_valid)
+    assert sig(dut.m_admit_tvalid)
     await FallingEdge(dut.clk)
     dut.rst.value = 1
     await FallingEdge(dut.clk)
     dut.rst.value = 0
     await ReadOnly()
-    assert not sig(dut.m_admit_valid)
+    assert not sig(dut.m_admit_tvalid)
     assert sig(dut.buf_reassembling) == 0 and used(dut) == [0] * n
     await FallingEdge(dut.clk)
     got = [await offer(dut, 1) for _ in range(n)]

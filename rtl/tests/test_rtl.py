@@ -26,7 +26,10 @@ TRACE_SEED = int(os.environ.get("OFFRAC_RTL_TRACE_SEED", "1"))
 
 
 # Modules a top instantiates, and the parameters a testbench needs (small limits are cheap to reach).
-SUBMODULES = {"offrac_accel_minmax": ("offrac_minmax_elem",)}
+SUBMODULES = {
+    "offrac_accel_minmax": ("offrac_minmax_elem",),
+    "offrac_slot_stage": ("offrac_selector", "offrac_slot_queue"),
+}
 PARAMETERS: dict[str, dict[str, object]] = {
     "offrac_accel_minmax": {"MAX_BEATS": 8},
     "offrac_accel_topk": {"K_MAX": 16},
@@ -127,4 +130,33 @@ def test_pool_admit(buffers: int, capacity: int, policy: str) -> None:
     params = {"BUF_COUNT": buffers, "BUF_BYTES": capacity, "POLICY": POLICY_CODE[policy]}
     env = {"OFFRAC_TRACES": str(traces), "OFFRAC_TRACE_SUMMARY": str(summary)}
     run("offrac_pool_admit", "tb_pool_admit", BUILD / name, params, env)
+    print(name, json.loads(summary.read_text()))
+
+
+# (function of each slot, queue bytes, policy): two functions on three slots and one
+# on one, both policies; one slot alone; five slots of three functions.
+SLOT_CONFIGS = [
+    ((0, 1, 0, 0), 300, "rr"),
+    ((0, 1, 0, 0), 300, "jsq"),
+    ((2,), 100, "rr"),
+    ((1, 0, 2, 1, 0), 1000, "jsq"),
+    ((1, 0, 2, 1, 0), 1000, "rr"),
+]
+
+
+@pytest.mark.parametrize(("funcs", "capacity", "policy"), SLOT_CONFIGS)
+def test_slot_stage(funcs: tuple[int, ...], capacity: int, policy: str) -> None:
+    name = f"slots-{'-'.join(map(str, funcs))}x{capacity}-{policy}"
+    traces = core_traces("slots", name, ",".join(map(str, funcs)), str(capacity), policy)
+    summary = BUILD / "traces" / f"{name}.summary.json"
+    packed = sum(f << (8 * i) for i, f in enumerate(funcs))
+    params = {
+        "SLOT_COUNT": len(funcs),
+        "SLOT_FUNCS": f"{8 * len(funcs)}'h{packed:x}",
+        "QUEUE_BYTES": capacity,
+        "DEPTH": 8,  # as rtl_trace.rs assumes
+        "POLICY": {"rr": 0, "jsq": 1}[policy],
+    }
+    env = {"OFFRAC_TRACES": str(traces), "OFFRAC_TRACE_SUMMARY": str(summary)}
+    run("offrac_slot_stage", "tb_slot_stage", BUILD / name, params, env)
     print(name, json.loads(summary.read_text()))
