@@ -75,7 +75,7 @@ module offrac_pool_admit #(
     output wire [BUF_COUNT-1:0]            buf_reassembling
 );
 
-reg [SIZE_WIDTH-1:0] used [0:BUF_COUNT-1];
+reg [BUF_COUNT*SIZE_WIDTH-1:0] used = {BUF_COUNT*SIZE_WIDTH{1'b0}};  // buffer i in [i*SIZE_WIDTH +: SIZE_WIDTH]
 reg [BUF_COUNT-1:0]  reasm = {BUF_COUNT{1'b0}};
 reg [ID_WIDTH-1:0]   turn = {ID_WIDTH{1'b0}};
 
@@ -93,7 +93,7 @@ integer e;
 always @* begin
     for (e = 0; e < BUF_COUNT; e = e + 1) begin
         eligible[e] = !reasm[e]
-            && {1'b0, s_admit_size} <= {1'b0, BUF_BYTES[SIZE_WIDTH-1:0]} - {1'b0, used[e]};
+            && {1'b0, s_admit_size} <= {1'b0, BUF_BYTES[SIZE_WIDTH-1:0]} - {1'b0, used[e*SIZE_WIDTH +: SIZE_WIDTH]};
     end
 end
 
@@ -131,10 +131,10 @@ always @* begin
         end
     end else begin
         for (k = 0; k < BUF_COUNT; k = k + 1) begin
-            if (eligible[k] && (!pick_ok || used[k] < best_used)) begin
+            if (eligible[k] && (!pick_ok || used[k*SIZE_WIDTH +: SIZE_WIDTH] < best_used)) begin
                 pick_ok   = 1'b1;
                 pick      = k[ID_WIDTH-1:0];
-                best_used = used[k];
+                best_used = used[k*SIZE_WIDTH +: SIZE_WIDTH];
             end
         end
     end
@@ -153,7 +153,7 @@ always @(posedge clk) begin
     end
 
     for (b = 0; b < BUF_COUNT; b = b + 1) begin
-        used[b] <= used[b]
+        used[b*SIZE_WIDTH +: SIZE_WIDTH] <= used[b*SIZE_WIDTH +: SIZE_WIDTH]
             + ((admit_take && pick_ok && pick == b) ? s_admit_size : {SIZE_WIDTH{1'b0}})
             - ((abort_valid && abort_buffer == b) ? abort_size : {SIZE_WIDTH{1'b0}})
             - ((release_valid && release_buffer == b) ? release_size : {SIZE_WIDTH{1'b0}});
@@ -169,9 +169,7 @@ always @(posedge clk) begin
         out_valid_reg <= 1'b0;
         turn          <= {ID_WIDTH{1'b0}};
         reasm         <= {BUF_COUNT{1'b0}};
-        for (b = 0; b < BUF_COUNT; b = b + 1) begin
-            used[b] <= {SIZE_WIDTH{1'b0}};
-        end
+        used          <= {BUF_COUNT*SIZE_WIDTH{1'b0}};
     end
 end
 
@@ -180,12 +178,7 @@ assign m_admit_ok     = out_ok_reg;
 assign m_admit_buffer = out_buffer_reg;
 assign m_admit_size   = out_size_reg;
 
-genvar g;
-generate
-    for (g = 0; g < BUF_COUNT; g = g + 1) begin : state_out
-        assign buf_used[g*SIZE_WIDTH +: SIZE_WIDTH] = used[g];
-    end
-endgenerate
+assign buf_used         = used;
 assign buf_reassembling = reasm;
 
 endmodule
