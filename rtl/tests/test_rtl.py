@@ -29,10 +29,20 @@ TRACE_SEED = int(os.environ.get("OFFRAC_RTL_TRACE_SEED", "1"))
 SUBMODULES = {
     "offrac_accel_minmax": ("offrac_minmax_elem",),
     "offrac_slot_stage": ("offrac_selector", "offrac_slot_queue"),
+    "offrac_dispatcher": ("offrac_req_header_parse", "offrac_pool_admit", "offrac_resp_header_build"),
 }
 PARAMETERS: dict[str, dict[str, object]] = {
     "offrac_accel_minmax": {"MAX_BEATS": 8},
     "offrac_accel_topk": {"K_MAX": 16},
+    # as tb_dispatcher.py expects: functions 0, 1 and 3 hosted, device 3
+    "offrac_dispatcher": {
+        "CONN_COUNT": 4,
+        "BUF_COUNT": 2,
+        "BUF_BYTES": 512,
+        "MAX_PAYLOAD": 400,
+        "HOSTED": "256'hb",
+        "DEVICE_ID": 3,
+    },
 }
 
 
@@ -64,6 +74,7 @@ def test_model_matches_response_vectors() -> None:
         ("offrac_minmax_elem", "tb_minmax_elem"),
         ("offrac_accel_minmax", "tb_accel_minmax"),
         ("offrac_accel_topk", "tb_accel_topk"),
+        ("offrac_dispatcher", "tb_dispatcher"),
     ],
 )
 def test_rtl(toplevel: str, bench: str) -> None:
