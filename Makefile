@@ -72,7 +72,7 @@ rtl-traces: rtl-deps
 # Flattened (a top counts its submodules); BRAM in 36 Kb blocks (a RAMB18 counts half);
 # LUTRAM: distributed-RAM cells (RAM32M16 etc.), not in the LUT count.
 RTL_SYNTH_TOPS = offrac_req_header_parse offrac_resp_header_build offrac_accel_echo offrac_minmax_elem offrac_accel_minmax offrac_accel_topk \
-    offrac_pool_admit offrac_selector offrac_slot_queue offrac_slot_stage
+    offrac_pool_admit offrac_selector offrac_slot_queue offrac_slot_stage offrac_dispatcher
 rtl-synth:
 	@mkdir -p rtl/build
 	@for top in $(RTL_SYNTH_TOPS); do \

@@ -34,6 +34,7 @@ SUBMODULES = {
 PARAMETERS: dict[str, dict[str, object]] = {
     "offrac_accel_minmax": {"MAX_BEATS": 8},
     "offrac_accel_topk": {"K_MAX": 16},
+    "offrac_slot_queue": {"DEPTH": 5},
     # as tb_dispatcher.py expects: functions 0, 1 and 3 hosted, device 3
     "offrac_dispatcher": {
         "CONN_COUNT": 4,
@@ -75,6 +76,7 @@ def test_model_matches_response_vectors() -> None:
         ("offrac_accel_minmax", "tb_accel_minmax"),
         ("offrac_accel_topk", "tb_accel_topk"),
         ("offrac_dispatcher", "tb_dispatcher"),
+        ("offrac_slot_queue", "tb_slot_queue"),
     ],
 )
 def test_rtl(toplevel: str, bench: str) -> None:
