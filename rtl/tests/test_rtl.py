@@ -173,3 +173,15 @@ def test_slot_stage(funcs: tuple[int, ...], capacity: int, policy: str) -> None:
     env = {"OFFRAC_TRACES": str(traces), "OFFRAC_TRACE_SUMMARY": str(summary)}
     run("offrac_slot_stage", "tb_slot_stage", BUILD / name, params, env)
     print(name, json.loads(summary.read_text()))
+
+
+@pytest.mark.parametrize("policy", ["rr", "jsq"])
+def test_selector(policy: str) -> None:
+    funcs = (1, 0, 2, 1, 0, 1)
+    params = {
+        "SLOT_COUNT": len(funcs),
+        "SLOT_FUNCS": f"{8 * len(funcs)}'h{sum(f << (8 * i) for i, f in enumerate(funcs)):x}",
+        "QUEUE_BYTES": 1000,
+        "POLICY": {"rr": 0, "jsq": 1}[policy],
+    }
+    run("offrac_selector", "tb_selector", BUILD / f"selector-{policy}", params, {})
