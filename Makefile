@@ -5,7 +5,7 @@
 CARGO ?= cargo
 PYTHON ?= python3
 
-.PHONY: build demo test test-rust test-python python-deps lint typecheck api-docs bench-kernels rtl-deps rtl-test rtl-synth
+.PHONY: build demo test test-rust test-python python-deps lint typecheck api-docs bench-kernels rtl-deps rtl-test rtl-traces rtl-synth
 
 build:
 	$(CARGO) build --release --workspace --bins --examples
@@ -58,10 +58,21 @@ rtl-deps:
 rtl-test: rtl-deps
 	$(PYTHON) -m pytest -q rtl/tests
 
+# The core-trace replay at length: RTL_TRACES traces from the sans-IO core per configuration
+# (5 pool + 5 slot-stage configurations; CI runs 25 each), divergence counts printed per configuration.
+RTL_TRACES ?= 1000
+RTL_TRACE_SEED ?= 2
+rtl-traces: rtl-deps
+	@mkdir -p rtl/build
+	OFFRAC_RTL_TRACES=$(RTL_TRACES) OFFRAC_RTL_TRACE_SEED=$(RTL_TRACE_SEED) \
+	    $(PYTHON) -m pytest -q -s rtl/tests -k 'pool_admit or slot_stage' > rtl/build/traces.log; \
+	    status=$$?; grep -E '(pool|slots)-.*traces|passed|failed' rtl/build/traces.log; exit $$status
+
 # LUT/FF/DSP/BRAM of each RTL module on UltraScale+ (apt: yosys); reports in rtl/build/.
 # Flattened (a top counts its submodules); BRAM in 36 Kb blocks (a RAMB18 counts half);
 # LUTRAM: distributed-RAM cells (RAM32M16 etc.), not in the LUT count.
-RTL_SYNTH_TOPS = offrac_req_header_parse offrac_resp_header_build offrac_accel_echo offrac_minmax_elem offrac_accel_minmax offrac_accel_topk
+RTL_SYNTH_TOPS = offrac_req_header_parse offrac_resp_header_build offrac_accel_echo offrac_minmax_elem offrac_accel_minmax offrac_accel_topk \
+    offrac_pool_admit offrac_selector offrac_slot_queue offrac_slot_stage offrac_dispatcher
 rtl-synth:
 	@mkdir -p rtl/build
 	@for top in $(RTL_SYNTH_TOPS); do \

@@ -6,7 +6,9 @@ testbenches trust it for the random cases.
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -18,13 +20,30 @@ TESTS = Path(__file__).resolve().parent
 RTL = TESTS.parent
 # Out of the source tree's way; override with OFFRAC_RTL_BUILD.
 BUILD = Path(os.environ.get("OFFRAC_RTL_BUILD", RTL / "build"))
+# Core traces replayed per configuration (make rtl-traces raises it); CI keeps it small.
+TRACES = int(os.environ.get("OFFRAC_RTL_TRACES", "25"))
+TRACE_SEED = int(os.environ.get("OFFRAC_RTL_TRACE_SEED", "1"))
 
 
 # Modules a top instantiates, and the parameters a testbench needs (small limits are cheap to reach).
-SUBMODULES = {"offrac_accel_minmax": ("offrac_minmax_elem",)}
+SUBMODULES = {
+    "offrac_accel_minmax": ("offrac_minmax_elem",),
+    "offrac_slot_stage": ("offrac_selector", "offrac_slot_queue"),
+    "offrac_dispatcher": ("offrac_req_header_parse", "offrac_pool_admit", "offrac_resp_header_build"),
+}
 PARAMETERS: dict[str, dict[str, object]] = {
     "offrac_accel_minmax": {"MAX_BEATS": 8},
     "offrac_accel_topk": {"K_MAX": 16},
+    "offrac_slot_queue": {"DEPTH": 5},
+    # as tb_dispatcher.py expects: functions 0, 1 and 3 hosted, device 3
+    "offrac_dispatcher": {
+        "CONN_COUNT": 4,
+        "BUF_COUNT": 2,
+        "BUF_BYTES": 512,
+        "MAX_PAYLOAD": 400,
+        "HOSTED": "256'hb",
+        "DEVICE_ID": 3,
+    },
 }
 
 
@@ -56,14 +75,25 @@ def test_model_matches_response_vectors() -> None:
         ("offrac_minmax_elem", "tb_minmax_elem"),
         ("offrac_accel_minmax", "tb_accel_minmax"),
         ("offrac_accel_topk", "tb_accel_topk"),
+        ("offrac_dispatcher", "tb_dispatcher"),
+        ("offrac_slot_queue", "tb_slot_queue"),
     ],
 )
 def test_rtl(toplevel: str, bench: str) -> None:
+    run(toplevel, bench, BUILD / toplevel, PARAMETERS.get(toplevel, {}), {})
+
+
+def run(
+    toplevel: str,
+    bench: str,
+    build_dir: Path,
+    parameters: dict[str, object],
+    env: dict[str, str],
+) -> None:
     runner = get_runner("icarus")
-    build_dir = BUILD / toplevel
     runner.build(
         sources=[RTL / f"{m}.v" for m in (toplevel, *SUBMODULES.get(toplevel, ()))],
-        parameters=PARAMETERS.get(toplevel, {}),
+        parameters=parameters,
         hdl_toplevel=toplevel,
         build_dir=build_dir,
         build_args=["-Wall"],
@@ -75,6 +105,83 @@ def test_rtl(toplevel: str, bench: str) -> None:
         build_dir=build_dir,
         test_dir=TESTS,
         results_xml=str(build_dir / "results.xml"),
+        extra_env=env,
     )
     tests, failed = get_results(Path(results))
     assert tests > 0 and failed == 0, f"{failed} of {tests} cocotb tests failed"
+
+
+def core_traces(kind: str, name: str, *config: str) -> Path:
+    """Traces from the sans-IO core (crates/core/examples/rtl_trace.rs) for one RTL configuration."""
+    out = BUILD / "traces" / f"{name}-{TRACES}-{TRACE_SEED}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    cargo = os.environ.get("CARGO", "cargo")
+    cmd = [cargo, "run", "--release", "-q", "-p", "offrac-core", "--example", "rtl_trace", "--"]
+    with open(out, "w") as f:
+        subprocess.run(
+            [*cmd, kind, str(TRACES), str(TRACE_SEED), *config], stdout=f, check=True, cwd=RTL.parent
+        )
+    return out
+
+
+# (buffers, bytes each, policy): the three policies, a one-buffer pool, small buffers that fill.
+POOL_CONFIGS = [
+    (4, 1000, "naive-rr"),
+    (3, 256, "eligible-rr"),
+    (4, 1000, "jsb"),
+    (1, 64, "eligible-rr"),
+    (6, 4096, "jsb"),
+]
+POLICY_CODE = {"naive-rr": 0, "eligible-rr": 1, "jsb": 2}
+
+
+@pytest.mark.parametrize(("buffers", "capacity", "policy"), POOL_CONFIGS)
+def test_pool_admit(buffers: int, capacity: int, policy: str) -> None:
+    name = f"pool-{buffers}x{capacity}-{policy}"
+    traces = core_traces("pool", name, str(buffers), str(capacity), policy)
+    summary = BUILD / "traces" / f"{name}.summary.json"
+    params = {"BUF_COUNT": buffers, "BUF_BYTES": capacity, "POLICY": POLICY_CODE[policy]}
+    env = {"OFFRAC_TRACES": str(traces), "OFFRAC_TRACE_SUMMARY": str(summary)}
+    run("offrac_pool_admit", "tb_pool_admit", BUILD / name, params, env)
+    print(name, json.loads(summary.read_text()))
+
+
+# (function of each slot, queue bytes, policy): two functions on three slots and one
+# on one, both policies; one slot alone; five slots of three functions.
+SLOT_CONFIGS = [
+    ((0, 1, 0, 0), 300, "rr"),
+    ((0, 1, 0, 0), 300, "jsq"),
+    ((2,), 100, "rr"),
+    ((1, 0, 2, 1, 0), 1000, "jsq"),
+    ((1, 0, 2, 1, 0), 1000, "rr"),
+]
+
+
+@pytest.mark.parametrize(("funcs", "capacity", "policy"), SLOT_CONFIGS)
+def test_slot_stage(funcs: tuple[int, ...], capacity: int, policy: str) -> None:
+    name = f"slots-{'-'.join(map(str, funcs))}x{capacity}-{policy}"
+    traces = core_traces("slots", name, ",".join(map(str, funcs)), str(capacity), policy)
+    summary = BUILD / "traces" / f"{name}.summary.json"
+    packed = sum(f << (8 * i) for i, f in enumerate(funcs))
+    params = {
+        "SLOT_COUNT": len(funcs),
+        "SLOT_FUNCS": f"{8 * len(funcs)}'h{packed:x}",
+        "QUEUE_BYTES": capacity,
+        "DEPTH": 8,  # as rtl_trace.rs assumes
+        "POLICY": {"rr": 0, "jsq": 1}[policy],
+    }
+    env = {"OFFRAC_TRACES": str(traces), "OFFRAC_TRACE_SUMMARY": str(summary)}
+    run("offrac_slot_stage", "tb_slot_stage", BUILD / name, params, env)
+    print(name, json.loads(summary.read_text()))
+
+
+@pytest.mark.parametrize("policy", ["rr", "jsq"])
+def test_selector(policy: str) -> None:
+    funcs = (1, 0, 2, 1, 0, 1)
+    params = {
+        "SLOT_COUNT": len(funcs),
+        "SLOT_FUNCS": f"{8 * len(funcs)}'h{sum(f << (8 * i) for i, f in enumerate(funcs)):x}",
+        "QUEUE_BYTES": 1000,
+        "POLICY": {"rr": 0, "jsq": 1}[policy],
+    }
+    run("offrac_selector", "tb_selector", BUILD / f"selector-{policy}", params, {})

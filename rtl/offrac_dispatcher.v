@@ -1,0 +1,535 @@
+/*
+ * offrac dispatcher: the receive side of the request path (OffRAC §3, Fig. 11).
+ *
+ * In: TCP payload as a 512-bit AXI-Stream, each beat 1..64 bytes from byte 0
+ * (tkeep a low run), tuser = the connection. A connection's bytes are one
+ * stream: requests start at any byte offset and a header may straddle beats
+ * and segments. Per connection the dispatcher keeps where it is (header,
+ * hop extension, payload into a buffer, payload discarded, closed), the
+ * bytes of an unfinished header (fewer than 64, and the whole header while
+ * its extension is outstanding), and the request it is reading.
+ *
+ * For each request, as crates/core/src/engine.rs does with the node's
+ * small-request queue off (small_request_max = 0) and no peers, reply
+ * endpoints or shutdown:
+ *   - the header (and its extension when flagged) through
+ *     offrac_req_header_parse; bad magic: MALFORMED (request id all ones),
+ *     bad version: UNSUPPORTED_VERSION (detail 1), both close the
+ *     connection (its later bytes are dropped); any other error: MALFORMED,
+ *     the payload skipped (an extension's error carries the request's tenant
+ *     and hop index, the header's do not, as in the core);
+ *   - a reply device other than 0xFF without DIRECT_REPLY: UNREACHABLE
+ *     (detail the device: this node has no reply endpoints);
+ *   - each hop from hop_index on: a device neither 0xFF nor DEVICE_ID is
+ *     UNREACHABLE (no device table), a function no slot hosts (HOSTED
+ *     bitmap) UNKNOWN_FUNCTION, with that hop's index and the device or
+ *     function as detail;
+ *   - payload_len over MAX_PAYLOAD: TOO_LARGE (detail MAX_PAYLOAD);
+ *   - then the pool (offrac_pool_admit, inside): a buffer, or BUSY.
+ * A refused request's payload is read and dropped; its answer is one
+ * response-header beat from offrac_resp_header_build on m_resp_axis_*
+ * (tuser = the connection), with no message payload (the software node's
+ * answers carry an English message; the RTL's do not). Nothing is dropped
+ * silently, and a full pool refuses at once: the receive path only waits
+ * for its own outputs.
+ * An admitted request's payload goes out on m_buf_axis_* (tuser = the
+ * buffer, tlast on its last beat; bytes packed from byte 0, 64 a beat but
+ * the last), then the complete request on m_req_* (connection, buffer,
+ * request id, tenant, hop index, current function, payload length) as the
+ * pool is told `finish`. The pool's `release` comes from outside (the drain,
+ * when a request leaves its buffer for a slot queue).
+ *
+ * One connection is worked on at a time: a beat is taken only when the last
+ * is used up, and each cycle does one step (a header into the parser, one
+ * payload beat, one answer, ...), so a beat that ends one request and
+ * starts the next takes a few cycles: correctness first, line rate later.
+ */
+
+`resetall
+`timescale 1ns / 1ps
+`default_nettype none
+
+module offrac_dispatcher #(
+    parameter CONN_COUNT   = 4,
+    parameter CONN_WIDTH   = CONN_COUNT > 1 ? $clog2(CONN_COUNT) : 1,
+    parameter BUF_COUNT    = 4,
+    parameter BUF_BYTES    = 32768,
+    parameter BUF_POLICY   = 1,
+    parameter BUF_WIDTH    = BUF_COUNT > 1 ? $clog2(BUF_COUNT) : 1,
+    parameter MAX_PAYLOAD  = 32768,
+    parameter [255:0] HOSTED = 256'h1,
+    parameter [7:0] DEVICE_ID = 8'd0
+) (
+    input  wire                   clk,
+    input  wire                   rst,
+
+    input  wire [511:0]           s_axis_tdata,
+    input  wire [63:0]            s_axis_tkeep,
+    input  wire [CONN_WIDTH-1:0]  s_axis_tuser,
+    input  wire                   s_axis_tvalid,
+    output wire                   s_axis_tready,
+
+    // payload into the chosen buffer
+    output wire [511:0]           m_buf_axis_tdata,
+    output wire [63:0]            m_buf_axis_tkeep,
+    output wire [BUF_WIDTH-1:0]   m_buf_axis_tuser,
+    output wire                   m_buf_axis_tlast,
+    output wire                   m_buf_axis_tvalid,
+    input  wire                   m_buf_axis_tready,
+
+    // complete requests
+    output reg  [CONN_WIDTH-1:0]  m_req_conn,
+    output reg  [BUF_WIDTH-1:0]   m_req_buffer,
+    output reg  [63:0]            m_req_request_id,
+    output reg  [15:0]            m_req_tenant,
+    output reg  [7:0]             m_req_hop_index,
+    output reg  [7:0]             m_req_function,
+    output reg  [31:0]            m_req_len,
+    output wire                   m_req_tvalid,
+    input  wire                   m_req_tready,
+
+    // answers (refusals): one response-header beat each
+    output wire [511:0]           m_resp_axis_tdata,
+    output wire [63:0]            m_resp_axis_tkeep,
+    output wire [CONN_WIDTH-1:0]  m_resp_axis_tuser,
+    output wire                   m_resp_axis_tlast,
+    output wire                   m_resp_axis_tvalid,
+    input  wire                   m_resp_axis_tready,
+
+    // a request left buffer release_buffer (release_size bytes)
+    input  wire                   release_valid,
+    input  wire [BUF_WIDTH-1:0]   release_buffer,
+    input  wire [31:0]            release_size,
+    output wire [BUF_COUNT*32-1:0] buf_used,
+    output wire [BUF_COUNT-1:0]   buf_reassembling
+);
+
+localparam [2:0] RX_HEADER = 3'd0, RX_EXT = 3'd1, RX_PAYLOAD = 3'd2, RX_DISCARD = 3'd3, RX_CLOSED = 3'd4;
+localparam [3:0] S_IDLE = 4'd0, S_WORK = 4'd1, S_EXT2 = 4'd2, S_PARSED = 4'd3, S_ADMIT = 4'd4,
+                 S_ADMIT_WAIT = 4'd5, S_RESP = 4'd6, S_DONE = 4'd7, S_BUF = 4'd8;
+localparam [15:0] ST_BUSY = 16'd1, ST_UNKNOWN_FUNCTION = 16'd2, ST_TOO_LARGE = 16'd3,
+                  ST_MALFORMED = 16'd4, ST_UNSUPPORTED_VERSION = 16'd7, ST_UNREACHABLE = 16'd11;
+localparam [3:0] ERR_BAD_MAGIC = 4'd1, ERR_UNUSED_HOP = 4'd7, ERR_RESERVED_BYTES = 4'd8;
+
+// ---- per-connection state ----------------------------------------------
+reg [2:0]   c_rx   [0:CONN_COUNT-1];
+reg [511:0] c_res  [0:CONN_COUNT-1];   // bytes of an unfinished header
+reg [6:0]   c_rlen [0:CONN_COUNT-1];
+reg [511:0] c_hdr  [0:CONN_COUNT-1];   // a header waiting for its extension
+reg [32:0]  c_rem  [0:CONN_COUNT-1];   // payload bytes still to come
+reg [BUF_WIDTH-1:0] c_buf [0:CONN_COUNT-1];
+reg [63:0]  c_id   [0:CONN_COUNT-1];
+reg [15:0]  c_ten  [0:CONN_COUNT-1];
+reg [7:0]   c_hop  [0:CONN_COUNT-1];
+reg [7:0]   c_fn   [0:CONN_COUNT-1];
+reg [31:0]  c_len  [0:CONN_COUNT-1];
+
+// ---- the connection being worked on ------------------------------------
+reg [3:0]   state = S_IDLE;
+reg [CONN_WIDTH-1:0] conn = {CONN_WIDTH{1'b0}};
+reg [1023:0] w = 1024'd0;      // its bytes, byte 0 first
+reg [7:0]   wlen = 8'd0;
+reg [2:0]   rx = RX_HEADER;
+reg [511:0] hdr = 512'd0;
+reg [32:0]  rem = 33'd0;
+reg [BUF_WIDTH-1:0] buf_id = {BUF_WIDTH{1'b0}};
+reg [63:0]  req_id = 64'd0;
+reg [15:0]  req_tenant = 16'd0;
+reg [7:0]   req_hop = 8'd0;
+reg [7:0]   req_fn = 8'd0;
+reg [31:0]  req_len = 32'd0;
+
+// ---- the parser --------------------------------------------------------
+reg  [511:0] p_tdata;
+reg          p_tvalid;
+wire         p_tready;
+wire         h_valid;
+reg          h_ready;
+wire [3:0]   h_error;
+wire [2:0]   h_error_hop;
+wire         h_fatal;
+wire [7:0]   h_flags;
+wire [15:0]  h_tenant;
+wire [7:0]   h_hop_count;
+wire [7:0]   h_hop_index;
+wire [63:0]  h_request_id;
+wire [31:0]  h_payload_len;
+wire [7:0]   h_reply_device;
+wire [23:0]  h_budget_us;
+wire [63:0]  h_hop_function;
+wire [63:0]  h_hop_device;
+wire [511:0] h_hop_param;
+wire [63:0]  h_origin_id;
+
+offrac_req_header_parse parse_inst (
+    .clk(clk), .rst(rst),
+    .s_axis_tdata(p_tdata), .s_axis_tvalid(p_tvalid), .s_axis_tready(p_tready),
+    .m_hdr_valid(h_valid), .m_hdr_ready(h_ready),
+    .m_hdr_error(h_error), .m_hdr_error_hop(h_error_hop), .m_hdr_fatal(h_fatal),
+    .m_hdr_flags(h_flags), .m_hdr_tenant(h_tenant), .m_hdr_hop_count(h_hop_count),
+    .m_hdr_hop_index(h_hop_index), .m_hdr_request_id(h_request_id),
+    .m_hdr_payload_len(h_payload_len), .m_hdr_reply_device(h_reply_device),
+    .m_hdr_budget_us(h_budget_us), .m_hdr_hop_function(h_hop_function),
+    .m_hdr_hop_device(h_hop_device), .m_hdr_hop_param(h_hop_param),
+    .m_hdr_origin_id(h_origin_id)
+);
+
+// ---- the pool ----------------------------------------------------------
+reg         a_tvalid;
+wire        a_tready;
+wire        a_ok;
+wire [BUF_WIDTH-1:0] a_buffer;
+wire [31:0] a_size;
+wire        a_out_valid;
+reg         a_out_ready;
+reg         fin_valid;
+
+offrac_pool_admit #(
+    .BUF_COUNT(BUF_COUNT), .BUF_BYTES(BUF_BYTES), .SIZE_WIDTH(32), .POLICY(BUF_POLICY),
+    .ID_WIDTH(BUF_WIDTH)
+) pool_inst (
+    .clk(clk), .rst(rst),
+    .s_admit_size(req_len), .s_admit_tvalid(a_tvalid), .s_admit_tready(a_tready),
+    .m_admit_ok(a_ok), .m_admit_buffer(a_buffer), .m_admit_size(a_size),
+    .m_admit_tvalid(a_out_valid), .m_admit_tready(a_out_ready),
+    .finish_valid(fin_valid), .finish_buffer(buf_id),
+    .abort_valid(1'b0), .abort_buffer({BUF_WIDTH{1'b0}}), .abort_size(32'd0),
+    .release_valid(release_valid), .release_buffer(release_buffer), .release_size(release_size),
+    .buf_used(buf_used), .buf_reassembling(buf_reassembling)
+);
+
+// ---- the response builder ----------------------------------------------
+reg         r_valid;
+wire        r_ready;
+reg [15:0]  r_status = 16'd0;
+reg [63:0]  r_id = 64'd0;
+reg [15:0]  r_tenant = 16'd0;
+reg [7:0]   r_hop = 8'd0;
+reg [63:0]  r_detail = 64'd0;
+reg [CONN_WIDTH-1:0] resp_conn_reg = {CONN_WIDTH{1'b0}};
+
+offrac_resp_header_build resp_inst (
+    .clk(clk), .rst(rst),
+    .s_resp_valid(r_valid), .s_resp_ready(r_ready),
+    .s_resp_flags(8'd0), .s_resp_status(r_status), .s_resp_hop_index(r_hop),
+    .s_resp_device(DEVICE_ID), .s_resp_request_id(r_id), .s_resp_payload_len(32'd0),
+    .s_resp_tenant(r_tenant), .s_resp_reassembly_ns(64'd0), .s_resp_queue_ns(64'd0),
+    .s_resp_exec_ns(64'd0), .s_resp_detail(r_detail),
+    .m_axis_tdata(m_resp_axis_tdata), .m_axis_tkeep(m_resp_axis_tkeep),
+    .m_axis_tvalid(m_resp_axis_tvalid), .m_axis_tready(m_resp_axis_tready),
+    .m_axis_tlast(m_resp_axis_tlast)
+);
+// the builder's output stage moves exactly when it takes an input
+always @(posedge clk) begin
+    if (r_valid && r_ready) begin
+        resp_conn_reg <= conn;
+    end
+end
+assign m_resp_axis_tuser = resp_conn_reg;
+
+// ---- decisions on a parsed header ----------------------------------------
+// the first hop from hop_index on that cannot run here
+reg        chain_bad;
+reg [15:0] chain_status;
+reg [7:0]  chain_hop;
+reg [63:0] chain_detail;
+integer i;
+always @* begin
+    chain_bad    = 1'b0;
+    chain_status = 16'd0;
+    chain_hop    = 8'd0;
+    chain_detail = 64'd0;
+    for (i = 7; i >= 0; i = i - 1) begin
+        // last to first, so that the first bad hop wins
+        if (i >= h_hop_index && i < h_hop_count) begin
+            if (h_hop_device[8*i +: 8] != 8'hFF && h_hop_device[8*i +: 8] != DEVICE_ID) begin
+                chain_bad    = 1'b1;
+                chain_status = ST_UNREACHABLE;
+                chain_hop    = i;
+                chain_detail = h_hop_device[8*i +: 8];
+            end else if (!HOSTED[h_hop_function[8*i +: 8]]) begin
+                chain_bad    = 1'b1;
+                chain_status = ST_UNKNOWN_FUNCTION;
+                chain_hop    = i;
+                chain_detail = h_hop_function[8*i +: 8];
+            end
+        end
+    end
+end
+
+wire [7:0] cur_fn = h_hop_function[8*h_hop_index[2:0] +: 8];
+
+// ---- bytes ---------------------------------------------------------------
+reg [6:0] in_bytes;
+integer k;
+always @* begin
+    in_bytes = 7'd0;
+    for (k = 0; k < 64; k = k + 1) begin
+        in_bytes = in_bytes + s_axis_tkeep[k];
+    end
+end
+
+wire [7:0]  take_pay = (rem < wlen) ? rem[7:0] : wlen;    // bytes of payload in hand
+wire [6:0]  beat_pay = (take_pay > 8'd64) ? 7'd64 : take_pay[6:0];
+reg [511:0] in_data;   // the beat's bytes, those past tkeep zeroed (they would land in the residue)
+integer m;
+always @* begin
+    for (m = 0; m < 64; m = m + 1) begin
+        in_data[8*m +: 8] = s_axis_tkeep[m] ? s_axis_tdata[8*m +: 8] : 8'd0;
+    end
+end
+wire [1023:0] w_in = {512'd0, c_res[s_axis_tuser]}
+                   | ({512'd0, in_data} << (8 * c_rlen[s_axis_tuser]));
+
+reg [511:0] buf_tdata = 512'd0;
+reg [63:0]  buf_tkeep = 64'd0;
+reg         buf_tlast = 1'b0;
+reg [BUF_WIDTH-1:0] buf_tuser = {BUF_WIDTH{1'b0}};
+reg         buf_tvalid = 1'b0;
+reg         req_tvalid = 1'b0;
+
+assign s_axis_tready     = state == S_IDLE;
+assign m_buf_axis_tdata  = buf_tdata;
+assign m_buf_axis_tkeep  = buf_tkeep;
+assign m_buf_axis_tuser  = buf_tuser;   // held with its beat: the dispatcher may move on to another connection
+assign m_buf_axis_tlast  = buf_tlast;
+assign m_buf_axis_tvalid = buf_tvalid;
+assign m_req_tvalid      = req_tvalid;
+
+always @* begin
+    p_tvalid    = 1'b0;
+    p_tdata     = w[511:0];
+    h_ready     = 1'b0;
+    a_tvalid    = 1'b0;
+    a_out_ready = 1'b0;
+    r_valid     = 1'b0;
+    fin_valid   = 1'b0;
+    case (state)
+        S_WORK: begin
+            if (rx == RX_HEADER && wlen >= 64 && !(w[24] && w[15:0] == 16'h4F51 && w[23:16] == 8'd1)) begin
+                p_tvalid = 1'b1;              // a header without extension
+            end else if (rx == RX_EXT && wlen >= 64) begin
+                p_tvalid = 1'b1;              // the saved header, then its extension
+                p_tdata  = hdr;
+            end
+        end
+        S_EXT2:       p_tvalid = 1'b1;
+        S_PARSED:     h_ready = 1'b1;
+        S_ADMIT:      a_tvalid = 1'b1;
+        S_ADMIT_WAIT: a_out_ready = 1'b1;
+        S_RESP:       r_valid = 1'b1;
+        // the complete request goes out once its last payload beat has (at this edge at the latest)
+        S_DONE:       fin_valid = (m_req_tready || !req_tvalid) && (m_buf_axis_tready || !buf_tvalid);
+        default: ;
+    endcase
+end
+
+task save;
+    begin
+        c_rx[conn]   <= rx;
+        c_res[conn]  <= w[511:0];
+        c_rlen[conn] <= wlen[6:0];
+        c_hdr[conn]  <= hdr;
+        c_rem[conn]  <= rem;
+        c_buf[conn]  <= buf_id;
+        c_id[conn]   <= req_id;
+        c_ten[conn]  <= req_tenant;
+        c_hop[conn]  <= req_hop;
+        c_fn[conn]   <= req_fn;
+        c_len[conn]  <= req_len;
+        state <= S_IDLE;
+    end
+endtask
+
+// refuse the parsed request: answer, then skip `skip` bytes (or close)
+task refuse(input [15:0] status, input [63:0] id, input [15:0] tenant, input [7:0] hop,
+            input [63:0] detail, input [32:0] skip, input close);
+    begin
+        r_status <= status;
+        r_id     <= id;
+        r_tenant <= tenant;
+        r_hop    <= hop;
+        r_detail <= detail;
+        rem      <= skip;
+        rx       <= close ? RX_CLOSED : (skip == 0 ? RX_HEADER : RX_DISCARD);
+        state    <= S_RESP;
+    end
+endtask
+
+integer c;
+always @(posedge clk) begin
+    if (m_req_tready) begin
+        req_tvalid <= 1'b0;
+    end
+    if (m_buf_axis_tready) begin
+        buf_tvalid <= 1'b0;
+    end
+    case (state)
+        S_IDLE: begin
+            if (s_axis_tvalid) begin
+                conn       <= s_axis_tuser;
+                w          <= w_in;
+                wlen       <= c_rlen[s_axis_tuser] + in_bytes;
+                rx         <= c_rx[s_axis_tuser];
+                hdr        <= c_hdr[s_axis_tuser];
+                rem        <= c_rem[s_axis_tuser];
+                buf_id     <= c_buf[s_axis_tuser];
+                req_id     <= c_id[s_axis_tuser];
+                req_tenant <= c_ten[s_axis_tuser];
+                req_hop    <= c_hop[s_axis_tuser];
+                req_fn     <= c_fn[s_axis_tuser];
+                req_len    <= c_len[s_axis_tuser];
+                state      <= S_WORK;
+            end
+        end
+        S_WORK: begin
+            case (rx)
+                RX_HEADER: begin
+                    if (wlen < 64) begin
+                        save;
+                    end else if (w[24] && w[15:0] == 16'h4F51 && w[23:16] == 8'd1) begin
+                        hdr  <= w[511:0];     // its extension must be here too before parsing
+                        w    <= w >> 512;
+                        wlen <= wlen - 64;
+                        rx   <= RX_EXT;
+                    end else if (p_tready) begin
+                        w     <= w >> 512;
+                        wlen  <= wlen - 64;
+                        state <= S_PARSED;
+                    end
+                end
+                RX_EXT: begin
+                    if (wlen < 64) begin
+                        save;
+                    end else if (p_tready) begin
+                        state <= S_EXT2;
+                    end
+                end
+                RX_PAYLOAD: begin
+                    if (wlen == 0) begin
+                        save;
+                    end else if (!buf_tvalid || m_buf_axis_tready) begin
+                        buf_tvalid <= 1'b1;
+                        buf_tdata  <= w[511:0];
+                        buf_tkeep  <= {64{1'b1}} >> (64 - beat_pay);
+                        buf_tlast  <= rem == beat_pay;
+                        buf_tuser  <= buf_id;
+                        w    <= w >> (8 * beat_pay);
+                        wlen <= wlen - beat_pay;
+                        rem  <= rem - beat_pay;
+                        if (rem == beat_pay) begin
+                            state <= S_DONE;
+                        end
+                    end
+                end
+                RX_DISCARD: begin
+                    if (wlen == 0) begin
+                        save;
+                    end
+                    w    <= w >> (8 * take_pay);
+                    wlen <= wlen - take_pay;
+                    rem  <= rem - take_pay;
+                    if (rem == take_pay) begin
+                        rx <= RX_HEADER;
+                    end
+                end
+                default: begin                // closed: the rest is dropped
+                    save;
+                    c_rlen[conn] <= 7'd0;
+                end
+            endcase
+        end
+        S_EXT2: begin
+            if (p_tready) begin
+                w     <= w >> 512;
+                wlen  <= wlen - 64;
+                state <= S_PARSED;
+            end
+        end
+        S_PARSED: begin
+            if (h_valid) begin
+                req_id     <= h_request_id;
+                req_tenant <= h_tenant;
+                req_hop    <= h_hop_index;
+                req_fn     <= cur_fn;
+                req_len    <= h_payload_len;
+                if (h_fatal) begin
+                    if (h_error == ERR_BAD_MAGIC) begin
+                        refuse(ST_MALFORMED, {64{1'b1}}, 16'd0, 8'd0, 64'd0, 33'd0, 1'b1);
+                    end else begin
+                        refuse(ST_UNSUPPORTED_VERSION, h_request_id, 16'd0, 8'd0, 64'd1, 33'd0, 1'b1);
+                    end
+                end else if (h_error == ERR_RESERVED_BYTES
+                             || (h_error == ERR_UNUSED_HOP && h_error_hop >= 4)) begin
+                    refuse(ST_MALFORMED, h_request_id, h_tenant, h_hop_index, 64'd0, h_payload_len, 1'b0);
+                end else if (h_error != 0) begin
+                    refuse(ST_MALFORMED, h_request_id, 16'd0, 8'd0, 64'd0, h_payload_len, 1'b0);
+                end else if (h_reply_device != 8'hFF && !h_flags[2]) begin
+                    refuse(ST_UNREACHABLE, h_request_id, h_tenant, 8'd0, h_reply_device, h_payload_len, 1'b0);
+                end else if (chain_bad) begin
+                    refuse(chain_status, h_request_id, h_tenant, chain_hop, chain_detail, h_payload_len, 1'b0);
+                end else if (h_payload_len > MAX_PAYLOAD) begin
+                    refuse(ST_TOO_LARGE, h_request_id, h_tenant, h_hop_index, MAX_PAYLOAD, h_payload_len, 1'b0);
+                end else begin
+                    state <= S_ADMIT;
+                end
+            end
+        end
+        S_ADMIT: begin
+            if (a_tready) begin
+                state <= S_ADMIT_WAIT;
+            end
+        end
+        S_ADMIT_WAIT: begin
+            if (a_out_valid) begin
+                if (!a_ok) begin
+                    refuse(ST_BUSY, req_id, req_tenant, req_hop, 64'd0, req_len, 1'b0);
+                end else begin
+                    buf_id <= a_buffer;
+                    rem    <= req_len;
+                    if (req_len == 0) begin
+                        state <= S_DONE;
+                    end else begin
+                        rx    <= RX_PAYLOAD;
+                        state <= S_WORK;
+                    end
+                end
+            end
+        end
+        S_RESP: begin
+            if (r_ready) begin
+                state <= S_WORK;
+            end
+        end
+        S_DONE: begin
+            if (fin_valid) begin               // the pool hears `finish` as the request goes out
+                req_tvalid       <= 1'b1;
+                m_req_conn       <= conn;
+                m_req_buffer     <= buf_id;
+                m_req_request_id <= req_id;
+                m_req_tenant     <= req_tenant;
+                m_req_hop_index  <= req_hop;
+                m_req_function   <= req_fn;
+                m_req_len        <= req_len;
+                rx    <= RX_HEADER;
+                state <= S_WORK;
+            end
+        end
+        default: state <= S_IDLE;
+    endcase
+
+    if (rst) begin
+        state      <= S_IDLE;
+        req_tvalid <= 1'b0;
+        buf_tvalid <= 1'b0;
+        for (c = 0; c < CONN_COUNT; c = c + 1) begin
+            c_rx[c]   <= RX_HEADER;
+            c_rlen[c] <= 7'd0;
+            c_res[c]  <= 512'd0;
+        end
+    end
+end
+
+endmodule
+
+`resetall

@@ -1,0 +1,380 @@
+"""cocotb testbench of rtl/offrac_dispatcher.v: interleaved cut streams, refusals, full pool, stalls, reset.
+
+Each request carries a unique request id, so every answer and every complete
+request is matched to the request it belongs to; a request whose fate is
+not the pool's (malformed, unknown function, unreachable, too large) must get
+exactly its refusal; the pool's own choices (a buffer, or BUSY) are checked
+against a model of the pool fed with the same admissions, finishes and
+releases, cycle by cycle.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+import cocotb
+from cocotb.triggers import FallingEdge, ReadOnly
+from header_model import FLAG_HOP_EXT, FLAG_TRACE, encode_request
+from tb_util import sig, start
+
+BUSY, UNKNOWN_FUNCTION, TOO_LARGE, MALFORMED, UNSUPPORTED_VERSION, UNREACHABLE = 1, 2, 3, 4, 7, 11
+ID_NONE = (1 << 64) - 1
+# as test_rtl.py builds it
+CONNS, BUF_COUNT, BUF_BYTES, MAX_PAYLOAD, DEVICE_ID = 4, 2, 512, 400, 3
+HOSTED = {0, 1, 3}
+
+
+@dataclass
+class Req:
+    conn: int
+    rid: int
+    wire: bytes
+    payload: bytes
+    # a deterministic refusal (status, tenant, hop_index, detail), or None: the pool decides
+    refusal: tuple[int, int, int, int] | None
+    closes: bool = False
+    never: bool = False  # after a fatal header: never read, never answered
+
+
+def make_request(rng: random.Random, conn: int, rid: int, kind: str) -> Req:
+    ext = kind == "ext" or (kind != "closing" and rng.random() < 0.15)
+    hop_count = rng.randint(5, 8) if ext else rng.randint(1, 4)
+    hop_index = rng.randrange(hop_count)
+    hops = [
+        (rng.choice(sorted(HOSTED)), rng.choice([0xFF, DEVICE_ID]), rng.getrandbits(64))
+        for _ in range(hop_count)
+    ]
+    hops += [(0, 0, 0)] * (8 - hop_count)
+    length = rng.choice(
+        [0, 1, 63, 64, 65, MAX_PAYLOAD, rng.randrange(1, 200), rng.randrange(1, MAX_PAYLOAD + 1)]
+    )
+    tenant = rng.getrandbits(16)
+    refusal = None
+    flags = (FLAG_HOP_EXT if ext else 0) | rng.choice([0, FLAG_TRACE])
+    reply_device = 0xFF
+    if kind == "malformed":
+        flags |= rng.choice([0x10, 0x80])  # a reserved flag: the header's error (tenant, hop 0)
+        refusal = (MALFORMED, 0, 0, 0)
+    elif kind == "unknown":
+        bad = rng.randrange(hop_index, hop_count)
+        hops[bad] = (rng.choice([2, 4, 200]), 0xFF, 0)
+        refusal = (UNKNOWN_FUNCTION, tenant, bad, hops[bad][0])
+    elif kind == "unreachable":
+        bad = rng.randrange(hop_index, hop_count)
+        hops[bad] = (0, rng.choice([0, 7, 254]), 0)
+        refusal = (UNREACHABLE, tenant, bad, hops[bad][1])
+    elif kind == "reply":
+        reply_device = rng.randrange(0, 255)
+        refusal = (UNREACHABLE, tenant, 0, reply_device)
+    elif kind == "large":
+        length = rng.choice([MAX_PAYLOAD + 1, rng.randrange(MAX_PAYLOAD + 1, MAX_PAYLOAD + 300)])
+        refusal = (TOO_LARGE, tenant, hop_index, MAX_PAYLOAD)
+    fields = {
+        "flags": flags,
+        "tenant": tenant,
+        "hop_count": hop_count,
+        "hop_index": hop_index,
+        "request_id": rid,
+        "payload_len": length,
+        "reply_device": reply_device,
+        "budget_us": 0,
+    }
+    head = encode_request(fields, hops)
+    payload = rng.randbytes(length)
+    closes = False
+    if kind == "closing":
+        if rng.random() < 0.5:
+            head = b"\x00\x00" + head[2:]  # bad magic
+            refusal = (MALFORMED, 0, 0, 0)
+        else:
+            head = head[:2] + b"\x09" + head[3:]  # bad version
+            refusal = (UNSUPPORTED_VERSION, 0, 0, 1)
+        closes = True
+    return Req(conn, rid, head + payload, payload, refusal, closes)
+
+
+def traffic(rng: random.Random, per_conn: int, first_id: int) -> list[list[Req]]:
+    kinds = ["ok"] * 10 + ["ext", "malformed", "unknown", "unreachable", "reply", "large", "extbad"]
+    streams = []
+    rid = first_id
+    for c in range(CONNS):
+        reqs = []
+        for _ in range(per_conn):
+            k = rng.choice(kinds)
+            if k == "extbad":
+                reqs.append(make_request(rng, c, rid, "ext"))
+                r = reqs[-1]
+                w = bytearray(r.wire)
+                w[64 + 48] = 1  # reserved extension byte
+                fields_tenant = int.from_bytes(w[4:6], "little")
+                reqs[-1] = Req(c, rid, bytes(w), r.payload, (MALFORMED, fields_tenant, w[7], 0))
+            else:
+                reqs.append(make_request(rng, c, rid, k))
+            rid += 1
+        if c == CONNS - 1:
+            reqs.append(make_request(rng, c, rid, "closing"))  # the connection ends here
+            rid += 1
+            junk = make_request(rng, c, rid, "ok")  # never answered: nothing after a fatal header is read
+            reqs.append(Req(c, rid, junk.wire, b"", None, never=True))
+            rid += 1
+        streams.append(reqs)
+    return streams
+
+
+def beats(rng: random.Random, streams: list[list[Req]]) -> list[tuple[int, bytes]]:
+    """Each connection's bytes cut at random points into beats of 1..64 bytes, interleaved at random."""
+    per = []
+    for c, reqs in enumerate(streams):
+        data = b"".join(r.wire for r in reqs)
+        cuts = []
+        i = 0
+        while i < len(data):
+            n = rng.choice([64, 64, rng.randint(1, 64), rng.randint(1, 8)])
+            cuts.append((c, data[i : i + n]))
+            i += n
+        per.append(cuts)
+    out = []
+    while any(per):
+        c = rng.choice([i for i, p in enumerate(per) if p])
+        out.append(per[c].pop(0))
+    return out
+
+
+class PoolModel:
+    """crates/core/src/pool.rs for the shared pool (Eligible RR, as built)."""
+
+    def __init__(self) -> None:
+        self.used = [0] * BUF_COUNT
+        self.reasm = [False] * BUF_COUNT
+        self.turn = 0
+
+    def admit(self, size: int) -> int | None:
+        for k in range(BUF_COUNT):
+            i = (self.turn + k) % BUF_COUNT
+            if not self.reasm[i] and BUF_BYTES - self.used[i] >= size:
+                self.turn = (i + 1) % BUF_COUNT
+                self.used[i] += size
+                self.reasm[i] = True
+                return i
+        return None
+
+
+def idle(dut: Any) -> None:
+    dut.s_axis_tvalid.value = 0
+    dut.s_axis_tdata.value = 0
+    dut.s_axis_tkeep.value = 0
+    dut.s_axis_tuser.value = 0
+    dut.release_valid.value = 0
+    dut.release_buffer.value = 0
+    dut.release_size.value = 0
+
+
+def kept(h: Any, n: int) -> bytes:
+    bits = str(h.value)[::-1][: 8 * n]
+    assert set(bits) <= {"0", "1"}, "a kept byte is not 0/1"
+    return int(bits[::-1] or "0", 2).to_bytes(64, "little")[:n]
+
+
+async def run(
+    dut: Any,
+    streams: list[list[Req]],
+    rng: random.Random,
+    p_in: float,
+    p_out: float,
+    hold: int,
+    stop_at: int = 0,
+) -> dict[str, int]:
+    """Feed the beats, check every output, return counts. `hold`: cycles a request stays in its buffer."""
+    reqs = {r.rid: r for s in streams for r in s}
+    todo = beats(rng, streams)
+    pool = PoolModel()
+    collecting: dict[int, bytes] = {}
+    complete: dict[int, list[bytes]] = {}
+    done: set[int] = set()
+    last_id = [-1] * CONNS  # complete requests in order per connection
+    last_refused = [-1] * CONNS  # refusals in order per connection (the two ports may overtake each other)
+    releases: list[tuple[int, int, int]] = []  # (cycle, buffer, size)
+    pending: list[int | None] = []  # the model's answer to the admission made last cycle
+    counts = {"admitted": 0, "busy": 0, "refused": 0, "beats": len(todo)}
+    offering: tuple[int, bytes] | None = None
+    for cycle in range(30_000):
+        idle(dut)
+        if stop_at and cycle == stop_at:
+            return counts
+        if offering is None and todo and rng.random() < p_in:
+            offering = todo.pop(0)
+        if offering is not None:
+            c, data = offering
+            dut.s_axis_tvalid.value = 1
+            dut.s_axis_tuser.value = c
+            dut.s_axis_tkeep.value = (1 << len(data)) - 1
+            # bytes past tkeep are junk on the wire: the dispatcher must ignore them
+            dut.s_axis_tdata.value = int.from_bytes(data + rng.randbytes(64 - len(data)), "little")
+        if releases and releases[0][0] <= cycle:
+            _, b, size = releases.pop(0)
+            dut.release_valid.value = 1
+            dut.release_buffer.value = b
+            dut.release_size.value = size
+            released = (b, size)
+        else:
+            released = None
+        dut.m_buf_axis_tready.value = int(rng.random() < p_out)
+        dut.m_req_tready.value = int(rng.random() < p_out)
+        dut.m_resp_axis_tready.value = int(rng.random() < p_out)
+        await ReadOnly()
+        if offering is not None and sig(dut.s_axis_tready):
+            offering = None
+        p = dut.pool_inst
+        if pending:  # the pool's answer is registered: valid the cycle after the admission
+            want = pending.pop()
+            assert sig(p.m_admit_tvalid)
+            got = (sig(p.m_admit_ok), sig(p.m_admit_buffer))
+            assert got[0] == (want is not None) and (want is None or got[1] == want), (
+                f"pool: rtl {got}, model {want}"
+            )
+        if sig(p.s_admit_tvalid) and sig(p.s_admit_tready):
+            pending.append(pool.admit(sig(p.s_admit_size)))
+            counts["busy"] += pending[-1] is None
+        if sig(p.finish_valid):
+            pool.reasm[sig(p.finish_buffer)] = False
+        if released:  # lands on the edge, after this cycle's admission (as in the RTL)
+            pool.used[released[0]] -= released[1]
+        if sig(dut.m_buf_axis_tvalid) and sig(dut.m_buf_axis_tready):
+            keep = sig(dut.m_buf_axis_tkeep)
+            n = bin(keep).count("1")
+            assert keep == (1 << n) - 1 and n > 0
+            b = sig(dut.m_buf_axis_tuser)
+            collecting[b] = collecting.get(b, b"") + kept(dut.m_buf_axis_tdata, n)
+            if sig(dut.m_buf_axis_tlast):  # complete in its buffer (another may start there before it leaves)
+                complete.setdefault(b, []).append(collecting.pop(b))
+        if sig(dut.m_req_tvalid) and sig(dut.m_req_tready):
+            rid = sig(dut.m_req_request_id)
+            r = reqs[rid]
+            assert r.refusal is None and not r.never, f"request {rid} should have been refused {r.refusal}"
+            assert rid not in done
+            done.add(rid)
+            assert sig(dut.m_req_conn) == r.conn and sig(dut.m_req_len) == len(r.payload)
+            b = sig(dut.m_req_buffer)
+            got_p = complete[b].pop(0) if r.payload else b""
+            assert got_p == r.payload, f"payload of request {rid}"
+            assert rid > last_id[r.conn]
+            last_id[r.conn] = rid
+            counts["admitted"] += 1
+            releases.append((cycle + rng.randint(0, hold), b, len(r.payload)))
+        if sig(dut.m_resp_axis_tvalid) and sig(dut.m_resp_axis_tready):
+            head = int(dut.m_resp_axis_tdata.value).to_bytes(64, "little")
+            status = int.from_bytes(head[4:6], "little")
+            rid = int.from_bytes(head[8:16], "little")
+            conn = sig(dut.m_resp_axis_tuser)
+            if rid == ID_NONE:
+                closing = [r.rid for r in streams[conn] if r.closes]
+                assert closing, (
+                    f"bad magic on connection {conn}, status {status}, cycle {cycle}: {head.hex()}"
+                )
+                rid = closing[0]
+            r = reqs[rid]
+            assert rid not in done and r.conn == conn and not r.never
+            done.add(rid)
+            got = (
+                status,
+                int.from_bytes(head[20:22], "little"),
+                head[6],
+                int.from_bytes(head[48:56], "little"),
+            )
+            if r.refusal is None:
+                assert status == BUSY, f"request {rid}: {got}, admissible"
+                assert got[1:] == (int.from_bytes(r.wire[4:6], "little"), r.wire[7], 0)
+            else:
+                assert got == r.refusal, f"request {rid}: rtl {got}, want {r.refusal}"
+                counts["refused"] += 1
+            assert head[7] == DEVICE_ID and head[0:3] == b"\x52\x53\x01" and head[16:20] == bytes(4)
+            assert rid > last_refused[r.conn]
+            last_refused[r.conn] = rid
+        await FallingEdge(dut.clk)
+        if (
+            not todo
+            and offering is None
+            and not releases
+            and len(done) == sum(not r.never for r in reqs.values())
+        ):
+            idle(dut)  # the last beat was taken at the edge just past
+            for _ in range(5):  # nothing more comes out
+                await ReadOnly()
+                assert (
+                    not sig(dut.m_req_tvalid)
+                    and not sig(dut.m_resp_axis_tvalid)
+                    and not sig(dut.m_buf_axis_tvalid)
+                )
+                await FallingEdge(dut.clk)
+            assert sig(dut.buf_reassembling) == 0
+            return counts
+    raise AssertionError(f"stalled: {len(done)} of {len(reqs)} answered")
+
+
+async def fresh(dut: Any) -> None:
+    await start(dut)
+    idle(dut)
+    dut.m_buf_axis_tready.value = 1
+    dut.m_req_tready.value = 1
+    dut.m_resp_axis_tready.value = 1
+
+
+async def reset(dut: Any) -> None:
+    """Between runs: the pool model and the closed connection start again too."""
+    idle(dut)
+    dut.rst.value = 1
+    await FallingEdge(dut.clk)
+    dut.rst.value = 0
+
+
+@cocotb.test()
+async def interleaved_streams(dut: Any) -> None:
+    """Four connections cut at random and interleaved; every kind of refusal; all outputs ready."""
+    await fresh(dut)
+    rng = random.Random(1)
+    counts = await run(dut, traffic(rng, 40, 1000), rng, 1.0, 1.0, hold=4)
+    dut._log.info("%s", counts)
+    assert counts["admitted"] > 50 and counts["refused"] > 30
+
+
+@cocotb.test()
+async def stalls(dut: Any) -> None:
+    """Input gaps and every output stalled at random (ready 50%, then 10%)."""
+    await fresh(dut)
+    rng = random.Random(2)
+    for k, (p_in, p_out) in enumerate([(0.5, 0.5), (1.0, 0.1)]):
+        await reset(dut)
+        counts = await run(dut, traffic(rng, 15, 10_000 * (k + 1)), rng, p_in, p_out, hold=10)
+        dut._log.info("%s", counts)
+
+
+@cocotb.test()
+async def full_pool(dut: Any) -> None:
+    """Complete requests stay in their buffers a long while: new ones are refused BUSY at once, never held."""
+    await fresh(dut)
+    rng = random.Random(3)
+    counts = await run(dut, traffic(rng, 30, 50_000), rng, 1.0, 1.0, hold=3000)
+    dut._log.info("%s", counts)
+    assert counts["busy"] > 10
+
+
+@cocotb.test()
+async def reset_mid_request(dut: Any) -> None:
+    """Reset in the middle of the streams (headers split, payloads half in): afterwards all starts clean."""
+    await fresh(dut)
+    rng = random.Random(4)
+    for stop in (157, 400, 1111):
+        await run(dut, traffic(rng, 10, 70_000 + stop * 100), rng, 1.0, 0.5, hold=5, stop_at=stop)
+        dut.rst.value = 1
+        await FallingEdge(dut.clk)
+        dut.rst.value = 0
+        await ReadOnly()
+        assert sig(dut.buf_reassembling) == 0 and sig(dut.buf_used) == 0
+        assert (
+            not sig(dut.m_req_tvalid) and not sig(dut.m_resp_axis_tvalid) and not sig(dut.m_buf_axis_tvalid)
+        )
+        await FallingEdge(dut.clk)
+    counts = await run(dut, traffic(rng, 10, 90_000), rng, 1.0, 1.0, hold=5)
+    assert counts["admitted"] > 5
