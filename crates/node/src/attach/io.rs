@@ -20,6 +20,24 @@ struct Pair {
     client: Option<TcpStream>,
     backend: TcpStream,
     client_readable: bool,
+    /// Registered for writability: only while bytes wait for room (an
+    /// edge-triggered EPOLLOUT would otherwise wake the loop after every write).
+    client_w: bool,
+    backend_w: bool,
+}
+
+/// Asks for writability exactly while `want` (bytes are waiting).
+fn interest(poll: &Poll, s: &mut TcpStream, token: Token, registered: &mut bool, want: bool) {
+    if *registered != want {
+        let i = if want {
+            Interest::READABLE | Interest::WRITABLE
+        } else {
+            Interest::READABLE
+        };
+        if poll.registry().reregister(s, token, i).is_ok() {
+            *registered = want;
+        }
+    }
 }
 
 pub struct Driver {
@@ -169,6 +187,8 @@ impl Driver {
             client: Some(client),
             backend,
             client_readable: true,
+            client_w: false,
+            backend_w: true,
         });
         self.open += 1;
         Ok(())
@@ -252,6 +272,21 @@ impl Driver {
         }
         if self.machine.finished(id) {
             self.close(id, now);
+            return;
+        }
+        let want_b = self.machine.backend_out(id).is_some_and(|o| !o.is_empty());
+        let want_c = self.machine.client_out(id).is_some_and(|o| !o.is_empty());
+        if let Some(Some(p)) = self.pairs.get_mut(id) {
+            interest(
+                &self.poll,
+                &mut p.backend,
+                Token(2 * id + 1),
+                &mut p.backend_w,
+                want_b,
+            );
+            if let Some(c) = p.client.as_mut() {
+                interest(&self.poll, c, Token(2 * id), &mut p.client_w, want_c);
+            }
         }
     }
 
