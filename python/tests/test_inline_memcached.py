@@ -7,6 +7,7 @@ free port. Skipped, saying so, where it is not installed.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import socket
@@ -15,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import closing
+from pathlib import Path
 
 import pytest
 from pymemcache.client.base import Client as Memcache
@@ -173,3 +175,26 @@ def test_memaslap_runs_through_the_node_and_verifies(cached: tuple[str, int]) ->
     assert re.search(r"verify_failed: 0\b", text), text[-2000:]
     gets = re.search(r"cmd_get: (\d+)", text)
     assert gets is not None and int(gets.group(1)) > 1000, text[-2000:]
+
+
+def test_serve_attach_flag(node_bin: Path, memcached: Memcached) -> None:
+    """``offrac serve --attach SPEC`` alone (no config file) fronts memcached; the listening
+    line names the attached address."""
+    spec = (
+        f"listen=127.0.0.1:0,function=memcached_cache,backend=127.0.0.1:{memcached.port},capacity_bytes=65536"
+    )
+    args = [str(node_bin), "serve", "--listen", "127.0.0.1:0", "--metrics-listen", "", "--attach", spec]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert proc.stdout is not None
+        info = json.loads(proc.stdout.readline())
+        host, _, port = str(info["attach"][0]).rpartition(":")
+        with closing(Memcache((host, int(port)), default_noreply=False)) as c:
+            assert c.set("k", b"v") and c.get("k") == b"v"
+        bad = subprocess.run(
+            [*args[:-1], "listen=127.0.0.1:0,function=nope,backend=a:1"], capture_output=True
+        )
+        assert bad.returncode != 0 and b"unknown attach function" in bad.stderr
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
