@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 pub const LISTENER: Token = Token(usize::MAX - 1);
 pub const WAKER: Token = Token(usize::MAX - 2);
 const READ_CHUNK: usize = 64 * 1024;
+/// Reads from one client per turn of the loop, so a flooding client cannot starve the others.
+const READS_PER_TURN: usize = 8;
 
 struct Pair {
     client: Option<TcpStream>,
@@ -50,6 +52,8 @@ pub struct Driver {
     pairs: Vec<Option<Pair>>,
     open: usize,
     buf: Vec<u8>,
+    /// Clients left with bytes to read when their turn ended: served next turn.
+    again: Vec<usize>,
 }
 
 fn would_block(e: &std::io::Error) -> bool {
@@ -91,6 +95,7 @@ impl Driver {
             pairs: Vec::new(),
             open: 0,
             buf: vec![0; READ_CHUNK],
+            again: Vec::new(),
         }
     }
 
@@ -99,7 +104,12 @@ impl Driver {
         let mut touched = Vec::new();
         let mut last_tick = Instant::now();
         while !self.stop.load(Ordering::SeqCst) {
-            if let Err(e) = self.poll.poll(&mut events, Some(Duration::from_millis(50))) {
+            let wait = if self.again.is_empty() {
+                Duration::from_millis(50)
+            } else {
+                Duration::ZERO
+            };
+            if let Err(e) = self.poll.poll(&mut events, Some(wait)) {
                 if e.kind() == ErrorKind::Interrupted {
                     continue;
                 }
@@ -108,6 +118,7 @@ impl Driver {
             }
             let now = Instant::now();
             touched.clear();
+            touched.append(&mut self.again);
             for ev in events.iter() {
                 match ev.token() {
                     LISTENER => self.accept(now),
@@ -217,6 +228,7 @@ impl Driver {
 
     /// Moves bytes for one pair until nothing more can move, then closes it if it is done.
     fn service(&mut self, id: usize, now: Instant) {
+        let mut reads = 0;
         loop {
             let Some(Some(p)) = self.pairs.get_mut(id) else {
                 return;
@@ -244,6 +256,11 @@ impl Driver {
                 return;
             };
             while p.client_readable && self.machine.wants_client_input(id) {
+                if reads == READS_PER_TURN {
+                    self.again.push(id);
+                    break;
+                }
+                reads += 1;
                 let Some(c) = p.client.as_mut() else { break };
                 match c.read(&mut self.buf) {
                     Ok(0) => {
