@@ -17,6 +17,10 @@ pub struct Args {
     /// On SIGTERM/SIGINT, how long held work may still run (overrides shutdown_grace_ms).
     #[arg(long, env = "OFFRAC_SHUTDOWN_GRACE_MS")]
     shutdown_grace_ms: Option<u64>,
+    /// Front a real server (repeatable): "listen=HOST:PORT,function=memcached_cache,backend=HOST:PORT[,capacity_bytes=N]"
+    /// (the keys of an [[attach]] entry, docs/inline.md).
+    #[arg(long, value_name = "SPEC")]
+    attach: Vec<String>,
     /// Write logs to stderr as JSON lines.
     #[arg(long, env = "OFFRAC_LOG_JSON")]
     log_json: bool,
@@ -27,6 +31,12 @@ pub fn run(a: Args) -> Result<(), CliError> {
     let mut cfg = load_config(a.config.as_deref())?;
     if let Some(m) = a.metrics_listen {
         cfg.metrics_listen = Some(m).filter(|s| !s.is_empty());
+    }
+    for spec in &a.attach {
+        cfg.attach.push(
+            offrac_node::attach::AttachConfig::from_spec(spec)
+                .map_err(offrac_node::ConfigError::from)?,
+        );
     }
     if let Some(g) = a.shutdown_grace_ms {
         cfg.shutdown_grace_ms = g;
@@ -40,6 +50,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
         "event": "listening",
         "addr": node.addr.to_string(),
         "metrics": node.metrics_addr.map(|m| m.to_string()),
+        "attach": node.attached.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
     });
     let handle = node.shutdown_handle();
     std::thread::spawn(move || {

@@ -33,6 +33,8 @@ pub enum ConfigError {
     BadCluster(String),
     #[error(transparent)]
     Engine(#[from] offrac_core::ConfigError),
+    #[error("[[attach]]: {0}")]
+    Attach(#[from] crate::attach::AttachConfigError),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,6 +75,8 @@ struct Raw {
     slots: Option<Vec<RawSlot>>,
     #[serde(default)]
     functions: RawFunctions,
+    #[serde(default)]
+    attach: Vec<crate::attach::RawAttach>,
 }
 
 /// `[functions.NAME]`: the state of the functions that hold some
@@ -250,6 +254,8 @@ pub struct NodeConfig {
     pub slots: Vec<SlotSettings>,
     /// What the functions hold (MapId's dictionary, Bucketize's borders).
     pub state: FunctionState,
+    /// Addresses the node fronts for a real server (`[[attach]]`, docs/inline.md).
+    pub attach: Vec<crate::attach::AttachConfig>,
 }
 
 /// Reads a MapId key file: one hex key per line (`a73ee510` or
@@ -436,6 +442,11 @@ impl NodeConfig {
             cluster: raw.cluster.map(cluster_settings).transpose()?,
             slots: slot_settings,
             state: function_state(&raw.functions)?,
+            attach: raw
+                .attach
+                .into_iter()
+                .map(|a| a.validate())
+                .collect::<Result<_, _>>()?,
         })
     }
 

@@ -5,6 +5,7 @@
 //! side; one thread per slot runs its accelerator and writes results straight
 //! back to the client. Start one with [`start`].
 
+pub mod attach;
 mod clock;
 mod config;
 mod conn_out;
@@ -85,6 +86,9 @@ pub struct NodeHandle {
     exited: Arc<AtomicBool>,
     /// Registered in the cluster store: left when the node has stopped.
     membership: Option<offrac_cluster::Membership>,
+    /// The attached addresses (`[[attach]]`), in configuration order.
+    pub attached: Vec<SocketAddr>,
+    attach: Vec<attach::AttachHandle>,
 }
 
 impl NodeHandle {
@@ -103,6 +107,9 @@ impl NodeHandle {
         let r = self.io.join().map_err(|_| NodeError::Panicked)?;
         if let Some(m) = self.membership {
             m.stop();
+        }
+        for a in self.attach {
+            a.stop();
         }
         self.exited.store(true, Ordering::SeqCst);
         if let Some(h) = self.http {
@@ -190,6 +197,16 @@ pub fn start(cfg: NodeConfig, listen: &str) -> Result<NodeHandle, NodeError> {
     driver_cfg.forward_timeout = Duration::from_millis(cfg.forward_timeout_ms);
     driver_cfg.peers = cfg.devices.clone();
 
+    let attach = cfg
+        .attach
+        .iter()
+        .map(|a| {
+            attach::start(a).map_err(|source| NodeError::Listen {
+                addr: a.listen.clone(),
+                source,
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let exited = Arc::new(AtomicBool::new(false));
     let (http, metrics_addr) = match &cfg.metrics_listen {
         Some(m) => {
@@ -267,6 +284,8 @@ pub fn start(cfg: NodeConfig, listen: &str) -> Result<NodeHandle, NodeError> {
         http: Some(http).flatten(),
         exited,
         membership,
+        attached: attach.iter().map(|a| a.addr).collect(),
+        attach,
     })
 }
 

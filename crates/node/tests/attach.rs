@@ -1,0 +1,352 @@
+//! The memcached look-through cache (`[[attach]]`) in front of a real
+//! memcached (Debian's package; `.ci/run` installs it), over loopback.
+//! Each test starts its own memcached on a free port.
+
+use offrac_node::{start, NodeConfig, NodeHandle};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+struct Memcached {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for Memcached {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port()
+}
+
+/// A fresh memcached, or None (with the reason printed) where it is not installed.
+fn memcached_on(port: u16) -> Option<Memcached> {
+    let which = Command::new("memcached").arg("--version").output();
+    if which.is_err() {
+        eprintln!("SKIP: memcached is not installed (apt-get install memcached)");
+        return None;
+    }
+    let child = Command::new("memcached")
+        .args([
+            "-l",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-U",
+            "0",
+            "-t",
+            "2",
+            "-m",
+            "64",
+        ])
+        .args(["-u", "nobody"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("memcached starts");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "memcached did not listen on {port}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Some(Memcached { child, port })
+}
+
+fn memcached() -> Option<Memcached> {
+    memcached_on(free_port())
+}
+
+fn node_for(backend: u16, extra: &str) -> (NodeHandle, SocketAddr) {
+    let text = format!(
+        "[metrics]\nlisten = \"\"\n[[attach]]\nlisten = \"127.0.0.1:0\"\nfunction = \"memcached_cache\"\n\
+         backend = \"127.0.0.1:{backend}\"\n{extra}"
+    );
+    let n = start(NodeConfig::parse(&text).expect("config"), "127.0.0.1:0").expect("node starts");
+    let a = n.attached[0];
+    (n, a)
+}
+
+fn connect(addr: SocketAddr) -> TcpStream {
+    let s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.set_nodelay(true).unwrap();
+    s
+}
+
+/// Sends `script` (ending in `quit`) and reads everything until the server closes.
+fn transcript(addr: SocketAddr, script: &[u8]) -> Vec<u8> {
+    let mut s = connect(addr);
+    s.write_all(script).unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).expect("read until close");
+    out
+}
+
+/// One request, one answer ending in a line that `last` accepts.
+fn ask(r: &mut BufReader<TcpStream>, req: &[u8], last: impl Fn(&str) -> bool) -> Vec<String> {
+    r.get_mut().write_all(req).unwrap();
+    let mut lines = Vec::new();
+    loop {
+        let mut l = String::new();
+        assert!(
+            r.read_line(&mut l).expect("answer") > 0,
+            "closed after {lines:?}"
+        );
+        let l = l.trim_end().to_string();
+        let done = last(&l);
+        lines.push(l);
+        if done {
+            return lines;
+        }
+    }
+}
+
+fn is_end(l: &str) -> bool {
+    l == "END" || l.contains("ERROR")
+}
+
+#[test]
+fn through_the_node_a_client_sees_what_memcached_answers() {
+    // The same script against two fresh memcacheds, one through the node:
+    // byte-identical transcripts (CAS uniques included), hits and all.
+    let Some(direct) = memcached() else { return };
+    let Some(behind) = memcached() else { return };
+    let (node, addr) = node_for(behind.port, "");
+    let big = vec![b'v'; 2 << 20];
+    let mut script = Vec::new();
+    script.extend_from_slice(
+        b"get a\r\nset a 7 0 3\r\nabc\r\nget a\r\nget a\r\ngets a\r\nget a b a\r\nadd a 0 0 1\r\nx\r\n\
+          add b 1 0 2\r\nbb\r\nget a b c\r\nappend a 0 0 2\r\nde\r\nprepend b 0 0 1\r\n_\r\ngets a b\r\n\
+          cas a 0 0 1 999\r\nz\r\ncas a 9 0 1 3\r\nz\r\ngets a\r\nset n 0 0 1\r\n5\r\nget n\r\n\
+          incr n 10\r\nget n\r\ndecr n 100\r\nget n\r\nincr a 1\r\nincr n x\r\ndelete a\r\nget a\r\n\
+          delete a\r\ntouch b 100\r\nget b\r\nset q 0 0 1 noreply\r\nq\r\nget q\r\ndelete q noreply\r\n\
+          get q\r\nbogus command\r\n\r\nget\r\nset k 0 0 z\r\nset k 0 0 -1\r\nset k 0 0 2\r\nabcd\r\n\
+          gat 100 b\r\ngats 100 b n\r\nversion\r\nverbosity 1\r\nflush_all\r\nget b n\r\n",
+    );
+    script.extend_from_slice(format!("set huge 0 0 {}\r\n", big.len()).as_bytes());
+    script.extend_from_slice(&big);
+    script.extend_from_slice(b"\r\nget huge\r\nset after 0 0 1\r\n1\r\nget after\r\nquit\r\n");
+    let want = transcript(SocketAddr::from(([127, 0, 0, 1], direct.port)), &script);
+    let got = transcript(addr, &script);
+    assert_eq!(
+        String::from_utf8_lossy(&got),
+        String::from_utf8_lossy(&want),
+        "through the node vs memcached direct"
+    );
+    assert!(
+        want.windows(7).any(|w| w == b"VALUE a"),
+        "the script reads values"
+    );
+    node.shutdown().unwrap();
+}
+
+#[test]
+fn hits_do_not_reach_memcached() {
+    let Some(mc) = memcached() else { return };
+    let (node, addr) = node_for(mc.port, "");
+    let stat = |name: &str| -> u64 {
+        let mut r = BufReader::new(connect(SocketAddr::from(([127, 0, 0, 1], mc.port))));
+        let lines = ask(&mut r, b"stats\r\n", |l| l == "END");
+        let line = lines
+            .iter()
+            .find(|l| l.starts_with(&format!("STAT {name} ")))
+            .expect("stat");
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    let mut r = BufReader::new(connect(addr));
+    assert_eq!(
+        ask(&mut r, b"set k 0 0 16\r\n0123456789abcdef\r\n", |_| true),
+        ["STORED"]
+    );
+    let before = stat("cmd_get");
+    for _ in 0..1000 {
+        let a = ask(&mut r, b"get k\r\n", is_end);
+        assert_eq!(a, ["VALUE k 0 16", "0123456789abcdef", "END"]);
+    }
+    let fetched = stat("cmd_get") - before;
+    assert!(
+        fetched <= 1,
+        "memcached saw {fetched} gets for 1000 reads of one key"
+    );
+    node.shutdown().unwrap();
+}
+
+#[test]
+fn concurrent_writers_never_read_back_an_older_value() {
+    // Writers increment shared counters through the node (memcached orders
+    // the increments); after each increment answers v, that writer's read of
+    // the counter must be >= v, though readers keep the key hot in the cache.
+    let Some(mc) = memcached() else { return };
+    let (node, addr) = node_for(mc.port, "");
+    let keys = ["c0", "c1", "c2"];
+    {
+        let mut r = BufReader::new(connect(addr));
+        for k in keys {
+            ask(&mut r, format!("set {k} 0 0 1\r\n0\r\n").as_bytes(), |_| {
+                true
+            });
+        }
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut r = BufReader::new(connect(addr));
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    for k in keys {
+                        ask(&mut r, format!("get {k}\r\n").as_bytes(), is_end);
+                        n += 1;
+                    }
+                }
+                n
+            })
+        })
+        .collect();
+    let writers: Vec<_> = (0..4)
+        .map(|w| {
+            std::thread::spawn(move || {
+                let mut r = BufReader::new(connect(addr));
+                for i in 0..400 {
+                    let k = keys[(i + w) % keys.len()];
+                    let v: u64 = ask(&mut r, format!("incr {k} 1\r\n").as_bytes(), |_| true)[0]
+                        .parse()
+                        .expect("incr answers a number");
+                    let a = ask(&mut r, format!("get {k}\r\n").as_bytes(), is_end);
+                    let seen: u64 = a[1].parse().expect("a value");
+                    assert!(
+                        seen >= v,
+                        "writer {w} read {k}={seen} after its incr answered {v}"
+                    );
+                }
+            })
+        })
+        .collect();
+    for w in writers {
+        w.join().expect("writer");
+    }
+    stop.store(true, Ordering::Relaxed);
+    let reads: u64 = readers.into_iter().map(|r| r.join().expect("reader")).sum();
+    assert!(reads > 0);
+    let mut r = BufReader::new(connect(addr));
+    let total: u64 = keys
+        .iter()
+        .map(|k| {
+            ask(&mut r, format!("get {k}\r\n").as_bytes(), is_end)[1]
+                .parse::<u64>()
+                .unwrap()
+        })
+        .sum();
+    assert_eq!(total, 4 * 400);
+    node.shutdown().unwrap();
+}
+
+#[test]
+fn hostile_clients_do_not_hold_up_others() {
+    let Some(mc) = memcached() else { return };
+    let (node, addr) = node_for(mc.port, "");
+    // A line that never ends: answered and closed at the limit.
+    let mut s = connect(addr);
+    let _ = s.write_all(&vec![b'g'; 200 * 1024]);
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    assert!(
+        out.starts_with(b"CLIENT_ERROR line too long"),
+        "{:?}",
+        String::from_utf8_lossy(&out)
+    );
+    // A client that claims a huge value and stops mid-way, one that sends
+    // garbage, one that pipelines without reading: others are still served.
+    let mut half = connect(addr);
+    half.write_all(b"set k 0 0 1000000\r\nabc").unwrap();
+    let mut garbage = connect(addr);
+    garbage
+        .write_all(&[0xff, 0x00, b'\n', 7, 7, 7, b'\r', b'\n'])
+        .unwrap();
+    let mut greedy = connect(addr);
+    let many = b"get x\r\n".repeat(200_000);
+    greedy
+        .set_write_timeout(Some(Duration::from_secs(2)))
+        .unwrap();
+    let _ = greedy.write_all(&many);
+    let mut r = BufReader::new(connect(addr));
+    assert_eq!(ask(&mut r, b"set ok 0 0 2\r\nhi\r\n", |_| true), ["STORED"]);
+    assert_eq!(
+        ask(&mut r, b"get ok\r\n", is_end),
+        ["VALUE ok 0 2", "hi", "END"]
+    );
+    drop(half); // disconnects mid-request
+    let mut line = String::new();
+    BufReader::new(&mut garbage).read_line(&mut line).unwrap();
+    assert_eq!(line, "ERROR\r\n");
+    drop(greedy);
+    assert_eq!(
+        ask(&mut r, b"get ok k\r\n", is_end),
+        ["VALUE ok 0 2", "hi", "END"]
+    );
+    node.shutdown().unwrap();
+}
+
+#[test]
+fn a_backend_that_goes_away_gets_server_errors_then_recovers() {
+    let port = free_port();
+    let Some(mc) = memcached_on(port) else { return };
+    let (node, addr) = node_for(port, "backend_timeout_ms = 500\n");
+    let mut r = BufReader::new(connect(addr));
+    assert_eq!(ask(&mut r, b"set k 0 0 1\r\nv\r\n", |_| true), ["STORED"]);
+    drop(mc);
+    // The connection's backend is gone: the client gets SERVER_ERROR for what
+    // it had asked, or a closed connection (as from memcached going away);
+    // never a hang, with or without a request in flight.
+    let gone = |r: &mut BufReader<TcpStream>| {
+        let _ = r.get_mut().write_all(b"get nope\r\n");
+        let mut all = String::new();
+        let _ = r.read_to_string(&mut all);
+        assert!(
+            all.is_empty() || all == "SERVER_ERROR backend unavailable\r\n",
+            "{all:?}"
+        );
+    };
+    gone(&mut r);
+    gone(&mut BufReader::new(connect(addr)));
+    // memcached back (empty): new connections reach it; nothing stale is served.
+    let _mc = memcached_on(port).expect("memcached restarts");
+    let mut r = BufReader::new(connect(addr));
+    assert_eq!(ask(&mut r, b"get k\r\n", is_end), ["END"]);
+    node.shutdown().unwrap();
+}
+
+#[test]
+fn a_bad_attach_config_is_named() {
+    for (bad, want) in [
+        ("[[attach]]\nlisten = \"127.0.0.1:0\"\nfunction = \"nope\"\nbackend = \"a:1\"", "unknown attach function"),
+        ("[[attach]]\nlisten = \"127.0.0.1:0\"\nfunction = \"memcached_cache\"\nbackend = \"a\"", "backend"),
+        (
+            "[[attach]]\nlisten = \"127.0.0.1:0\"\nfunction = \"memcached_cache\"\nbackend = \"a:1\"\ncapacity_bytes = 0",
+            "capacity_bytes",
+        ),
+    ] {
+        let e = NodeConfig::parse(bad).unwrap_err().to_string();
+        assert!(e.contains(want), "{bad}: {e}");
+    }
+    let c = offrac_node::attach::AttachConfig::from_spec(
+        "listen=127.0.0.1:0,function=memcached_cache,backend=127.0.0.1:1,capacity_bytes=1000",
+    )
+    .unwrap();
+    assert_eq!(c.settings.capacity_bytes, 1000);
+    assert!(offrac_node::attach::AttachConfig::from_spec("listen").is_err());
+}

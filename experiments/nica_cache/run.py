@@ -1,0 +1,208 @@
+#!/usr/bin/env python3
+"""Issue #16: the memcached look-through cache (docs/inline.md) on NICA's workloads.
+
+One stock memcached (2 threads) and one node fronting it (``[[attach]]``, function
+``memcached_cache``); the same closed-loop clients (``memcached_load``, an example of the node
+crate: 16 B keys and values, one request in flight per client) run straight at memcached and
+through the node, alternating, in one run:
+
+- ``hits``: 100 % GETs of 100,000 preloaded keys, all cached at the node (NICA Fig. 7's case);
+- ``zipf``: GETs with Zipf(0.99) popularity and 0.2 % SETs (NICA's skewed workload);
+- ``misses``: GETs of keys never stored: every one goes to memcached (the cost of a miss).
+
+For each: requests/s, p50 and p99 (µs), and the CPU time memcached spends per request (its
+utime + stime from /proc/PID/stat over the run), beside the node's own. Medians over rounds.
+Here the node shares the machine's cores with memcached and the clients, standing in for NICA's
+FPGA NIC. ``--quick`` runs one short round.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+from _bench import REPO, Server, finish, free_port, log, machine, md_table, median
+
+HERE = Path(__file__).resolve().parent
+QUICK = "--quick" in sys.argv
+ROUNDS = 1 if QUICK else 3
+SECONDS = 1.0 if QUICK else 2.0
+KEYS = 100_000
+CLIENTS = 4
+WORKLOADS = ("hits", "zipf", "misses")
+PATHS = ("direct", "node")
+LOAD_DEFAULT = REPO / "target" / "release" / "examples" / "memcached_load"
+LOAD = os.environ.get("OFFRAC_MEMCACHED_LOAD", str(LOAD_DEFAULT))
+FIELDS = [
+    "workload",
+    "path",
+    "round",
+    "ops",
+    "rate",
+    "p50_us",
+    "p99_us",
+    "hit_answers",
+    "memcached_cpu_us_per_req",
+    "node_cpu_us_per_req",
+]
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (all its threads), in seconds."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2 :].split()
+    ticks = int(fields[11]) + int(fields[12])  # utime, stime: fields 14 and 15 of proc(5)
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def load(addr: str, workload: str, seconds: float, extra: list[str] | None = None) -> dict[str, Any]:
+    args = [LOAD, "--addr", addr, "--keys", str(KEYS), "--clients", str(CLIENTS)]
+    args += ["--workload", workload, "--seconds", str(seconds), "--warmup", "0.5", *(extra or [])]
+    out = subprocess.run(args, capture_output=True, text=True, check=True, timeout=120)
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def wait_port(port: int) -> None:
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"nothing listens on {port}") from None
+            time.sleep(0.02)
+
+
+def measure() -> list[dict[str, Any]]:
+    memcached = shutil.which("memcached")
+    if memcached is None:
+        sys.exit("needs memcached (apt-get install memcached)")
+    mport, aport = free_port(), free_port()
+    mc = subprocess.Popen(
+        [memcached, "-l", "127.0.0.1", "-p", str(mport), "-t", "2", "-m", "256", "-U", "0", "-u", "nobody"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    cfg = HERE / "node.toml"
+    cfg.write_text(
+        '[metrics]\nlisten = ""\n[[slots]]\nfunction = "echo"\n'
+        f'[[attach]]\nlisten = "127.0.0.1:{aport}"\nfunction = "memcached_cache"\n'
+        f'backend = "127.0.0.1:{mport}"\ncapacity_bytes = 67108864\n'
+    )
+    rows: list[dict[str, Any]] = []
+    try:
+        wait_port(mport)
+        with Server(["serve", "--listen", "127.0.0.1:0", "--config", str(cfg)], "node") as node:
+            addr = {"direct": f"127.0.0.1:{mport}", "node": f"127.0.0.1:{aport}"}
+            # Store every key (through the node), then read each once through it: all cached.
+            load(addr["node"], "hits", 0.1, ["--preload", "--warm"])
+            for r in range(ROUNDS):
+                for w in WORKLOADS:
+                    for path in PATHS if r % 2 == 0 else PATHS[::-1]:
+                        mc0, n0 = cpu_seconds(mc.pid), cpu_seconds(node.proc.pid)
+                        res = load(addr[path], w, SECONDS)
+                        mc1, n1 = cpu_seconds(mc.pid), cpu_seconds(node.proc.pid)
+                        ops = max(1, int(res["ops"]))
+                        row = {
+                            "workload": w,
+                            "path": path,
+                            "round": r,
+                            "ops": res["ops"],
+                            "rate": res["rate"],
+                            "p50_us": res["p50_us"],
+                            "p99_us": res["p99_us"],
+                            "hit_answers": round(res["hits"] / max(1, res["gets"]), 4),
+                            # Includes the 0.5 s warm-up's requests in the CPU but not in ops:
+                            # the same bias for both paths.
+                            "memcached_cpu_us_per_req": round((mc1 - mc0) * 1e6 / ops, 2),
+                            "node_cpu_us_per_req": round((n1 - n0) * 1e6 / ops, 2) if path == "node" else 0.0,
+                        }
+                        log(json.dumps(row))
+                        rows.append(row)
+    finally:
+        mc.kill()
+        mc.wait()
+        cfg.unlink(missing_ok=True)
+    return rows
+
+
+def med(rows: list[dict[str, Any]], w: str, path: str, field: str) -> float:
+    return median([float(r[field]) for r in rows if r["workload"] == w and r["path"] == path])
+
+
+def plot(rows: list[dict[str, Any]]) -> None:
+    fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.5))
+    x = range(len(WORKLOADS))
+    for i, path in enumerate(PATHS):
+        xs = [j + (i - 0.5) * 0.38 for j in x]
+        a.bar(xs, [med(rows, w, path, "rate") / 1e3 for w in WORKLOADS], 0.38, label=path)
+        b.bar(xs, [med(rows, w, path, "memcached_cpu_us_per_req") for w in WORKLOADS], 0.38, label=path)
+    for ax, title in ((a, "requests/s (thousands)"), (b, "memcached CPU per request (µs)")):
+        ax.set_xticks(list(x), list(WORKLOADS))
+        ax.set_title(title)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(HERE / "plot.png", dpi=120)
+
+
+def summarize(rows: list[dict[str, Any]]) -> str:
+    table = []
+    for w in WORKLOADS:
+        d = {f: med(rows, w, "direct", f) for f in FIELDS[4:]}
+        n = {f: med(rows, w, "node", f) for f in FIELDS[4:]}
+        table.append(
+            (
+                w,
+                f"{d['rate']:.0f}",
+                f"{n['rate']:.0f}",
+                f"{n['rate'] / d['rate']:.2f}x",
+                f"{d['p50_us']:.1f} / {d['p99_us']:.1f}",
+                f"{n['p50_us']:.1f} / {n['p99_us']:.1f}",
+                f"{d['memcached_cpu_us_per_req']:.2f}",
+                f"{n['memcached_cpu_us_per_req']:.2f}",
+                f"{n['node_cpu_us_per_req']:.2f}",
+                f"{n['hit_answers']:.3f}",
+            )
+        )
+    header = (
+        "workload",
+        "direct req/s",
+        "node req/s",
+        "node/direct",
+        "direct p50/p99 µs",
+        "node p50/p99 µs",
+        "memcached CPU µs/req direct",
+        "memcached CPU µs/req node",
+        "node CPU µs/req",
+        "answers with a value (node)",
+    )
+    return (
+        f"# NICA look-through cache: through the node vs memcached direct\n\n"
+        f"Machine: {machine()}. {CLIENTS} closed-loop clients (one request in flight each), "
+        f"{KEYS} keys, 16 B keys and values, memcached -t 2; medians of {ROUNDS} rounds of "
+        f"{SECONDS:g} s per workload and path, alternating. Command: "
+        f"`python3 experiments/nica_cache/run.py`.\n\n" + md_table(header, table) + "\n"
+    )
+
+
+def main() -> None:
+    rows = measure()
+    finish(HERE, rows, FIELDS, plot, summarize)
+
+
+if __name__ == "__main__":
+    main()
