@@ -26,6 +26,7 @@ test-python:
 
 lint: python-deps
 	$(CARGO) fmt --all --check
+	cd fuzz && $(CARGO) fmt --check
 	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
 	$(PYTHON) -m ruff check python
 	$(PYTHON) -m ruff format --check python
@@ -35,6 +36,8 @@ lint: python-deps
 	$(PYTHON) -m ruff format --config python/pyproject.toml --check rtl
 	$(PYTHON) -m ruff check --config python/pyproject.toml models
 	$(PYTHON) -m ruff format --config python/pyproject.toml --check models
+	$(PYTHON) -m ruff check --config python/pyproject.toml fuzz
+	$(PYTHON) -m ruff format --config python/pyproject.toml --check fuzz
 
 # The Python package's public API fully typed (pyright's type completeness, from npm), checked
 # on a regular (not editable) install in a throw-away venv, as a user would get it.
