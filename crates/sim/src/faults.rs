@@ -61,13 +61,20 @@ pub struct Outcome {
     pub peak_unread: usize,
 }
 
-/// The node's unread output to one client that the driver may reach: the
-/// pause threshold, plus the answers to everything the engine had admitted
-/// when reading stopped (its buffers and queues, each answer at most twice
-/// its payload with header and timings), plus one largest answer.
-pub fn backlog_bound(engine: &EngineConfig, pause_reading_above: usize) -> usize {
+/// The node's unread output to one client that the driver may reach when
+/// the client's requests name only `functions`: the pause threshold, plus
+/// the answers to everything the engine may have admitted when reading
+/// stopped (its buffers, the small-request queue and the queues of the
+/// slots hosting those functions; each answer at most twice its payload
+/// with header and timings), plus one largest answer.
+pub fn backlog_bound(engine: &EngineConfig, pause_reading_above: usize, functions: &[u8]) -> usize {
+    let slots = engine
+        .slots
+        .iter()
+        .filter(|f| functions.contains(f))
+        .count() as u64;
     let held = engine.buffers as u64 * engine.buffer_bytes
-        + engine.slots.len() as u64 * engine.slot_queue_bytes
+        + slots * engine.slot_queue_bytes
         + engine.small_queue_bytes;
     pause_reading_above + 2 * held as usize + engine.max_payload as usize + 4096
 }
@@ -98,7 +105,11 @@ pub fn run_scenario(seed: u64, next: &mut dyn FnMut(u64) -> u64) -> Outcome {
     cfg.driver.pause_reading_above = 8 * 1024;
     cfg.exec.fixed = vec![(SPIN, 300_000)];
     cfg.max_segment = 1 + next(3000) as usize;
-    let bound = backlog_bound(&cfg.engine, cfg.driver.pause_reading_above);
+    let bound = backlog_bound(
+        &cfg.engine,
+        cfg.driver.pause_reading_above,
+        &[ECHO, TOPK, SPIN],
+    );
     let mut w = World::new(cfg).unwrap_or_else(|e| panic!("invalid configuration: {e}"));
     let kinds: Vec<Kind> = (0..1 + next(6))
         .map(|_| KINDS[next(KINDS.len() as u64) as usize])
