@@ -87,10 +87,12 @@ fn request(id: u64, function: u8, param: u64, payload: &[u8]) -> Vec<u8> {
     b
 }
 
-/// Run one scenario. `seed` cuts the byte streams into segments; `next(m)`
-/// draws each choice, a number below `m` (any number is accepted and
-/// reduced). Panics when a property above breaks.
-pub fn run_scenario(seed: u64, next: &mut dyn FnMut(u64) -> u64) -> Outcome {
+/// Run one scenario. `seed` cuts the byte streams into segments of up to a
+/// drawn size, at least `min_segment` (1-byte segments make a scenario of
+/// millions of events: the fuzz target, which would favour them, asks for
+/// more); `next(m)` draws each choice, a number below `m` (any number is
+/// accepted and reduced). Panics when a property above breaks.
+pub fn run_scenario(seed: u64, min_segment: usize, next: &mut dyn FnMut(u64) -> u64) -> Outcome {
     let mut next = move |m: u64| next(m) % m.max(1);
     let shutdown_at = (next(3) == 0).then(|| next(30) * MS);
     let mut cfg = WorldConfig::new(EngineConfig::default(), seed);
@@ -104,7 +106,7 @@ pub fn run_scenario(seed: u64, next: &mut dyn FnMut(u64) -> u64) -> Outcome {
     cfg.driver.shutdown_grace = Duration::from_millis(3);
     cfg.driver.pause_reading_above = 8 * 1024;
     cfg.exec.fixed = vec![(SPIN, 300_000)];
-    cfg.max_segment = 1 + next(3000) as usize;
+    cfg.max_segment = min_segment.max(1 + next(3000) as usize);
     let bound = backlog_bound(
         &cfg.engine,
         cfg.driver.pause_reading_above,

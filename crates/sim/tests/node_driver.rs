@@ -418,7 +418,7 @@ fn fuzz_one(seed: u64) {
         r ^= r << 17;
         r % m.max(1)
     };
-    let out = offrac_sim::faults::run_scenario(seed, &mut next);
+    let out = offrac_sim::faults::run_scenario(seed, 1, &mut next);
     assert!(out.answers > 0 || out.requests == 0, "{out:?}");
 }
 
