@@ -5,7 +5,7 @@
 CARGO ?= cargo
 PYTHON ?= python3
 
-.PHONY: build demo test test-rust test-python python-deps lint typecheck api-docs bench-kernels rtl-deps rtl-test rtl-traces rtl-synth
+.PHONY: build demo test test-rust test-python python-deps lint typecheck api-docs bench-kernels fuzz-deps fuzz rtl-deps rtl-test rtl-traces rtl-synth
 
 build:
 	$(CARGO) build --release --workspace --bins --examples
@@ -26,6 +26,7 @@ test-python:
 
 lint: python-deps
 	$(CARGO) fmt --all --check
+	cd fuzz && $(CARGO) fmt --check
 	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
 	$(PYTHON) -m ruff check python
 	$(PYTHON) -m ruff format --check python
@@ -35,6 +36,8 @@ lint: python-deps
 	$(PYTHON) -m ruff format --config python/pyproject.toml --check rtl
 	$(PYTHON) -m ruff check --config python/pyproject.toml models
 	$(PYTHON) -m ruff format --config python/pyproject.toml --check models
+	$(PYTHON) -m ruff check --config python/pyproject.toml fuzz
+	$(PYTHON) -m ruff format --config python/pyproject.toml --check fuzz
 
 # The Python package's public API fully typed (pyright's type completeness, from npm), checked
 # on a regular (not editable) install in a throw-away venv, as a user would get it.
@@ -48,8 +51,32 @@ typecheck:
 api-docs: python-deps
 	$(PYTHON) -m pdoc --output-directory target/api-docs offrac
 
+# The kernels under criterion, with the FPGA figures beside them (docs/results.md).
 bench-kernels:
-	$(CARGO) run --release -p offrac-accel --example kernel_bench
+	$(CARGO) bench -p offrac-accel --bench kernels
+
+# Fuzzing (docs/fuzzing.md): cargo-fuzz on a nightly toolchain, in fuzz/ (its own workspace).
+# `make fuzz` seeds the corpora from docs/vectors, then runs each target FUZZ_SECONDS.
+FUZZ_SECONDS ?= 300
+FUZZ_TARGETS ?= proto_headers core_engine node_driver accel_inputs
+FUZZ_TOOLCHAIN ?= nightly
+CARGO_FUZZ_VERSION = 0.13.2
+
+fuzz-deps:
+	rustup toolchain install $(FUZZ_TOOLCHAIN) --profile minimal
+	cargo-fuzz --version 2>/dev/null | grep -q ' $(CARGO_FUZZ_VERSION)$$' || \
+	    $(CARGO) install --locked cargo-fuzz --version $(CARGO_FUZZ_VERSION)
+
+fuzz:
+	$(PYTHON) fuzz/seed_corpora.py
+	cd fuzz && $(CARGO) +$(FUZZ_TOOLCHAIN) fuzz build
+	@mkdir -p fuzz/target
+	@cd fuzz && for t in $(FUZZ_TARGETS); do \
+	    $(CARGO) +$(FUZZ_TOOLCHAIN) fuzz run $$t -- -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+	        >target/fuzz-$$t.log 2>&1 || { tail -n 60 target/fuzz-$$t.log; echo "fuzz: $$t FAILED (fuzz/artifacts/$$t/)"; exit 1; }; \
+	    awk -v t=$$t '/^stat::number_of_executed_units/ {n = $$2} /^Done [0-9]+ runs in/ {s = $$5} \
+	        END {printf "fuzz: %-14s %9d executions in %4d s, no crash\n", t, n, s}' target/fuzz-$$t.log; \
+	done
 
 # Hardware (rtl/, issue #12): cocotb testbenches on Icarus Verilog (apt: iverilog).
 rtl-deps:

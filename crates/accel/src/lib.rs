@@ -80,9 +80,13 @@ pub trait Accelerator: Send {
 }
 
 /// A fresh instance of a built-in function with the built-in state (the
-/// synthetic MapId dictionary, the default Bucketize borders).
+/// synthetic MapId dictionary, the default Bucketize borders). The state is
+/// built once per process and shared, as a node shares its own (building the
+/// 32,768-key dictionary for every instance made each call of this function
+/// slow, and the simulator calls it for every request it executes).
 pub fn builtin(f: FunctionId) -> Box<dyn Accelerator> {
-    builtin_with(f, &FunctionState::default())
+    static STATE: std::sync::OnceLock<FunctionState> = std::sync::OnceLock::new();
+    builtin_with(f, STATE.get_or_init(FunctionState::default))
 }
 
 /// A fresh instance of a built-in function holding `state` (shared, not

@@ -25,3 +25,6 @@ pub use selector::Selector;
 pub use slot::{SlotId, SlotQueue};
 pub use stats::EngineStats;
 pub use time::{nanos, Instant};
+
+#[cfg(feature = "oracle")]
+pub mod oracle;

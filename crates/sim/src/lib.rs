@@ -7,6 +7,7 @@ mod backend;
 mod config;
 mod driven;
 mod driver;
+pub mod faults;
 mod immediate;
 mod reassembled;
 mod rng;

@@ -149,6 +149,10 @@ pub struct Client {
     /// node's output backlog grow).
     pub reading: bool,
     unread: usize,
+    /// The most answer bytes the node had written that the client had not
+    /// read, at any time: the node's output backlog (bounded by its
+    /// `pause_reading_above` and what it had already admitted).
+    pub peak_unread: usize,
     /// When the last segment sent reaches the node: a stream stays in order.
     last_arrival: Nanos,
     /// When the last bytes from the node reach the client (same reason).
@@ -750,6 +754,7 @@ impl World {
         let client = &mut self.clients[c];
         if !client.reading {
             client.unread += bytes.len();
+            client.peak_unread = client.peak_unread.max(client.unread);
             let unread = client.unread;
             let now = self.instant();
             self.nodes[node].driver.handle_backlog(now, conn, unread);

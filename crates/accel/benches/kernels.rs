@@ -1,28 +1,31 @@
-//! Micro-benchmark of the built-in kernels, side by side with the FPGA
+//! The built-in kernels under criterion, side by side with the FPGA
 //! latencies of OffRAC Table 5 ("T5") and, for the DLRM operators, seed 001
 //! Table II ("II": T_acc at 1 KB, 250 MHz).
 //!
 //! ```text
-//! cargo run --release -p offrac-accel --example kernel_bench
+//! cargo bench -p offrac-accel --bench kernels            # all (make bench-kernels)
+//! cargo bench -p offrac-accel --bench kernels -- topk    # those whose id has "topk"
 //! ```
 //!
 //! Each case calls `Accelerator::run` through `builtin(..)` (payload decode,
-//! compute and encode included; output buffer reused as a slot does) in
-//! batches of many calls. Reported: the median over batches of the mean time
-//! per call, and the 10th / 90th percentiles of those batch means. Data is
-//! deterministic (xorshift). Single-threaded: pin with `taskset -c N` for
-//! steadier numbers.
+//! compute and encode included; output buffer reused as a slot does).
+//! Criterion reports each case as usual (its estimates and change against
+//! the last run under `target/criterion/`); at the end a table gives, per
+//! case, the median over criterion's samples of the mean time per call, the
+//! 10th / 90th percentiles of those sample means, the FPGA latency and the
+//! ratio. Data is deterministic (xorshift). Single-threaded: pin with
+//! `taskset -c N cargo bench ...` for steadier numbers.
 
 use std::hint::black_box;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use criterion::Criterion;
 use offrac_accel::builtin;
 use offrac_proto::FunctionId;
 
-/// Batches per case.
-const BATCHES: usize = 41;
-/// Target wall time of one batch.
-const BATCH_TIME: Duration = Duration::from_millis(5);
+/// Samples per case (criterion's minimum is 10).
+const SAMPLES: usize = 41;
 
 struct XorShift(u64);
 
@@ -288,45 +291,64 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[i]
 }
 
+/// One case's samples as criterion timed them: (iterations, elapsed).
+type Samples = Arc<Mutex<Vec<(u64, Duration)>>>;
+
 fn main() {
+    let mut c = Criterion::default()
+        .sample_size(SAMPLES)
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_millis(1000))
+        .configure_from_args();
+    let mut results = Vec::new();
+    for case in cases() {
+        let samples: Samples = Arc::default();
+        let mut acc = builtin(case.f);
+        let mut out = Vec::with_capacity(case.input.len());
+        // The DLRM operators apart (logit appears in both tables).
+        let group = if case.source == "II" { "dlrm " } else { "" };
+        let id = format!("{group}{}/{}", case.name, case.input.len());
+        let recorded = Arc::clone(&samples);
+        c.bench_function(&id, |b| {
+            b.iter_custom(|iters| {
+                let t = Instant::now();
+                for _ in 0..iters {
+                    out.clear();
+                    let r = acc.run(black_box(case.param), black_box(&case.input), &mut out);
+                    if let Err(e) = r {
+                        panic!("{}: {e}", case.name);
+                    }
+                    black_box(&out);
+                }
+                let elapsed = t.elapsed();
+                if let Ok(mut s) = recorded.lock() {
+                    s.push((iters, elapsed));
+                }
+                elapsed
+            })
+        });
+        // The last SAMPLES calls are the measurement (the ones before, the warm-up).
+        let all = samples.lock().map(|s| s.clone()).unwrap_or_default();
+        let measured = &all[all.len().saturating_sub(SAMPLES)..];
+        if !measured.is_empty() {
+            results.push((case, measured.to_vec()));
+        }
+    }
+    c.final_summary();
+    if results.is_empty() {
+        return;
+    }
     println!(
-        "offrac-accel kernel_bench: {BATCHES} batches of ~{} ms per case; ns per call \
-         (median / p10 / p90 of batch means)",
-        BATCH_TIME.as_millis()
+        "\nns per call: median / p10 / p90 over {SAMPLES} criterion samples of the mean per call"
     );
     println!(
         "{:<16} {:>7} {:>11} {:>11} {:>11} {:>10} {:>4} {:>10}",
         "function", "bytes", "median ns", "p10 ns", "p90 ns", "FPGA ns", "ref", "ours/FPGA"
     );
-    for case in cases() {
-        let mut acc = builtin(case.f);
-        let mut out = Vec::with_capacity(case.input.len());
-        let mut call = |out: &mut Vec<u8>| {
-            out.clear();
-            let r = acc.run(black_box(case.param), black_box(&case.input), out);
-            if let Err(e) = r {
-                eprintln!("{}: {e}", case.name);
-                std::process::exit(1);
-            }
-            black_box(&out);
-        };
-        // Warm up and size the batch.
-        let t = Instant::now();
-        let mut warm = 0u64;
-        while t.elapsed() < Duration::from_millis(50) {
-            call(&mut out);
-            warm += 1;
-        }
-        let per_call = t.elapsed().as_secs_f64() / warm as f64;
-        let iters = ((BATCH_TIME.as_secs_f64() / per_call) as u64).max(1);
-        let mut means: Vec<f64> = (0..BATCHES)
-            .map(|_| {
-                let t = Instant::now();
-                for _ in 0..iters {
-                    call(&mut out);
-                }
-                t.elapsed().as_nanos() as f64 / iters as f64
-            })
+    for (case, samples) in results {
+        let mut means: Vec<f64> = samples
+            .iter()
+            .map(|&(iters, d)| d.as_nanos() as f64 / iters.max(1) as f64)
             .collect();
         means.sort_by(f64::total_cmp);
         let med = percentile(&means, 0.5);
