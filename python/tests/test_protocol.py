@@ -243,8 +243,11 @@ def test_status_and_function_tables() -> None:
         "SHUTTING_DOWN",
         "UNSUPPORTED",
         "UNREACHABLE",
+        "UNAUTHORIZED",
+        "TRAPPED",
+        "FUEL_EXHAUSTED",
     ]
-    assert [int(s) for s in Status] == list(range(12))
+    assert [int(s) for s in Status] == list(range(15))
     assert list(FUNCTION_IDS.items())[:6] == [
         ("echo", 0),
         ("topk", 1),
