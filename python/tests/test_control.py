@@ -22,7 +22,7 @@ from offrac import (
 )
 from offrac.control import OP_LIST, encode_envelope
 
-from .conftest import Node
+from conftest import Node
 
 KEY = bytes.fromhex("000102030405060708090a0b0c0d0e0f")
 

@@ -199,7 +199,7 @@ def test_response_decode_errors() -> None:
     with pytest.raises(HeaderError, match="BadVersion"):
         ResponseHeader.decode(bad_version)
     bad_status = bytearray(good)
-    bad_status[4] = 12
+    bad_status[4] = 15
     with pytest.raises(HeaderError) as info:
         ResponseHeader.decode(bad_status)
     assert info.value.kind == "UnknownStatus"
