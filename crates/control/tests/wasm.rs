@@ -92,7 +92,8 @@ fn a_misbehaving_call_gets_its_error_and_the_next_call_is_served() {
     let d = lib.upload(&compile_wat(BAD_WAT).unwrap()).unwrap();
     let mut f = lib.instantiate(&d).unwrap();
     let mut out = Vec::new();
-    let cases: [(u64, fn(&WasmError) -> bool); 5] = [
+    type Is = fn(&WasmError) -> bool;
+    let cases: [(u64, Is); 5] = [
         (1, |e| matches!(e, WasmError::OutOfFuel(50_000_000))),
         (2, |e| matches!(e, WasmError::Trapped(_))),
         (3, |e| matches!(e, WasmError::Trapped(_))),
