@@ -10,17 +10,21 @@ from __future__ import annotations
 
 from . import aio
 from .client import Client, RequestFuture, Step, parse_address
+from .control import FN_CONTROL, Controller
 from .errors import (
     BadInputError,
     BusyError,
     ConnectError,
     ConnectionClosedError,
+    FuelExhaustedError,
     InternalError,
     MalformedError,
     OffracError,
     RequestTimeoutError,
     ShuttingDownError,
     TooLargeError,
+    TrappedError,
+    UnauthorizedError,
     UnknownFunctionError,
     UnreachableError,
     UnsupportedError,
@@ -58,6 +62,7 @@ __version__ = "0.1.0"
 __all__ = [
     "DEVICE_SELF",
     "FLAG_TRACE",
+    "FN_CONTROL",
     "FN_DESCRIBE",
     "FN_REGISTER_REPLY",
     "FUNCTION_IDS",
@@ -74,6 +79,8 @@ __all__ = [
     "Client",
     "ConnectError",
     "ConnectionClosedError",
+    "Controller",
+    "FuelExhaustedError",
     "FunctionId",
     "HeaderError",
     "Hop",
@@ -90,6 +97,8 @@ __all__ = [
     "Status",
     "Step",
     "TooLargeError",
+    "TrappedError",
+    "UnauthorizedError",
     "UnknownFunctionError",
     "UnreachableError",
     "UnsupportedError",

@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Literal, TypeGuard, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeGuard, TypeVar, cast, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -40,6 +40,9 @@ from .protocol import (
     function_name,
 )
 from .registry import CSR, FUNCTIONS, FunctionSpec, Ragged, decode_output, encode_input, pack_params
+
+if TYPE_CHECKING:
+    from .control import Controller
 
 __all__ = ["Client", "RequestFuture", "Step", "parse_address"]
 
@@ -1652,6 +1655,14 @@ class Client:
             raise error_for_response(header, payload)
         description: dict[str, Any] = json.loads(payload)
         return description
+
+    def control(self, *, tenant: int, key: bytes) -> Controller:
+        """A :class:`~offrac.control.Controller` sending control requests (upload a WebAssembly
+        module, swap a slot's function, list, unload; ``docs/control.md``) on this connection,
+        signed with ``tenant``'s HMAC-SHA256 ``key``."""
+        from .control import Controller
+
+        return Controller(self, tenant=tenant, key=key)
 
     def register_reply(self, endpoint: int | None = None, *, tenant: int | None = None) -> int:
         """Make this connection a reply endpoint on its node and return its id: requests sent

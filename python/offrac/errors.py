@@ -8,12 +8,15 @@ __all__ = [
     "BadInputError",
     "BusyError",
     "ConnectionClosedError",
+    "FuelExhaustedError",
     "InternalError",
     "MalformedError",
     "OffracError",
     "RequestTimeoutError",
     "ShuttingDownError",
     "TooLargeError",
+    "TrappedError",
+    "UnauthorizedError",
     "UnknownFunctionError",
     "UnreachableError",
     "UnsupportedError",
@@ -163,6 +166,27 @@ class UnreachableError(OffracError):
     STATUS: Status | None = Status.UNREACHABLE
 
 
+class UnauthorizedError(OffracError):
+    """UNAUTHORIZED: a control request whose authentication failed (unknown tenant, bad MAC,
+    a timestamp outside the node's window, or a replayed nonce); see ``docs/control.md``."""
+
+    STATUS: Status | None = Status.UNAUTHORIZED
+
+
+class TrappedError(OffracError):
+    """TRAPPED: the slot's WebAssembly module trapped on this request (the slot goes on
+    serving)."""
+
+    STATUS: Status | None = Status.TRAPPED
+
+
+class FuelExhaustedError(OffracError):
+    """FUEL_EXHAUSTED: the slot's WebAssembly module used up its fuel on this request and was
+    stopped (the slot goes on serving)."""
+
+    STATUS: Status | None = Status.FUEL_EXHAUSTED
+
+
 class ConnectionClosedError(OffracError, ConnectionError):
     """The connection closed (or broke) while the request was outstanding, or before it was
     sent. Also a builtin :class:`ConnectionError`."""
@@ -187,6 +211,9 @@ _BY_STATUS: dict[Status, type[OffracError]] = {
         ShuttingDownError,
         UnsupportedError,
         UnreachableError,
+        UnauthorizedError,
+        TrappedError,
+        FuelExhaustedError,
     )
     if cls.STATUS is not None
 }

@@ -122,6 +122,9 @@ class Status(enum.IntEnum):
     SHUTTING_DOWN = 9
     UNSUPPORTED = 10
     UNREACHABLE = 11
+    UNAUTHORIZED = 12
+    TRAPPED = 13
+    FUEL_EXHAUSTED = 14
 
     @property
     def closes_connection(self) -> bool:

@@ -199,7 +199,7 @@ def test_response_decode_errors() -> None:
     with pytest.raises(HeaderError, match="BadVersion"):
         ResponseHeader.decode(bad_version)
     bad_status = bytearray(good)
-    bad_status[4] = 12
+    bad_status[4] = 15
     with pytest.raises(HeaderError) as info:
         ResponseHeader.decode(bad_status)
     assert info.value.kind == "UnknownStatus"
@@ -243,8 +243,11 @@ def test_status_and_function_tables() -> None:
         "SHUTTING_DOWN",
         "UNSUPPORTED",
         "UNREACHABLE",
+        "UNAUTHORIZED",
+        "TRAPPED",
+        "FUEL_EXHAUSTED",
     ]
-    assert [int(s) for s in Status] == list(range(12))
+    assert [int(s) for s in Status] == list(range(15))
     assert list(FUNCTION_IDS.items())[:6] == [
         ("echo", 0),
         ("topk", 1),

@@ -44,6 +44,12 @@ pub enum AccelError {
     /// The function itself failed (status `INTERNAL`).
     #[error("internal error: {0}")]
     Internal(String),
+    /// A WebAssembly module trapped (status `TRAPPED`).
+    #[error("trapped: {0}")]
+    Trapped(String),
+    /// A WebAssembly module used up its fuel and was stopped (status `FUEL_EXHAUSTED`).
+    #[error("fuel exhausted: {0}")]
+    FuelExhausted(String),
 }
 
 impl AccelError {
@@ -52,13 +58,18 @@ impl AccelError {
         match self {
             AccelError::BadInput(_) => offrac_proto::Status::BadInput,
             AccelError::Internal(_) => offrac_proto::Status::Internal,
+            AccelError::Trapped(_) => offrac_proto::Status::Trapped,
+            AccelError::FuelExhausted(_) => offrac_proto::Status::FuelExhausted,
         }
     }
 
     /// The message sent as the error answer's payload.
     pub fn message(&self) -> &str {
         match self {
-            AccelError::BadInput(m) | AccelError::Internal(m) => m,
+            AccelError::BadInput(m)
+            | AccelError::Internal(m)
+            | AccelError::Trapped(m)
+            | AccelError::FuelExhausted(m) => m,
         }
     }
 }

@@ -50,7 +50,9 @@ fn execute(req: &CallRequest) -> Result<CallReply, tonic::Status> {
             .run(req.param, &req.payload, &mut out)
             .map_err(|e| match e {
                 AccelError::BadInput(m) => tonic::Status::invalid_argument(m),
-                AccelError::Internal(m) => tonic::Status::internal(m),
+                AccelError::Internal(m) | AccelError::Trapped(m) | AccelError::FuelExhausted(m) => {
+                    tonic::Status::internal(m)
+                }
             })?;
         Ok(CallReply {
             payload: out,

@@ -3,6 +3,8 @@
 mod bench;
 mod call;
 mod config;
+mod ctl;
+mod ctl_bench;
 mod demo;
 mod functions;
 mod payload_text;
@@ -48,6 +50,9 @@ enum Command {
     Provision(provision::Args),
     /// Named pipelines and cluster members in the cluster store (etcd).
     Pipeline(pipeline::Args),
+    /// Control requests: upload a WebAssembly module, swap a slot's function, list, unload;
+    /// bench-swap measures swap times (docs/control.md).
+    Ctl(ctl::Args),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions {
         #[arg(value_enum)]
@@ -86,6 +91,7 @@ fn main() -> ExitCode {
         Command::Config(a) => config::run(a),
         Command::Pipeline(a) => pipeline::run(a),
         Command::Provision(a) => provision::run(a),
+        Command::Ctl(a) => ctl::run(a),
         Command::Completions { shell } => {
             let mut cmd = <Cli as clap::CommandFactory>::command();
             clap_complete::generate(shell, &mut cmd, "offrac", &mut std::io::stdout());

@@ -6,7 +6,7 @@ use crate::connection::{Connection, Rx};
 use crate::{EngineConfig, EngineStats, Instant, Job, ReassemblyPool, Selector, SlotId, SlotQueue};
 use offrac_proto::{
     HeaderError, RequestHeader, ResponseHeader, Status, DEVICE_SELF, EXT_LEN, FLAG_HOP_EXT,
-    FN_DESCRIBE, FN_REGISTER_REPLY, HEADER_LEN, REQUEST_ID_NONE, VERSION,
+    FN_CONTROL, FN_DESCRIBE, FN_REGISTER_REPLY, HEADER_LEN, REQUEST_ID_NONE, VERSION,
 };
 use rustc_hash::FxHashMap;
 use std::cmp::Reverse;
@@ -39,6 +39,9 @@ pub enum Action {
     /// its answer — the one relayed back, or an error if the hop cannot be
     /// reached — is the driver's to give.
     Forward { job: Job },
+    /// A complete control request (function [`FN_CONTROL`]): the driver's
+    /// control plane answers it. The engine no longer holds it.
+    Control { job: Job },
 }
 
 /// Where an answer goes ([`Engine::answer_route`]).
@@ -86,6 +89,8 @@ pub struct Engine {
     drain_from: usize,
     /// Reply endpoints: the connection registered under each id.
     reply_endpoints: Box<[Option<Endpoint>; 256]>,
+    /// Slots being reconfigured: not chosen for new requests.
+    paused: Vec<bool>,
 }
 
 impl Engine {
@@ -152,6 +157,7 @@ impl Engine {
             shutting_down: false,
             drain_from: 0,
             reply_endpoints: Box::new([None; 256]),
+            paused: vec![false; cfg.slots.len()],
             cfg,
         })
     }
@@ -742,7 +748,29 @@ impl Engine {
                     ),
                 });
             }
+            if hop.function == FN_CONTROL {
+                if h.hop_count != 1 {
+                    return Err(HopError {
+                        hop: i,
+                        status: Status::BadInput,
+                        detail: 0,
+                        message: "a control request is a single hop".into(),
+                    });
+                }
+                return Ok(());
+            }
             if self.selector.hosts(hop.function).is_empty() {
+                if self.reconfiguring(hop.function) {
+                    return Err(HopError {
+                        hop: i,
+                        status: Status::Busy,
+                        detail: 0,
+                        message: format!(
+                            "every slot of function {} is being reconfigured; retry",
+                            hop.function
+                        ),
+                    });
+                }
                 return Err(HopError {
                     hop: i,
                     status: Status::UnknownFunction,
@@ -809,6 +837,140 @@ impl Engine {
         self.settle(job.conn);
         self.stats.forwarded += 1;
         self.actions.push_back(Action::Forward { job });
+    }
+
+    /// A complete request the slots do not run: forwarded, or a control
+    /// request for the driver.
+    fn leave(&mut self, job: Job) {
+        if job.function() == FN_CONTROL && self.runs_here(&job) {
+            self.settle(job.conn);
+            self.actions.push_back(Action::Control { job });
+        } else {
+            self.forward(job);
+        }
+    }
+
+    /// Some slot that hosted `function` is paused for a swap.
+    fn reconfiguring(&self, function: u8) -> bool {
+        self.slots
+            .iter()
+            .zip(&self.paused)
+            .any(|(s, &p)| p && s.function == function)
+    }
+
+    fn rebuild_selector(&mut self) {
+        self.selector = Selector::with_mask(&self.slots, &self.paused, self.cfg.slot_policy);
+    }
+
+    /// Stop choosing `slot` for new requests (the first steps of a swap,
+    /// `docs/control.md`). Its running request, if any, finishes.
+    pub fn pause_slot(&mut self, _now: Instant, slot: SlotId) {
+        if let Some(p) = self.paused.get_mut(slot) {
+            *p = true;
+            self.rebuild_selector();
+        }
+    }
+
+    /// Empty a paused slot's queue: its requests go to the other slots of
+    /// its function (`to_replica`), or are answered `BUSY`. Returns how
+    /// many were handed on and how many refused.
+    pub fn hand_off(&mut self, now: Instant, slot: SlotId, to_replica: bool) -> (u64, u64) {
+        let Some(q) = self.slots.get_mut(slot) else {
+            return (0, 0);
+        };
+        let jobs = q.drain();
+        let (mut handed, mut refused) = (0, 0);
+        // Last first: pushed to the front, they keep their order.
+        for job in jobs.into_iter().rev() {
+            if to_replica && !self.selector.hosts(job.function()).is_empty() {
+                // Already counted against a slot queue's bound: kept ahead
+                // of newer work, beyond the chained queue's own bound.
+                self.chained_bytes += job.cost();
+                self.chained.push_front(job);
+                handed += 1;
+            } else {
+                let msg = format!("slot {slot} is being reconfigured; retry");
+                self.reply_to(job.conn, &job.header, Status::Busy, 0, &msg);
+                self.settle(job.conn);
+                refused += 1;
+            }
+        }
+        self.drain(now);
+        (handed, refused)
+    }
+
+    /// `slot` serves `function` from now on (the end of a swap, or its
+    /// roll-back). Requests still waiting for a function no slot hosts any
+    /// more are answered `UNKNOWN_FUNCTION`.
+    pub fn resume_slot(&mut self, now: Instant, slot: SlotId, function: u8) {
+        if slot >= self.slots.len() {
+            return;
+        }
+        self.slots[slot].function = function;
+        self.cfg.slots[slot] = function;
+        self.paused[slot] = false;
+        self.rebuild_selector();
+        self.orphans();
+        self.drain(now);
+    }
+
+    /// Whether `slot` is paused for a swap.
+    pub fn is_paused(&self, slot: SlotId) -> bool {
+        self.paused.get(slot).copied().unwrap_or(false)
+    }
+
+    /// Answer the waiting requests whose function lost its last slot.
+    fn orphans(&mut self) {
+        let gone = |e: &Engine, job: &Job| {
+            let f = job.function();
+            e.runs_here(job)
+                && f != FN_CONTROL
+                && e.selector.hosts(f).is_empty()
+                && !e.reconfiguring(f)
+        };
+        let mut lost = Vec::new();
+        let mut i = 0;
+        while i < self.small.len() {
+            if gone(self, &self.small[i]) {
+                let job = self.small.remove(i).expect("index in range");
+                self.small_bytes -= job.cost();
+                lost.push(job);
+            } else {
+                i += 1;
+            }
+        }
+        let mut i = 0;
+        while i < self.chained.len() {
+            if gone(self, &self.chained[i]) {
+                let job = self.chained.remove(i).expect("index in range");
+                self.chained_bytes -= job.cost();
+                lost.push(job);
+            } else {
+                i += 1;
+            }
+        }
+        for b in 0..self.pool.len() {
+            let mut i = 0;
+            while let Some(job) = self.pool.ready(b).get(i) {
+                if gone(self, job) {
+                    lost.push(self.pool.take(b, i).expect("index in range"));
+                } else {
+                    i += 1;
+                }
+            }
+        }
+        for job in lost {
+            let f = job.function();
+            let msg = format!("function {f} is no longer hosted by any slot (swapped out)");
+            self.reply_to(
+                job.conn,
+                &job.header,
+                Status::UnknownFunction,
+                f as u64,
+                &msg,
+            );
+            self.settle(job.conn);
+        }
     }
 
     fn refuse_header(&mut self, conn: ConnId, bytes: &[u8; HEADER_LEN], e: HeaderError) -> Rx {
@@ -976,10 +1138,10 @@ impl Engine {
         let mut i = 0;
         while i < self.small.len() {
             let (f, cost) = (self.small[i].function(), self.small[i].cost());
-            if !self.runs_here(&self.small[i]) {
+            if !self.runs_here(&self.small[i]) || f == FN_CONTROL {
                 let job = self.small.remove(i).expect("index in range");
                 self.small_bytes -= cost;
-                self.forward(job);
+                self.leave(job);
                 continue;
             }
             match self.pick(&mut blocked, f, cost) {
@@ -997,9 +1159,9 @@ impl Engine {
             let mut i = 0;
             while let Some(job) = self.pool.ready(b).get(i) {
                 let (f, cost) = (job.function(), job.cost());
-                if !self.runs_here(job) {
+                if !self.runs_here(job) || f == FN_CONTROL {
                     let job = self.pool.take(b, i).expect("index in range");
-                    self.forward(job);
+                    self.leave(job);
                     continue;
                 }
                 match self.pick(&mut blocked, f, cost) {

@@ -22,6 +22,21 @@ impl Selector {
         }
     }
 
+    /// A selector that never picks the slots `masked` marks (paused for a swap).
+    pub fn with_mask(slots: &[SlotQueue], masked: &[bool], policy: SlotPolicy) -> Selector {
+        let mut hosts = vec![Vec::new(); 256];
+        for (i, s) in slots.iter().enumerate() {
+            if !masked.get(i).copied().unwrap_or(false) {
+                hosts[s.function as usize].push(i);
+            }
+        }
+        Selector {
+            hosts,
+            next: vec![0; 256],
+            policy,
+        }
+    }
+
     pub fn hosts(&self, function: u8) -> &[SlotId] {
         &self.hosts[function as usize]
     }

@@ -31,6 +31,8 @@ pub enum ConfigError {
     DuplicateDevice(u8),
     #[error("[cluster]: {0}")]
     BadCluster(String),
+    #[error("[control]: {0}")]
+    BadControl(String),
     #[error(transparent)]
     Engine(#[from] offrac_core::ConfigError),
     #[error("[[attach]]: {0}")]
@@ -77,6 +79,60 @@ struct Raw {
     functions: RawFunctions,
     #[serde(default)]
     attach: Vec<crate::attach::RawAttach>,
+    control: Option<RawControl>,
+}
+
+/// `[control]`: the control plane (`docs/control.md`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawControl {
+    state_dir: Option<String>,
+    window_ms: Option<u64>,
+    drain_timeout_ms: Option<u64>,
+    max_module_bytes: Option<usize>,
+    fuel: Option<u64>,
+    max_memory_bytes: Option<usize>,
+    #[serde(default)]
+    tenants: Vec<RawTenant>,
+}
+
+/// `[[control.tenants]]`: a tenant's id and HMAC-SHA256 key (hex).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTenant {
+    id: u16,
+    key: String,
+}
+
+fn control_settings(raw: Option<RawControl>) -> Result<crate::ControlSettings, ConfigError> {
+    let mut c = crate::ControlSettings::default();
+    let Some(raw) = raw else {
+        return Ok(c);
+    };
+    c.state_dir = raw.state_dir.map(Into::into);
+    c.window_ms = raw.window_ms.unwrap_or(c.window_ms);
+    c.drain_timeout_ms = raw.drain_timeout_ms.unwrap_or(c.drain_timeout_ms);
+    c.max_module_bytes = raw.max_module_bytes.unwrap_or(c.max_module_bytes);
+    c.fuel = raw.fuel.unwrap_or(c.fuel);
+    c.max_memory_bytes = raw.max_memory_bytes.unwrap_or(c.max_memory_bytes);
+    for t in raw.tenants {
+        let key = hex::decode(&t.key)
+            .ok()
+            .filter(|k| k.len() >= 16)
+            .ok_or_else(|| {
+                ConfigError::BadControl(format!(
+                    "tenant {}: key must be at least 16 bytes of hex",
+                    t.id
+                ))
+            })?;
+        if c.keys.insert(t.id, key).is_some() {
+            return Err(ConfigError::BadControl(format!(
+                "tenant {} is listed twice",
+                t.id
+            )));
+        }
+    }
+    Ok(c)
 }
 
 /// `[functions.NAME]`: the state of the functions that hold some
@@ -256,6 +312,8 @@ pub struct NodeConfig {
     pub state: FunctionState,
     /// Addresses the node fronts for a real server (`[[attach]]`, docs/inline.md).
     pub attach: Vec<crate::attach::AttachConfig>,
+    /// The control plane: tenants' keys, the library's state directory, limits.
+    pub control: crate::ControlSettings,
 }
 
 /// Reads a MapId key file: one hex key per line (`a73ee510` or
@@ -447,6 +505,7 @@ impl NodeConfig {
                 .into_iter()
                 .map(|a| a.validate())
                 .collect::<Result<_, _>>()?,
+            control: control_settings(raw.control)?,
         })
     }
 

@@ -14,6 +14,7 @@
 //! both are zero, so every request the node received whole is answered before
 //! the close.
 
+mod control;
 mod links;
 
 pub use links::{LinkId, LinkState, LinkStats, PeerConfig};
@@ -70,6 +71,11 @@ pub struct DriverConfig {
     pub reconnect_max: Duration,
     /// Where the node serves its metrics, told to clients that describe it.
     pub metrics_addr: Option<String>,
+    /// What each slot runs at start, when a saved assignment (the control
+    /// plane's state directory) differs from `slots`; empty: `slots`' built-ins.
+    pub targets: Vec<offrac_control::Target>,
+    /// How long a swap waits for the slot's running request before rolling back.
+    pub swap_drain_timeout: Duration,
 }
 
 impl DriverConfig {
@@ -87,6 +93,8 @@ impl DriverConfig {
             reconnect_min: Duration::from_millis(100),
             reconnect_max: Duration::from_secs(5),
             metrics_addr: None,
+            targets: Vec::new(),
+            swap_drain_timeout: Duration::from_secs(1),
         }
     }
 }
@@ -152,6 +160,21 @@ pub enum Io {
     },
     /// Close the connection of `link` (it is reopened with a new `Connect`).
     CloseLink { link: LinkId },
+    /// A complete control request (`docs/control.md`): authenticate and
+    /// answer it — then [`Driver::handle_control_answered`] — or pass an
+    /// authenticated swap to [`Driver::handle_swap`].
+    Control { job: Job },
+    /// A swap's install step: make `target` the function of `slot` (paused
+    /// and idle), then report [`Driver::handle_installed`]; on failure
+    /// change nothing.
+    Install {
+        slot: SlotId,
+        target: offrac_control::Target,
+    },
+    /// The slot assignment changed: keep it for a restart.
+    SaveSlots {
+        targets: Vec<offrac_control::Target>,
+    },
 }
 
 #[derive(Debug, Default)]
@@ -197,6 +220,13 @@ pub struct Driver {
     link_of: Box<[Option<LinkId>; 256]>,
     forward_deadlines: BinaryHeap<Reverse<(Instant, LinkId, u64)>>,
     link_stats: LinkStats,
+    /// The swap controller (`driver/control.rs`) and the control requests
+    /// waiting for a swap's outcome.
+    swaps: offrac_control::SwapController,
+    swap_waiters: FxHashMap<u64, control::Waiter>,
+    next_swap_token: u64,
+    /// Per slot: requests its last swap handed to a replica / refused.
+    swap_counts: Vec<(u64, u64)>,
 }
 
 impl Driver {
@@ -231,7 +261,19 @@ impl Driver {
             .map(|(i, l)| l.connect_io(i))
             .collect();
         let engine = Engine::new(engine)?;
+        let targets = if cfg.targets.len() == cfg.slots.len() {
+            cfg.targets.clone()
+        } else {
+            cfg.slots
+                .iter()
+                .map(|s| offrac_control::Target::Builtin(s.function))
+                .collect()
+        };
         Ok(Driver {
+            swaps: control::controller(targets, cfg.swap_drain_timeout),
+            swap_waiters: FxHashMap::default(),
+            next_swap_token: 0,
+            swap_counts: vec![(0, 0); cfg.slots.len()],
             estimates: Default::default(),
             link_stats: LinkStats {
                 connects: links.len() as u64,
@@ -371,6 +413,7 @@ impl Driver {
     pub fn handle_slot_free(&mut self, now: Instant, slot: SlotId) {
         self.engine.handle_slot_done(now, slot);
         self.pump(now);
+        self.swap_slot_freed(now, slot);
     }
 
     /// `slot` ran a hop of `job`'s chain and the chain goes on: `job` has
@@ -381,6 +424,7 @@ impl Driver {
         }
         self.engine.handle_hop_done(now, slot, job);
         self.pump(now);
+        self.swap_slot_freed(now, slot);
     }
 
     /// The answer to a job of `conn` has been written (or dropped: the
@@ -414,6 +458,7 @@ impl Driver {
             self.pump(now);
         }
         self.link_timeouts(now);
+        self.swap_timeouts(now);
         while let Some(&Reverse((t, conn))) = self.lingering.peek() {
             if t > now {
                 break;
@@ -456,6 +501,7 @@ impl Driver {
             grace,
             linger,
             self.link_timeout(),
+            self.swap_timeout(),
         ]
         .into_iter()
         .flatten()
@@ -603,6 +649,12 @@ impl Driver {
                     }
                 }
                 Action::Forward { job } => self.forward(now, job),
+                Action::Control { job } => {
+                    if let Some(c) = self.conns.get_mut(&job.conn) {
+                        c.answering += 1;
+                        self.out.push_back(Io::Control { job });
+                    }
+                }
                 Action::Describe { conn, header } => {
                     if self.conns.contains_key(&conn) {
                         let payload = self.describe().into_bytes();

@@ -9,6 +9,7 @@ pub mod attach;
 mod clock;
 mod config;
 mod conn_out;
+pub mod control;
 pub mod driver;
 mod metrics;
 pub mod provision;
@@ -18,6 +19,7 @@ mod wake;
 mod worker;
 
 pub use config::{ConfigError, IoMode, NodeConfig, SlotSettings, DEFAULT_CONFIG};
+pub use control::ControlSettings;
 pub use driver::{
     Driver, DriverConfig, DriverError, Io, LinkId, LinkState, LinkStats, PeerConfig, SlotConfig,
 };
@@ -58,6 +60,8 @@ pub enum NodeError {
     Cluster(#[from] offrac_cluster::ClusterError),
     #[error("listening on {0}: other nodes cannot reach that; set [cluster] advertise")]
     NoAdvertise(SocketAddr),
+    #[error("control plane: {0}")]
+    Control(String),
 }
 
 /// Asks a running node to shut down gracefully; cheap to clone.
@@ -158,17 +162,30 @@ pub fn start(cfg: NodeConfig, listen: &str) -> Result<NodeHandle, NodeError> {
     let mut workers = Vec::new();
     let mut inline = Vec::new();
     let mut slot_configs = Vec::new();
+    // The control plane: its library, and the slot assignment the last swap
+    // saved (which overrides the configured one, `docs/control.md`).
+    let mut plane = control::ControlPlane::open(&cfg.control, cfg.state.clone())
+        .map_err(|e| NodeError::Control(e.to_string()))?;
+    let mut engine_cfg = cfg.engine.clone();
+    let targets = plane
+        .saved_targets(engine_cfg.slots.len())
+        .unwrap_or_else(|| {
+            engine_cfg
+                .slots
+                .iter()
+                .map(|&f| offrac_control::Target::Builtin(f))
+                .collect()
+        });
     for (slot, &f) in cfg.engine.slots.iter().enumerate() {
         let function = FunctionId::from_id(f).ok_or(NodeError::NoAccelerator(f))?;
         let device = cfg.engine.device_id;
-        let executor = worker::Executor::new(
-            slot,
-            device,
-            offrac_accel::builtin_with(function, &cfg.state),
-            metrics.clone(),
-            false,
-            clock,
-        );
+        let target = targets[slot];
+        engine_cfg.slots[slot] = target.function();
+        let cell = plane
+            .new_cell(function, target)
+            .map_err(|e| NodeError::Control(format!("slot {slot}: {e}")))?;
+        let executor =
+            worker::Executor::new(slot, device, Box::new(cell), metrics.clone(), false, clock);
         workers.push(worker::spawn(worker::WorkerContext {
             executor,
             done: done_tx.clone(),
@@ -188,7 +205,8 @@ pub fn start(cfg: NodeConfig, listen: &str) -> Result<NodeHandle, NodeError> {
         );
         slot_configs.push(SlotConfig {
             function: f,
-            inline_max_bytes: limit,
+            // A slot restored to another function runs it on its worker.
+            inline_max_bytes: if target.function() == f { limit } else { 0 },
         });
     }
     let mut driver_cfg = DriverConfig::new(slot_configs);
@@ -196,6 +214,8 @@ pub fn start(cfg: NodeConfig, listen: &str) -> Result<NodeHandle, NodeError> {
     driver_cfg.close_linger = Duration::from_millis(cfg.close_linger_ms);
     driver_cfg.forward_timeout = Duration::from_millis(cfg.forward_timeout_ms);
     driver_cfg.peers = cfg.devices.clone();
+    driver_cfg.targets = targets;
+    driver_cfg.swap_drain_timeout = Duration::from_millis(cfg.control.drain_timeout_ms);
 
     let attach = cfg
         .attach
@@ -216,7 +236,7 @@ pub fn start(cfg: NodeConfig, listen: &str) -> Result<NodeHandle, NodeError> {
         None => (None, None),
     };
     driver_cfg.metrics_addr = metrics_addr.map(|a| a.to_string());
-    let driver = Driver::new(cfg.engine.clone(), driver_cfg).inspect_err(|_| {
+    let driver = Driver::new(engine_cfg, driver_cfg).inspect_err(|_| {
         exited.store(true, Ordering::SeqCst); // stop the metrics thread
     })?;
 
@@ -234,6 +254,7 @@ pub fn start(cfg: NodeConfig, listen: &str) -> Result<NodeHandle, NodeError> {
         flag.clone(),
         clock,
     );
+    reactor.set_control(plane);
     let membership = match &cfg.cluster {
         Some(c) => {
             let (tx, rx) = crossbeam_channel::unbounded();

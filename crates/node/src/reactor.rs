@@ -78,6 +78,8 @@ pub struct Reactor {
     /// Member tables from the cluster store, and the static device table
     /// they add to (a static entry wins over the store's for its device).
     membership: Option<(Receiver<Vec<PeerConfig>>, Vec<PeerConfig>)>,
+    /// The control plane (library, authentication, the slots' swap cells).
+    control: Option<crate::control::ControlPlane>,
 }
 
 impl Reactor {
@@ -116,7 +118,56 @@ impl Reactor {
             spin_found: None,
             links: Vec::new(),
             membership: None,
+            control: None,
             errors: crate::ratelog::RateLog::new(Status::ALL.len(), Duration::from_secs(1)),
+        }
+    }
+
+    /// Serve control requests with `plane` (without one they are answered
+    /// `UNSUPPORTED`).
+    pub fn set_control(&mut self, plane: crate::control::ControlPlane) {
+        self.control = Some(plane);
+    }
+
+    /// A control request: answered here, or a swap for the driver.
+    fn control(&mut self, job: offrac_core::Job) {
+        use crate::control::Handled;
+        let conn = job.conn;
+        let wall_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        let handled = match &mut self.control {
+            None => Handled::Answer(
+                Status::Unsupported,
+                0,
+                b"this node has no control plane".to_vec(),
+            ),
+            Some(cp) => {
+                let slots = self.driver.slot_targets();
+                let driver = &self.driver;
+                cp.handle(wall_ms, &job, &slots, |d| driver.module_in_use(d))
+            }
+        };
+        match handled {
+            Handled::Answer(status, detail, payload) => {
+                let mut h = offrac_proto::ResponseHeader::answer(
+                    &job.header,
+                    status,
+                    self.driver.engine().config().device_id,
+                    payload.len() as u32,
+                );
+                h.detail = detail;
+                if let Some(out) = self.out_of(conn) {
+                    out.send(&h.encode_wire()[..h.wire_len()], &payload);
+                }
+                self.driver.handle_control_answered(self.clock.now(), conn);
+                self.report_backlog(conn);
+            }
+            Handled::Swap { slot, target } => {
+                let now = self.clock.now();
+                self.driver.handle_swap(now, conn, job.header, slot, target);
+            }
         }
     }
 
@@ -673,6 +724,22 @@ impl Reactor {
                         let _ = self.poll.registry().deregister(&mut SourceFd(&fd));
                         l.out.close();
                         tracing::debug!(link, "link closed");
+                    }
+                }
+                Io::Control { job } => self.control(job),
+                Io::Install { slot, target } => {
+                    let r = match &mut self.control {
+                        Some(cp) => cp.install(slot, target),
+                        None => Err("this node has no control plane".into()),
+                    };
+                    if let Err(e) = &r {
+                        tracing::warn!(slot, error = %e, "swap install failed; rolled back");
+                    }
+                    self.driver.handle_installed(self.clock.now(), slot, r);
+                }
+                Io::SaveSlots { targets } => {
+                    if let Some(cp) = &self.control {
+                        cp.save_targets(&targets);
                     }
                 }
                 Io::StopAccepting => {

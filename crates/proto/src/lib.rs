@@ -40,6 +40,11 @@ pub const FN_REGISTER_REPLY: u8 = 0xFE;
 /// Control function: describe the node (its functions, slots, peers and
 /// metrics address) as a UTF-8 JSON payload; no input. Also a ping.
 pub const FN_DESCRIBE: u8 = 0xFD;
+/// Control function: a control request (upload a module, swap a slot's
+/// function, list, unload), its payload an authenticated envelope
+/// (`docs/protocol.md`, "Control requests"; `docs/control.md`). Handed to
+/// the node's control plane, never to a slot.
+pub const FN_CONTROL: u8 = 0xFC;
 /// Request id of a response that answers no request the node could identify
 /// (a wrong magic, or a stall before the id's bytes arrived). Clients must not
 /// use it for requests; a response carrying it is about the connection.

@@ -16,10 +16,17 @@ pub enum Status {
     /// A chain hop's device cannot be reached: no route to it, or the link
     /// to it is down or broke before the hop's answer came back.
     Unreachable = 11,
+    /// A control request whose authentication failed: unknown tenant, bad
+    /// MAC, a timestamp outside the window, or a replayed nonce.
+    Unauthorized = 12,
+    /// The slot's WebAssembly module trapped (the slot goes on serving).
+    Trapped = 13,
+    /// The slot's WebAssembly module used up its fuel and was stopped.
+    FuelExhausted = 14,
 }
 
 impl Status {
-    pub const ALL: [Status; 12] = [
+    pub const ALL: [Status; 15] = [
         Status::Ok,
         Status::Busy,
         Status::UnknownFunction,
@@ -32,6 +39,9 @@ impl Status {
         Status::ShuttingDown,
         Status::Unsupported,
         Status::Unreachable,
+        Status::Unauthorized,
+        Status::Trapped,
+        Status::FuelExhausted,
     ];
 
     pub fn from_code(code: u16) -> Option<Status> {
@@ -57,6 +67,9 @@ impl Status {
             Status::ShuttingDown => "SHUTTING_DOWN",
             Status::Unsupported => "UNSUPPORTED",
             Status::Unreachable => "UNREACHABLE",
+            Status::Unauthorized => "UNAUTHORIZED",
+            Status::Trapped => "TRAPPED",
+            Status::FuelExhausted => "FUEL_EXHAUSTED",
         }
     }
 }

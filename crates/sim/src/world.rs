@@ -635,6 +635,8 @@ impl World {
                     }
                 }
                 Io::StopAccepting => {}
+                // The simulated clients send no control requests.
+                Io::Control { .. } | Io::Install { .. } | Io::SaveSlots { .. } => {}
                 Io::Connect { link, addr } => {
                     let peer = addr
                         .strip_prefix("sim:")

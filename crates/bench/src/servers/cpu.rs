@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use offrac_accel::{AccelError, Accelerator};
+use offrac_accel::Accelerator;
 use offrac_proto::{FunctionId, RequestHeader, ResponseHeader, Status, HEADER_LEN};
 
 use super::evloop::{serve, Handler, IoMode, ServerHandle};
@@ -73,8 +73,7 @@ impl Handler for CpuWorker {
         let exec_ns = started.elapsed().as_nanos() as u64;
         let (status, payload): (Status, &[u8]) = match &r {
             Ok(()) => (Status::Ok, &self.result),
-            Err(AccelError::BadInput(m)) => (Status::BadInput, m.as_bytes()),
-            Err(AccelError::Internal(m)) => (Status::Internal, m.as_bytes()),
+            Err(e) => (e.status(), e.message().as_bytes()),
         };
         let mut h = ResponseHeader::new(status, id, payload.len() as u32);
         h.reassembly_ns = complete.saturating_duration_since(first_byte).as_nanos() as u64;

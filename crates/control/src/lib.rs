@@ -1,0 +1,17 @@
+//! The offrac control plane (`docs/control.md`): the function library of
+//! WebAssembly modules ([`library`], run by [`wasm`]), the control envelope
+//! on the wire ([`wire`]) and its authentication ([`auth`]), and the swap
+//! controller ([`swap`]), a sans-IO state machine the node drives.
+
+pub mod auth;
+pub mod examples;
+pub mod library;
+pub mod swap;
+pub mod wasm;
+pub mod wire;
+
+pub use auth::{AuthError, Authenticator};
+pub use library::{digest_of, hex_digest, Library, LibraryConfig, LibraryError};
+pub use swap::{Command, SwapController, SwapError, SwapReport, WASM_FUNCTIONS};
+pub use wasm::{WasmError, WasmFunction, WasmLimits};
+pub use wire::{Digest, Envelope, Op, Target, WireError, FN_CONTROL};

@@ -1,0 +1,353 @@
+//! The node's shell side of the control plane (`docs/control.md`): the
+//! function library, the authentication of control envelopes, and the
+//! swappable function each slot's worker runs. The decisions of a swap are
+//! the driver's [`offrac_control::SwapController`]; this module carries out
+//! its `Install` step and answers the operations that touch no slot
+//! (upload, list, unload).
+
+use offrac_accel::{AccelError, Accelerator, FunctionState};
+use offrac_control::{
+    hex_digest, Authenticator, Digest, Envelope, Library, LibraryConfig, LibraryError, Op, Target,
+    WasmError, WasmFunction, WasmLimits,
+};
+use offrac_core::Job;
+use offrac_proto::{FunctionId, Status};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// `[control]` of the node's configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ControlSettings {
+    /// Where the library and the slot assignment are kept across restarts
+    /// (`None`: in memory only).
+    pub state_dir: Option<PathBuf>,
+    /// Tenant id → HMAC-SHA256 key. No key: every control request is refused.
+    pub keys: HashMap<u16, Vec<u8>>,
+    /// How far a control request's timestamp may be from the node's clock.
+    pub window_ms: u64,
+    /// How long a swap waits for the slot's running request.
+    pub drain_timeout_ms: u64,
+    pub max_module_bytes: usize,
+    /// Fuel per call of a WebAssembly function.
+    pub fuel: u64,
+    /// Largest linear memory of a WebAssembly function.
+    pub max_memory_bytes: usize,
+}
+
+impl Default for ControlSettings {
+    fn default() -> ControlSettings {
+        let lib = LibraryConfig::default();
+        ControlSettings {
+            state_dir: None,
+            keys: HashMap::new(),
+            window_ms: 30_000,
+            drain_timeout_ms: 1_000,
+            max_module_bytes: lib.max_module_bytes,
+            fuel: lib.limits.fuel,
+            max_memory_bytes: lib.limits.max_memory,
+        }
+    }
+}
+
+/// What a slot runs now.
+enum Current {
+    Native(Box<dyn Accelerator>),
+    Wasm(WasmFunction),
+}
+
+/// The accelerator a slot's worker holds: it runs whatever function the
+/// control plane installed last. Installs happen only while the slot is
+/// paused and idle, so the lock is never contended on the hot path.
+pub struct SwapCell {
+    /// The built-in the slot was configured with: names the worker thread.
+    initial: FunctionId,
+    current: Arc<Mutex<Current>>,
+}
+
+fn lock(m: &Mutex<Current>) -> MutexGuard<'_, Current> {
+    // A native function that panicked (caught by the executor) poisons the
+    // lock; the function itself is still usable, as before the swap cell.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Accelerator for SwapCell {
+    fn function(&self) -> FunctionId {
+        self.initial
+    }
+
+    fn run(&mut self, param: u64, input: &[u8], out: &mut Vec<u8>) -> Result<(), AccelError> {
+        match &mut *lock(&self.current) {
+            Current::Native(a) => a.run(param, input, out),
+            Current::Wasm(w) => w.run(param, input, out).map_err(|e| match e {
+                WasmError::Trapped(_) | WasmError::Abi(_) => AccelError::Trapped(e.to_string()),
+                WasmError::OutOfFuel(_) => AccelError::FuelExhausted(e.to_string()),
+                WasmError::Refused(_) => AccelError::BadInput(e.to_string()),
+            }),
+        }
+    }
+}
+
+/// How the shell answers a control request.
+pub enum Handled {
+    /// Answer now: status, `detail`, payload.
+    Answer(Status, u64, Vec<u8>),
+    /// An authenticated swap: for the driver's controller.
+    Swap { slot: usize, target: Target },
+}
+
+pub struct ControlPlane {
+    library: Library,
+    auth: Authenticator,
+    cells: Vec<Arc<Mutex<Current>>>,
+    state: FunctionState,
+    state_dir: Option<PathBuf>,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct SavedSlot {
+    function: u8,
+    /// The module's digest (hex) for a WebAssembly function.
+    digest: Option<String>,
+}
+
+fn err_json(msg: &str) -> Vec<u8> {
+    msg.as_bytes().to_vec()
+}
+
+impl ControlPlane {
+    /// Open the library (recompiling what its directory holds).
+    pub fn open(s: &ControlSettings, state: FunctionState) -> Result<ControlPlane, LibraryError> {
+        let library = Library::open(LibraryConfig {
+            dir: s.state_dir.clone(),
+            max_module_bytes: s.max_module_bytes,
+            limits: WasmLimits {
+                fuel: s.fuel,
+                max_memory: s.max_memory_bytes,
+            },
+        })?;
+        Ok(ControlPlane {
+            library,
+            auth: Authenticator::new(s.keys.clone(), s.window_ms),
+            cells: Vec::new(),
+            state,
+            state_dir: s.state_dir.clone(),
+        })
+    }
+
+    /// The slot assignment saved by the last swap, if any and if it still
+    /// fits: `slots` entries, every module still in the library.
+    pub fn saved_targets(&self, slots: usize) -> Option<Vec<Target>> {
+        let path = self.state_dir.as_ref()?.join("slots.json");
+        let text = std::fs::read_to_string(&path).ok()?;
+        let saved: Vec<SavedSlot> = match serde_json::from_str(&text) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "saved slot assignment ignored");
+                return None;
+            }
+        };
+        if saved.len() != slots {
+            tracing::warn!(
+                saved = saved.len(),
+                slots,
+                "saved slot assignment has another slot count; ignored"
+            );
+            return None;
+        }
+        let mut out = Vec::new();
+        for s in saved {
+            let t = match s.digest {
+                None if FunctionId::from_id(s.function).is_some() => Target::Builtin(s.function),
+                Some(h) => {
+                    let d: Digest = hex::decode(&h).ok()?.try_into().ok()?;
+                    if !self.library.contains(&d) {
+                        tracing::warn!(
+                            digest = h,
+                            "saved slot's module is not in the library; assignment ignored"
+                        );
+                        return None;
+                    }
+                    Target::Wasm {
+                        function: s.function,
+                        digest: d,
+                    }
+                }
+                None => return None,
+            };
+            out.push(t);
+        }
+        Some(out)
+    }
+
+    /// Save the slot assignment (after a swap) so a restart keeps it.
+    pub fn save_targets(&self, targets: &[Target]) {
+        let Some(dir) = &self.state_dir else {
+            return;
+        };
+        let saved: Vec<SavedSlot> = targets
+            .iter()
+            .map(|t| match t {
+                Target::Builtin(f) => SavedSlot {
+                    function: *f,
+                    digest: None,
+                },
+                Target::Wasm { function, digest } => SavedSlot {
+                    function: *function,
+                    digest: Some(hex_digest(digest)),
+                },
+            })
+            .collect();
+        let text = serde_json::to_string_pretty(&saved).unwrap_or_default();
+        let tmp = dir.join("slots.json.tmp");
+        let r =
+            std::fs::write(&tmp, text).and_then(|_| std::fs::rename(&tmp, dir.join("slots.json")));
+        if let Err(e) = r {
+            tracing::error!(error = %e, "cannot save the slot assignment");
+        }
+    }
+
+    fn instance(&self, target: Target) -> Result<Current, String> {
+        match target {
+            Target::Builtin(f) => {
+                let f =
+                    FunctionId::from_id(f).ok_or_else(|| format!("no built-in function {f}"))?;
+                Ok(Current::Native(offrac_accel::builtin_with(f, &self.state)))
+            }
+            Target::Wasm { digest, .. } => self
+                .library
+                .instantiate(&digest)
+                .map(Current::Wasm)
+                .map_err(|e| e.to_string()),
+        }
+    }
+
+    /// The worker's accelerator for a new slot running `target` (configured
+    /// as `initial`).
+    pub fn new_cell(&mut self, initial: FunctionId, target: Target) -> Result<SwapCell, String> {
+        let current = Arc::new(Mutex::new(self.instance(target)?));
+        self.cells.push(current.clone());
+        Ok(SwapCell { initial, current })
+    }
+
+    /// The `Install` step of a swap: validate the target (a module's digest
+    /// must be in the library), instantiate it warm, and make it the slot's
+    /// function. On failure the slot keeps its function.
+    pub fn install(&mut self, slot: usize, target: Target) -> Result<(), String> {
+        let cell = self
+            .cells
+            .get(slot)
+            .ok_or_else(|| format!("no slot {slot}"))?
+            .clone();
+        let new = self.instance(target)?;
+        *lock(&cell) = new;
+        Ok(())
+    }
+
+    /// A complete control request, at wall-clock `now_ms`. `slots`: what each
+    /// slot serves (and whether it is being swapped); `in_use`: whether a
+    /// slot runs (or is being swapped to) a module.
+    pub fn handle(
+        &mut self,
+        now_ms: u64,
+        job: &Job,
+        slots: &[(Target, bool)],
+        in_use: impl Fn(&Digest) -> bool,
+    ) -> Handled {
+        let env = match Envelope::decode(&job.payload) {
+            Ok(e) => e,
+            Err(e) => return Handled::Answer(Status::Malformed, 0, err_json(&e.to_string())),
+        };
+        if let Err(e) = self.auth.verify(now_ms, &env, &job.payload) {
+            tracing::warn!(tenant = env.tenant, error = %e, "control request refused");
+            return Handled::Answer(Status::Unauthorized, 0, err_json(&e.to_string()));
+        }
+        tracing::info!(tenant = env.tenant, op = env.op.name(), "control request");
+        match env.op {
+            Op::Upload(bytes) => match self.library.upload(&bytes) {
+                Ok(d) => {
+                    let body = serde_json::json!({ "digest": hex_digest(&d), "size": bytes.len() });
+                    Handled::Answer(Status::Ok, 0, body.to_string().into_bytes())
+                }
+                Err(e @ LibraryError::TooLarge { .. }) => Handled::Answer(
+                    Status::TooLarge,
+                    self.library.config().max_module_bytes as u64,
+                    err_json(&e.to_string()),
+                ),
+                Err(e @ LibraryError::Io(_)) => {
+                    Handled::Answer(Status::Internal, 0, err_json(&e.to_string()))
+                }
+                Err(e) => Handled::Answer(Status::BadInput, 0, err_json(&e.to_string())),
+            },
+            Op::Swap { slot, target } => {
+                if let Target::Wasm { digest, .. } = target {
+                    if !self.library.contains(&digest) {
+                        let msg = format!(
+                            "no module with digest {} in the library",
+                            hex_digest(&digest)
+                        );
+                        return Handled::Answer(
+                            Status::UnknownFunction,
+                            target.function() as u64,
+                            err_json(&msg),
+                        );
+                    }
+                }
+                Handled::Swap {
+                    slot: slot as usize,
+                    target,
+                }
+            }
+            Op::List => {
+                let modules: Vec<serde_json::Value> = self
+                    .library
+                    .list()
+                    .map(|(d, size)| serde_json::json!({ "digest": hex_digest(d), "size": size }))
+                    .collect();
+                let slots: Vec<serde_json::Value> = slots
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (t, swapping))| target_json(i, t, *swapping))
+                    .collect();
+                let body = serde_json::json!({ "modules": modules, "slots": slots });
+                Handled::Answer(Status::Ok, 0, body.to_string().into_bytes())
+            }
+            Op::Unload(d) => {
+                if in_use(&d) {
+                    let msg = format!(
+                        "module {} is run by a slot; swap it out first",
+                        hex_digest(&d)
+                    );
+                    return Handled::Answer(Status::BadInput, 0, err_json(&msg));
+                }
+                match self.library.unload(&d) {
+                    Ok(()) => Handled::Answer(Status::Ok, 0, Vec::new()),
+                    Err(e @ LibraryError::Missing(_)) => {
+                        Handled::Answer(Status::UnknownFunction, 0, err_json(&e.to_string()))
+                    }
+                    Err(e) => Handled::Answer(Status::Internal, 0, err_json(&e.to_string())),
+                }
+            }
+        }
+    }
+}
+
+/// One slot in a list answer.
+pub fn target_json(slot: usize, t: &Target, swapping: bool) -> serde_json::Value {
+    match t {
+        Target::Builtin(f) => serde_json::json!({
+            "slot": slot,
+            "function": f,
+            "kind": "builtin",
+            "name": FunctionId::from_id(*f).map(|f| f.name()),
+            "swapping": swapping,
+        }),
+        Target::Wasm { function, digest } => serde_json::json!({
+            "slot": slot,
+            "function": function,
+            "kind": "wasm",
+            "digest": hex_digest(digest),
+            "swapping": swapping,
+        }),
+    }
+}

@@ -1,0 +1,184 @@
+//! The driver's part of a swap: it runs the [`SwapController`] (the safety
+//! sequence, `docs/control.md`) and carries out its commands on the engine
+//! (stop dispatch, hand off, resume); the install is the shell's
+//! ([`Io::Install`]).
+
+use super::{Driver, Io};
+use offrac_control::{Command, SwapController, SwapError, Target};
+use offrac_core::{ConnId, Instant, SlotId};
+use offrac_proto::{FunctionId, RequestHeader, ResponseHeader, Status};
+
+/// A control request waiting for its swap's outcome.
+#[derive(Debug, Clone)]
+pub(super) struct Waiter {
+    conn: ConnId,
+    header: RequestHeader,
+    handed: u64,
+    refused: u64,
+}
+
+/// The controller of a driver whose slots run `targets`.
+pub(super) fn controller(
+    targets: Vec<Target>,
+    drain_timeout: std::time::Duration,
+) -> SwapController {
+    SwapController::new(targets, drain_timeout, |f| FunctionId::from_id(f).is_some())
+}
+
+fn status_of(e: &SwapError) -> Status {
+    match e {
+        SwapError::NoSlot(_) | SwapError::BadFunction(_) | SwapError::Conflict { .. } => {
+            Status::BadInput
+        }
+        SwapError::Busy(_) => Status::Busy,
+        SwapError::DrainTimeout(_) => Status::Timeout,
+        SwapError::Install(_) => Status::BadInput,
+    }
+}
+
+impl Driver {
+    /// What each slot serves, and whether it is being swapped.
+    pub fn slot_targets(&self) -> Vec<(Target, bool)> {
+        self.swaps
+            .targets()
+            .enumerate()
+            .map(|(i, t)| (t, self.swaps.is_swapping(i)))
+            .collect()
+    }
+
+    /// Whether a slot runs (or is being swapped to) module `digest`.
+    pub fn module_in_use(&self, digest: &offrac_control::Digest) -> bool {
+        self.swaps.uses(digest)
+    }
+
+    /// The shell answered a control request ([`Io::Control`]) itself.
+    pub fn handle_control_answered(&mut self, now: Instant, conn: ConnId) {
+        self.handle_answered(now, conn);
+    }
+
+    /// An authenticated swap of `slot` to `target`, asked by the control
+    /// request `header` on `conn` ([`Io::Control`]); answered when done.
+    pub fn handle_swap(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        header: RequestHeader,
+        slot: usize,
+        target: Target,
+    ) {
+        let token = self.next_swap_token;
+        self.next_swap_token += 1;
+        self.swap_waiters.insert(
+            token,
+            Waiter {
+                conn,
+                header,
+                handed: 0,
+                refused: 0,
+            },
+        );
+        let busy = self.engine.slots().get(slot).is_some_and(|q| q.is_busy());
+        self.swaps
+            .handle_swap(now.as_nanos(), token, slot, target, busy);
+        self.run_swaps(now);
+    }
+
+    /// The shell carried out [`Io::Install`] for `slot`.
+    pub fn handle_installed(&mut self, now: Instant, slot: usize, result: Result<(), String>) {
+        self.swaps.handle_installed(now.as_nanos(), slot, result);
+        self.run_swaps(now);
+    }
+
+    /// A slot finished a run: a slot being drained for a swap may now be idle.
+    pub(super) fn swap_slot_freed(&mut self, now: Instant, slot: SlotId) {
+        if self.swaps.is_swapping(slot) && !self.engine.slots()[slot].is_busy() {
+            self.swaps.handle_slot_idle(now.as_nanos(), slot);
+            self.run_swaps(now);
+        }
+    }
+
+    pub(super) fn swap_timeouts(&mut self, now: Instant) {
+        if self
+            .swaps
+            .poll_timeout()
+            .is_some_and(|t| t <= now.as_nanos())
+        {
+            self.swaps.handle_timeout(now.as_nanos());
+            self.run_swaps(now);
+        }
+    }
+
+    pub(super) fn swap_timeout(&self) -> Option<Instant> {
+        self.swaps.poll_timeout().map(Instant::from_nanos)
+    }
+
+    fn run_swaps(&mut self, now: Instant) {
+        let mut changed = false;
+        while let Some(cmd) = self.swaps.poll_command() {
+            match cmd {
+                Command::StopDispatch { slot } => self.engine.pause_slot(now, slot),
+                Command::HandOff { slot, to_replica } => {
+                    self.swap_counts[slot] = self.engine.hand_off(now, slot, to_replica);
+                }
+                Command::Install { slot, target } => {
+                    self.out.push_back(Io::Install { slot, target })
+                }
+                Command::Resume { slot, function } => {
+                    let configured = &self.cfg.slots[slot];
+                    // A swapped-in function always runs on the slot's worker:
+                    // the I/O thread's inline instance is the configured one.
+                    self.inline_max[slot] = if function == configured.function {
+                        configured.inline_max_bytes
+                    } else {
+                        0
+                    };
+                    self.engine.resume_slot(now, slot, function);
+                }
+                Command::Reply { token, outcome } => {
+                    let Some(mut w) = self.swap_waiters.remove(&token) else {
+                        continue;
+                    };
+                    let (status, body) = match &outcome {
+                        Ok(r) => {
+                            changed = true;
+                            (w.handed, w.refused) = std::mem::take(&mut self.swap_counts[r.slot]);
+                            let body = serde_json::json!({
+                                "slot": r.slot,
+                                "previous": crate::control::target_json(r.slot, &r.previous, false),
+                                "target": crate::control::target_json(r.slot, &r.target, false),
+                                "total_ns": r.total_ns,
+                                "drain_ns": r.drain_ns,
+                                "install_ns": r.install_ns,
+                                "handed_to_replica": w.handed,
+                                "refused_busy": w.refused,
+                            });
+                            (Status::Ok, body.to_string())
+                        }
+                        Err(e) => (status_of(e), e.to_string()),
+                    };
+                    if let Some(c) = self.conns.get_mut(&w.conn) {
+                        c.answering -= 1;
+                        let payload = body.into_bytes();
+                        let header = ResponseHeader::answer(
+                            &w.header,
+                            status,
+                            self.engine.config().device_id,
+                            payload.len() as u32,
+                        );
+                        self.out.push_back(Io::Send {
+                            conn: w.conn,
+                            header,
+                            payload,
+                        });
+                        self.maybe_shut(now, w.conn);
+                    }
+                }
+            }
+        }
+        if changed {
+            let targets = self.swaps.targets().collect();
+            self.out.push_back(Io::SaveSlots { targets });
+        }
+        self.pump(now);
+    }
+}

@@ -1,0 +1,284 @@
+//! The control plane over real loopback sockets: authenticated upload, swap,
+//! list and unload; a WebAssembly function serving, trapping and looping;
+//! replayed and forged requests refused; a swap under load losing nothing;
+//! the library and the slot assignment surviving a restart.
+
+use offrac_client::{Client, ClientError, FunctionId, RetryPolicy, Status};
+use offrac_control::examples::{compile_wat, ADD_WAT, BAD_WAT};
+use offrac_control::{wire, Op, Target, FN_CONTROL};
+use offrac_node::{start, NodeConfig, NodeHandle};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+const KEY: &[u8] = b"0123456789abcdef";
+
+fn node_in(dir: Option<&std::path::Path>) -> NodeHandle {
+    let state = dir
+        .map(|d| format!("state_dir = {:?}\n", d.display().to_string()))
+        .unwrap_or_default();
+    let cfg = NodeConfig::parse(&format!(
+        r#"
+[metrics]
+listen = ""
+[[slots]]
+function = "echo"
+[[slots]]
+function = "echo"
+[[slots]]
+function = "logit"
+[control]
+{state}fuel = 10000000
+[[control.tenants]]
+id = 1
+key = "{}"
+"#,
+        hex::encode(KEY)
+    ))
+    .expect("config");
+    start(cfg, "127.0.0.1:0").expect("node starts")
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+struct Ctl {
+    c: Client,
+    nonce: u64,
+}
+
+impl Ctl {
+    fn new(n: &NodeHandle) -> Ctl {
+        let c = Client::connect(&n.addr.to_string())
+            .unwrap()
+            .with_retry_policy(RetryPolicy::with_max_retries(0));
+        Ctl { c, nonce: 0 }
+    }
+    fn send(&mut self, op: &Op) -> Result<Vec<u8>, ClientError> {
+        self.nonce += 1;
+        let env = wire::encode(1, now_ms(), self.nonce, op, KEY);
+        self.c.call(FN_CONTROL, 0, &env).map(|r| r.payload)
+    }
+    fn json(&mut self, op: &Op) -> serde_json::Value {
+        serde_json::from_slice(&self.send(op).expect("control request")).expect("JSON answer")
+    }
+}
+
+fn status(r: Result<impl std::fmt::Debug, ClientError>) -> Status {
+    r.expect_err("a refusal").status().expect("a status")
+}
+
+fn upload(ctl: &mut Ctl, wat: &str) -> [u8; 32] {
+    let v = ctl.json(&Op::Upload(compile_wat(wat).unwrap()));
+    hex::decode(v["digest"].as_str().unwrap())
+        .unwrap()
+        .try_into()
+        .unwrap()
+}
+
+#[test]
+fn upload_swap_call_list_and_bad_modules() {
+    let n = node_in(None);
+    let mut ctl = Ctl::new(&n);
+    let mut c = Client::connect(&n.addr.to_string()).unwrap();
+    let add = upload(&mut ctl, ADD_WAT);
+    // Function 130 is not served yet.
+    assert_eq!(status(c.call(130, 1, b"ab")), Status::UnknownFunction);
+    let v = ctl.json(&Op::Swap {
+        slot: 1,
+        target: Target::Wasm {
+            function: 130,
+            digest: add,
+        },
+    });
+    assert_eq!(v["slot"], 1);
+    assert_eq!(v["previous"]["name"], "echo");
+    assert!(v["total_ns"].as_u64().unwrap() > 0);
+    assert_eq!(c.call(130, 1, b"ab").unwrap().payload, b"bc");
+    // Echo still has slot 0.
+    assert_eq!(c.call(FunctionId::Echo, 0, b"x").unwrap().payload, b"x");
+    let list = ctl.json(&Op::List);
+    assert_eq!(list["modules"].as_array().unwrap().len(), 1);
+    assert_eq!(list["slots"][1]["kind"], "wasm");
+
+    // Misbehaving module: explicit statuses, the slot keeps serving.
+    let bad = upload(&mut ctl, BAD_WAT);
+    ctl.json(&Op::Swap {
+        slot: 2,
+        target: Target::Wasm {
+            function: 131,
+            digest: bad,
+        },
+    });
+    assert_eq!(status(c.call(131, 1, b"x")), Status::FuelExhausted);
+    assert_eq!(status(c.call(131, 2, b"x")), Status::Trapped);
+    assert_eq!(status(c.call(131, 3, b"x")), Status::Trapped);
+    assert_eq!(status(c.call(131, 4, b"x")), Status::BadInput);
+    assert_eq!(c.call(131, 0, b"fine").unwrap().payload, b"fine");
+    // Logit lost its only slot.
+    assert_eq!(
+        status(c.call(FunctionId::Logit, 0, &[0; 4])),
+        Status::UnknownFunction
+    );
+
+    // Bad control requests.
+    assert_eq!(
+        status(ctl.send(&Op::Upload(b"not wasm".to_vec()))),
+        Status::BadInput
+    );
+    let missing = Target::Wasm {
+        function: 140,
+        digest: [9; 32],
+    };
+    assert_eq!(
+        status(ctl.send(&Op::Swap {
+            slot: 0,
+            target: missing
+        })),
+        Status::UnknownFunction
+    );
+    assert_eq!(
+        status(ctl.send(&Op::Swap {
+            slot: 7,
+            target: Target::Builtin(0)
+        })),
+        Status::BadInput
+    );
+    // Function 130 already names another module.
+    let conflict = Target::Wasm {
+        function: 130,
+        digest: bad,
+    };
+    assert_eq!(
+        status(ctl.send(&Op::Swap {
+            slot: 0,
+            target: conflict
+        })),
+        Status::BadInput
+    );
+    assert_eq!(
+        status(ctl.send(&Op::Unload(add))),
+        Status::BadInput,
+        "in use"
+    );
+    // Back to a built-in, then the module may go.
+    ctl.json(&Op::Swap {
+        slot: 1,
+        target: Target::Builtin(0),
+    });
+    assert_eq!(ctl.send(&Op::Unload(add)).unwrap(), b"");
+    assert_eq!(status(c.call(130, 1, b"ab")), Status::UnknownFunction);
+    n.shutdown().unwrap();
+}
+
+#[test]
+fn forged_stale_and_replayed_requests_are_refused() {
+    let n = node_in(None);
+    let mut c = Client::connect(&n.addr.to_string())
+        .unwrap()
+        .with_retry_policy(RetryPolicy::with_max_retries(0));
+    let good = wire::encode(1, now_ms(), 77, &Op::List, KEY);
+    assert!(c.call(FN_CONTROL, 0, &good).is_ok());
+    assert_eq!(
+        status(c.call(FN_CONTROL, 0, &good)),
+        Status::Unauthorized,
+        "replay"
+    );
+    let forged = wire::encode(1, now_ms(), 78, &Op::List, b"not the key at all");
+    assert_eq!(status(c.call(FN_CONTROL, 0, &forged)), Status::Unauthorized);
+    let stale = wire::encode(1, now_ms() - 120_000, 79, &Op::List, KEY);
+    assert_eq!(status(c.call(FN_CONTROL, 0, &stale)), Status::Unauthorized);
+    let tenant = wire::encode(2, now_ms(), 80, &Op::List, KEY);
+    assert_eq!(status(c.call(FN_CONTROL, 0, &tenant)), Status::Unauthorized);
+    assert_eq!(status(c.call(FN_CONTROL, 0, b"short")), Status::Malformed);
+    // The node serves on.
+    assert_eq!(c.call(FunctionId::Echo, 0, b"x").unwrap().payload, b"x");
+    n.shutdown().unwrap();
+}
+
+#[test]
+fn swaps_under_load_answer_every_request() {
+    let n = node_in(None);
+    let mut ctl = Ctl::new(&n);
+    let add = upload(&mut ctl, ADD_WAT);
+    let stop = Arc::new(AtomicBool::new(false));
+    let addr = n.addr.to_string();
+    let loaders: Vec<_> = (0..3)
+        .map(|_| {
+            let (stop, addr) = (stop.clone(), addr.clone());
+            std::thread::spawn(move || {
+                let mut c = Client::connect(&addr)
+                    .unwrap()
+                    .with_retry_policy(RetryPolicy::with_max_retries(0));
+                c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                let (mut ok, mut busy) = (0u64, 0u64);
+                while !stop.load(Ordering::Relaxed) {
+                    match c.call(FunctionId::Echo, 0, &[1; 300]) {
+                        Ok(r) => {
+                            assert_eq!(r.payload, [1; 300]);
+                            ok += 1
+                        }
+                        Err(e) if e.status() == Some(Status::Busy) => busy += 1,
+                        Err(e) => panic!("request lost or wrong: {e}"),
+                    }
+                }
+                (ok, busy)
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(100));
+    for i in 0..40 {
+        let target = if i % 2 == 0 {
+            Target::Wasm {
+                function: 130,
+                digest: add,
+            }
+        } else {
+            Target::Builtin(0)
+        };
+        let v = ctl.json(&Op::Swap { slot: 1, target });
+        assert_eq!(v["slot"], 1);
+    }
+    stop.store(true, Ordering::Relaxed);
+    let (mut ok, mut busy) = (0, 0);
+    for l in loaders {
+        let (o, b) = l.join().expect("every request answered");
+        ok += o;
+        busy += b;
+    }
+    // Slot 0 always served echo: a replica took what slot 1 had queued.
+    assert!(ok > 100, "ok {ok}, busy {busy}");
+    n.shutdown().unwrap();
+}
+
+#[test]
+fn the_library_and_slot_assignment_survive_a_restart() {
+    let dir = std::env::temp_dir().join(format!("offrac-node-control-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let add = {
+        let n = node_in(Some(&dir));
+        let mut ctl = Ctl::new(&n);
+        let add = upload(&mut ctl, ADD_WAT);
+        ctl.json(&Op::Swap {
+            slot: 2,
+            target: Target::Wasm {
+                function: 150,
+                digest: add,
+            },
+        });
+        n.shutdown().unwrap();
+        add
+    };
+    let n = node_in(Some(&dir));
+    let mut c = Client::connect(&n.addr.to_string()).unwrap();
+    assert_eq!(c.call(150, 2, &[1, 2]).unwrap().payload, [3, 4]);
+    let list = Ctl::new(&n).json(&Op::List);
+    assert_eq!(list["slots"][2]["digest"], hex::encode(add));
+    n.shutdown().unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+}
