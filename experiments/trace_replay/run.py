@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Azure Functions 2021 trace replay (OffRAC artifact Fig. 18) against a node.
 
-One connection; each row is sent sleep_time / SPEEDUP after the previous answer. Top-k, logit and
-min-max rows are sent; CNN rows keep their sleep but are skipped (no CNN here) and counted.
+One connection; each row is sent sleep_time / SPEEDUP after the previous answer. Every row is sent:
+top-k, logit, min-max and the CNN (24,576-byte images; rows of unknown apps would be counted as
+skipped).
 Run twice: against a node with the default 100 us I/O spin and one spinning 5 ms, since the
 trace's gaps mostly exceed 100 us and the node sleeps between requests.
 Writes results.csv (one row per function and request size), cdf.csv, plot.png and summary.md here.

@@ -1,8 +1,8 @@
 """The CNN's input format and a numpy reference of the exported float network.
 
 Everything here needs numpy only, plus the `onnx` package to read the weights out of `cnn.onnx`.
-The training script, the benchmark and the tests share the input format defined here, and the
-Rust kernels of the node are to be checked against `forward` (issue #13).
+The training script, the benchmark and the tests share the input format defined here; the node
+runs the ONNX file itself (tract) and is checked against onnxruntime's recorded scores.
 
 Input format (one image, 24,576 bytes): 64 x 64 pixels, row-major, channel-last (HWC), three
 uint16 channels per pixel, little-endian. The byte offset of row y, column x, channel c is
