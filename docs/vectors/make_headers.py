@@ -15,7 +15,7 @@ RESP = "<HBBHBBQIH2xQQQQ8x"
 
 def request(valid, error, *, magic=0x4F51, version=1, flags=0, tenant=0, hop_count=1, hop_index=0,
             request_id=0, payload_len=0, reply_device=0xFF, budget_us=0, hops=((1, 0xFF, 16),), ext_reserved=b"",
-            note=""):
+            origin_id=None, note=""):
     """A 64-byte header, or 128 bytes (header + hop extension) when flags bit 0 is set."""
     b = struct.pack(REQ, magic, version, flags, tenant, hop_count, hop_index, request_id, payload_len, reply_device)
     b += budget_us.to_bytes(3, "little")
@@ -27,22 +27,29 @@ def request(valid, error, *, magic=0x4F51, version=1, flags=0, tenant=0, hop_cou
     if ext:
         for f, d, p in hop_list[4:]:
             b += struct.pack(HOP, f, d, p)
-        b += ext_reserved.ljust(24, b"\0")
+        # Extension bytes 40..48: origin_id (on FORWARDED + DIRECT_REPLY hops), then reserved.
+        tail = struct.pack("<Q", origin_id) + ext_reserved if origin_id is not None else ext_reserved
+        b += tail.ljust(24, b"\0")
         assert len(b) == 128
     fields = dict(flags=flags, tenant=tenant, hop_count=hop_count, hop_index=hop_index, request_id=request_id,
                   payload_len=payload_len, reply_device=reply_device, budget_us=budget_us,
                   hops=[dict(function=f, device=d, param=p) for f, d, p in hop_list])
+    if origin_id is not None:
+        fields["origin_id"] = origin_id
     return dict(note=note, hex=b.hex(), valid=valid, error=error, fields=fields)
 
 
 def response(status, request_id, payload_len, *, hop_index=0, device=0xFF, tenant=0, reassembly_ns=0,
-             queue_ns=0, exec_ns=0, detail=0, note=""):
-    b = struct.pack(RESP, 0x5352, 1, 0, status, hop_index, device, request_id, payload_len, tenant,
+             queue_ns=0, exec_ns=0, detail=0, flags=None, note=""):
+    b = struct.pack(RESP, 0x5352, 1, flags or 0, status, hop_index, device, request_id, payload_len, tenant,
                     reassembly_ns, queue_ns, exec_ns, detail)
     assert len(b) == 64
-    return dict(note=note, hex=b.hex(), fields=dict(status=status, hop_index=hop_index, device=device,
+    out = dict(note=note, hex=b.hex(), fields=dict(status=status, hop_index=hop_index, device=device,
                 request_id=request_id, payload_len=payload_len, tenant=tenant, reassembly_ns=reassembly_ns,
                 queue_ns=queue_ns, exec_ns=exec_ns, detail=detail))
+    if flags is not None:
+        out["fields"]["flags"] = flags
+    return out
 
 
 requests = [
@@ -63,7 +70,7 @@ requests = [
             note="echo answered to reply endpoint 7"),
     request(False, "BadMagic", magic=0x1234, request_id=5, note="wrong magic: connection-fatal"),
     request(False, "BadVersion", version=2, request_id=6, note="wrong version: connection-fatal"),
-    request(False, "ReservedFlags", flags=4, request_id=7, note="reserved flag set"),
+    request(False, "ReservedFlags", flags=16, request_id=7, note="reserved flag set (bit 4)"),
     request(True, None, flags=2, request_id=21, payload_len=1, hops=((0, 0xFF, 0),),
             note="echo asking for per-hop timings (flags bit 1)"),
     request(False, "BadHopCount", hop_count=0, request_id=8, note="zero hops"),
@@ -85,6 +92,15 @@ requests = [
             note="hop index past the chain"),
     request(False, "UnusedHop", hop_count=1, hops=((1, 0xFF, 1), (2, 0xFF, 0)), request_id=8,
             note="non-zero hop beyond hop_count"),
+    request(True, None, flags=4, tenant=5, hop_count=2, request_id=21, payload_len=1024, reply_device=7,
+            hops=((6, 1, 0), (7, 2, 0)),
+            note="MapId on device 1 then SparseTransform on device 2, answer written directly to reply endpoint 7"
+            " on the node that answers (flags bit 2)"),
+    request(True, None, flags=13, tenant=5, hop_count=2, hop_index=1, request_id=3, payload_len=1024,
+            reply_device=7, hops=((6, 1, 0), (7, 2, 0)), origin_id=21,
+            note="the same request as device 1 forwards it to device 2: hop 1 next, the link's request id 3,"
+            " flags bits 3 (forwarded) and 0: the hop extension carries the caller's request id 21"
+            " (origin_id, extension bytes 40..48)"),
 ]
 
 responses = [
@@ -93,6 +109,9 @@ responses = [
     response(3, 3, 11, detail=1 << 20, note="TOO_LARGE with the maximum in detail"),
     response(10, 2**64 - 1, 0, hop_index=3, device=2, tenant=0xBEEF, reassembly_ns=2**64 - 1,
              queue_ns=2**40, exec_ns=1, detail=42, note="extreme values"),
+    response(0, 3, 0, hop_index=1, device=2, tenant=5, reassembly_ns=900, queue_ns=300, exec_ns=2100, flags=2,
+             note="receipt from device 2: the answer to link request 3 went to reply endpoint 7 there"
+             " (flags bit 1, no payload)"),
 ]
 
 print(json.dumps(dict(requests=requests, responses=responses), indent=1))

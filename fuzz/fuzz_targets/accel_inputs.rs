@@ -19,8 +19,12 @@ fn run(
 ) -> (Result<(), AccelError>, Vec<u8>) {
     let mut out = Vec::new();
     let r = acc.run(param, input, &mut out);
+    // This build leaves the CNN's runtime out (docs/fuzzing.md): a whole image
+    // is answered with an internal error; every other size is still BadInput.
+    let no_runtime = f == FunctionId::Cnn && input.len() == offrac_accel::CNN_INPUT_BYTES;
     assert!(
-        matches!(r, Ok(()) | Err(AccelError::BadInput(_))),
+        matches!(r, Ok(()) | Err(AccelError::BadInput(_)))
+            || (no_runtime && matches!(r, Err(AccelError::Internal(_)))),
         "{f:?} param {param:#x} on {} bytes: {r:?}",
         input.len()
     );

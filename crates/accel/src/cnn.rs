@@ -13,8 +13,6 @@
 
 use crate::{AccelError, Accelerator};
 use offrac_proto::FunctionId;
-use std::sync::{Arc, OnceLock};
-use tract_onnx::prelude::*;
 
 /// Image side in pixels.
 pub const CNN_SIDE: usize = 64;
@@ -25,33 +23,110 @@ pub const CNN_INPUT_BYTES: usize = CNN_SIDE * CNN_SIDE * CNN_CHANNELS * 2;
 /// Class scores per answer.
 pub const CNN_CLASSES: usize = 10;
 
-/// `models/cnn/cnn.onnx` (its SHA-256 is in `models/cnn/SHA256SUMS`).
-static MODEL_ONNX: &[u8] = include_bytes!("../models/cnn.onnx");
+/// The inference runtime: tract with the embedded model (feature `cnn`, on by
+/// default).
+#[cfg(feature = "cnn")]
+mod runtime {
+    use super::{CNN_CHANNELS, CNN_CLASSES, CNN_SIDE};
+    use crate::AccelError;
+    use std::sync::{Arc, OnceLock};
+    use tract_onnx::prelude::*;
 
-type Plan = Arc<TypedSimplePlan>;
+    /// `models/cnn/cnn.onnx` (its SHA-256 is in `models/cnn/SHA256SUMS`).
+    static MODEL_ONNX: &[u8] = include_bytes!("../models/cnn.onnx");
 
-/// The optimised plan, built on first use; an error is kept and reported by
-/// every call (it would mean the embedded file is broken, a build defect).
-fn plan() -> Result<&'static Plan, AccelError> {
-    static PLAN: OnceLock<Result<Plan, String>> = OnceLock::new();
-    PLAN.get_or_init(|| build_plan().map_err(|e| format!("{e:#}")))
-        .as_ref()
-        .map_err(|e| AccelError::Internal(format!("the CNN model does not load: {e}")))
+    type Plan = Arc<TypedSimplePlan>;
+
+    /// The optimised plan, built on first use; an error is kept and reported
+    /// by every call (it would mean the embedded file is broken, a build
+    /// defect).
+    fn plan() -> Result<&'static Plan, AccelError> {
+        static PLAN: OnceLock<Result<Plan, String>> = OnceLock::new();
+        PLAN.get_or_init(|| build_plan().map_err(|e| format!("{e:#}")))
+            .as_ref()
+            .map_err(|e| AccelError::Internal(format!("the CNN model does not load: {e}")))
+    }
+
+    fn build_plan() -> TractResult<Plan> {
+        let shape = [1, CNN_SIDE, CNN_SIDE, CNN_CHANNELS];
+        tract_onnx::onnx()
+            .model_for_read(&mut &MODEL_ONNX[..])?
+            .with_input_fact(0, u16::fact(shape).into())?
+            .into_optimized()?
+            .into_runnable()
+    }
+
+    pub fn warm_up() -> Result<(), AccelError> {
+        plan().map(|_| ())
+    }
+
+    /// One instance's run state, made on first use.
+    #[derive(Default)]
+    pub struct Runner {
+        state: Option<TypedSimpleState>,
+    }
+
+    impl Runner {
+        /// The class scores of one image (`pixels` in the input layout).
+        pub fn scores(&mut self, pixels: &[u16], out: &mut Vec<u8>) -> Result<(), AccelError> {
+            let image = Tensor::from_shape(&[1, CNN_SIDE, CNN_SIDE, CNN_CHANNELS], pixels)
+                .map_err(|e| AccelError::Internal(format!("CNN input tensor: {e:#}")))?;
+            let state = match &mut self.state {
+                Some(s) => s,
+                None => {
+                    let s = plan()?
+                        .spawn()
+                        .map_err(|e| AccelError::Internal(format!("CNN state: {e:#}")))?;
+                    self.state.insert(s)
+                }
+            };
+            let outputs = state
+                .run(tvec!(image.into_tvalue()))
+                .map_err(|e| AccelError::Internal(format!("CNN inference: {e:#}")))?;
+            let scores = outputs
+                .first()
+                .and_then(|t| t.to_plain_array_view::<f32>().ok())
+                .filter(|s| s.len() == CNN_CLASSES)
+                .ok_or_else(|| {
+                    AccelError::Internal("the CNN returned no 10 class scores".into())
+                })?;
+            out.reserve(CNN_CLASSES * 4);
+            for s in scores.iter() {
+                out.extend_from_slice(&s.to_le_bytes());
+            }
+            Ok(())
+        }
+    }
 }
 
-fn build_plan() -> TractResult<Plan> {
-    let shape = [1, CNN_SIDE, CNN_SIDE, CNN_CHANNELS];
-    tract_onnx::onnx()
-        .model_for_read(&mut &MODEL_ONNX[..])?
-        .with_input_fact(0, u16::fact(shape).into())?
-        .into_optimized()?
-        .into_runnable()
+/// A build without the runtime (e.g. the fuzz targets, which leave the large
+/// dependencies out): the CNN validates its input, then says what is missing.
+#[cfg(not(feature = "cnn"))]
+mod runtime {
+    use crate::AccelError;
+
+    fn missing() -> AccelError {
+        AccelError::Internal("this build has no CNN runtime (offrac-accel feature `cnn`)".into())
+    }
+
+    pub fn warm_up() -> Result<(), AccelError> {
+        Err(missing())
+    }
+
+    #[derive(Default)]
+    pub struct Runner;
+
+    impl Runner {
+        pub fn scores(&mut self, _pixels: &[u16], _out: &mut Vec<u8>) -> Result<(), AccelError> {
+            Err(missing())
+        }
+    }
 }
 
 /// Parse and optimise the model now rather than on the first request (the
 /// node calls this at start-up so no caller pays for it).
 pub fn cnn_warm_up() -> Result<(), AccelError> {
-    plan().map(|_| ())
+    runtime::warm_up()
 }
 
 /// One scikit-learn digit (8×8 grey levels 0..16, row-major) as the CNN's
@@ -75,27 +150,12 @@ pub fn digit_image(grey: &[u8; 64]) -> Vec<u8> {
 /// The CNN slot's function.
 #[derive(Default)]
 pub struct Cnn {
-    state: Option<TypedSimpleState>,
+    runner: runtime::Runner,
 }
 
 impl Cnn {
     pub fn new() -> Cnn {
         Cnn::default()
-    }
-
-    fn infer(&mut self, image: Tensor) -> Result<TVec<TValue>, AccelError> {
-        let state = match &mut self.state {
-            Some(s) => s,
-            None => {
-                let s = plan()?
-                    .spawn()
-                    .map_err(|e| AccelError::Internal(format!("CNN state: {e:#}")))?;
-                self.state.insert(s)
-            }
-        };
-        state
-            .run(tvec!(image.into_tvalue()))
-            .map_err(|e| AccelError::Internal(format!("CNN inference: {e:#}")))
     }
 }
 
@@ -118,19 +178,7 @@ impl Accelerator for Cnn {
             .iter()
             .map(|&p| u16::from_le_bytes(p))
             .collect();
-        let image = Tensor::from_shape(&[1, CNN_SIDE, CNN_SIDE, CNN_CHANNELS], &pixels)
-            .map_err(|e| AccelError::Internal(format!("CNN input tensor: {e:#}")))?;
-        let outputs = self.infer(image)?;
-        let scores = outputs
-            .first()
-            .and_then(|t| t.to_plain_array_view::<f32>().ok())
-            .filter(|s| s.len() == CNN_CLASSES)
-            .ok_or_else(|| AccelError::Internal("the CNN returned no 10 class scores".into()))?;
-        out.reserve(CNN_CLASSES * 4);
-        for s in scores.iter() {
-            out.extend_from_slice(&s.to_le_bytes());
-        }
-        Ok(())
+        self.runner.scores(&pixels, out)
     }
 }
 
@@ -155,6 +203,7 @@ mod tests {
         assert!(out.is_empty());
     }
 
+    #[cfg(feature = "cnn")]
     #[test]
     fn scores_are_ten_finite_floats_and_repeatable() {
         let mut c = Cnn::new();

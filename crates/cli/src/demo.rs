@@ -58,6 +58,9 @@ fn default_mix() -> Vec<MixItem> {
         MixItem::new(FunctionId::GetLocalHour, 0, 1024),
         MixItem::new(FunctionId::Onehot, 16, 1024),
         MixItem::new(FunctionId::BoxCox, 0, 1024),
+        // OffRAC's CNN (its accelerator A4): one 64×64×3 uint16 image (24,576
+        // bytes, six 4 KiB fragments), milliseconds of work beside the rest.
+        MixItem::new(FunctionId::Cnn, 0, 64 * 64 * 3 * 2),
     ]
 }
 

@@ -3,12 +3,11 @@
 //! validated and compiled once on upload, recompiled from the directory at
 //! start-up.
 
-use crate::wasm::{self, WasmError, WasmFunction, WasmLimits};
+use crate::wasm::{self, Engine, Module, WasmError, WasmFunction, WasmLimits};
 use crate::wire::Digest;
 use sha2::{Digest as _, Sha256};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use wasmtime::{Engine, Module};
 
 /// Why a module is not in the library.
 #[derive(Debug, thiserror::Error)]
@@ -125,8 +124,7 @@ impl Library {
                 max: self.cfg.max_module_bytes,
             });
         }
-        let module = Module::new(&self.engine, bytes)
-            .map_err(|e| LibraryError::Invalid(format!("{e:#}")))?;
+        let module = wasm::compile(&self.engine, bytes).map_err(LibraryError::Invalid)?;
         wasm::check(&self.engine, &module, self.cfg.limits)?;
         Ok(module)
     }
