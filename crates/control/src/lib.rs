@@ -1,9 +1,11 @@
 //! The offrac control plane (`docs/control.md`): the function library of
 //! WebAssembly modules ([`library`], run by [`wasm`]), the control envelope
 //! on the wire ([`wire`]) and its authentication ([`auth`]), and the swap
-//! controller ([`swap`]), a sans-IO state machine the node drives.
+//! controller ([`swap`]), a sans-IO state machine the node drives, and the
+//! autoscaler's policy ([`autoscale`]), another.
 
 pub mod auth;
+pub mod autoscale;
 pub mod examples;
 pub mod library;
 pub mod swap;
@@ -11,6 +13,9 @@ pub mod wasm;
 pub mod wire;
 
 pub use auth::{AuthError, Authenticator};
+pub use autoscale::{
+    AutoscaleConfig, AutoscaleError, Autoscaler, Decision, FunctionLoad, SlotRole,
+};
 pub use library::{digest_of, hex_digest, Library, LibraryConfig, LibraryError};
 pub use swap::{Command, SwapController, SwapError, SwapReport, WASM_FUNCTIONS};
 pub use wasm::{WasmError, WasmFunction, WasmLimits};

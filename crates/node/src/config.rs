@@ -33,6 +33,8 @@ pub enum ConfigError {
     BadCluster(String),
     #[error("[control]: {0}")]
     BadControl(String),
+    #[error("[autoscale]: {0}")]
+    BadAutoscale(String),
     #[error(transparent)]
     Engine(#[from] offrac_core::ConfigError),
     #[error("[[attach]]: {0}")]
@@ -80,6 +82,63 @@ struct Raw {
     #[serde(default)]
     attach: Vec<crate::attach::RawAttach>,
     control: Option<RawControl>,
+    autoscale: Option<RawAutoscale>,
+}
+
+/// `[autoscale]`: the autoscaler (`docs/control.md`); spare slots are the
+/// `[[slots]]` entries with `spare = true`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAutoscale {
+    #[serde(default = "default_autoscale_period")]
+    period_ms: u64,
+    target_utilisation: Option<f64>,
+    grow_periods: Option<u32>,
+    shrink_periods: Option<u32>,
+    max_step: Option<usize>,
+}
+
+fn default_autoscale_period() -> u64 {
+    1_000
+}
+
+fn autoscale_settings(
+    raw: Option<RawAutoscale>,
+    slots: &[SlotSettings],
+) -> Result<Option<crate::driver::AutoscaleSettings>, ConfigError> {
+    let spare: Vec<usize> = (0..slots.len()).filter(|&i| slots[i].spare).collect();
+    let Some(raw) = raw else {
+        if spare.is_empty() {
+            return Ok(None);
+        }
+        return Err(ConfigError::BadAutoscale(
+            "[[slots]] with spare = true need an [autoscale] section".into(),
+        ));
+    };
+    if spare.is_empty() {
+        return Err(ConfigError::BadAutoscale(
+            "no spare slot to load replicas into: mark [[slots]] entries spare = true".into(),
+        ));
+    }
+    if raw.period_ms == 0 {
+        return Err(ConfigError::BadAutoscale(
+            "period_ms must be at least 1".into(),
+        ));
+    }
+    let d = offrac_control::AutoscaleConfig::default();
+    let policy = offrac_control::AutoscaleConfig {
+        target_utilisation: raw.target_utilisation.unwrap_or(d.target_utilisation),
+        grow_periods: raw.grow_periods.unwrap_or(d.grow_periods),
+        shrink_periods: raw.shrink_periods.unwrap_or(d.shrink_periods),
+        max_step: raw.max_step.unwrap_or(d.max_step),
+    };
+    offrac_control::Autoscaler::new(policy.clone(), Vec::new())
+        .map_err(|e| ConfigError::BadAutoscale(e.to_string()))?;
+    Ok(Some(crate::driver::AutoscaleSettings {
+        policy,
+        period: Duration::from_millis(raw.period_ms),
+        spare,
+    }))
 }
 
 /// `[control]`: the control plane (`docs/control.md`).
@@ -283,6 +342,8 @@ struct RawSlot {
     function: String,
     inline_max_bytes: Option<usize>,
     queue_depth: Option<usize>,
+    #[serde(default)]
+    spare: bool,
 }
 
 /// A validated node configuration.
@@ -314,6 +375,8 @@ pub struct NodeConfig {
     pub attach: Vec<crate::attach::AttachConfig>,
     /// The control plane: tenants' keys, the library's state directory, limits.
     pub control: crate::ControlSettings,
+    /// The autoscaler, when `[autoscale]` is given.
+    pub autoscale: Option<crate::driver::AutoscaleSettings>,
 }
 
 /// Reads a MapId key file: one hex key per line (`a73ee510` or
@@ -387,6 +450,9 @@ pub struct SlotSettings {
     /// Most requests waiting in the slot's queue besides the running one
     /// (`None`: bounded by `selector.slot_queue_bytes` only).
     pub queue_depth: Option<usize>,
+    /// A spare slot of the autoscaler: it serves nothing until a replica
+    /// is loaded into it.
+    pub spare: bool,
 }
 
 fn cluster_settings(raw: RawCluster) -> Result<ClusterSettings, ConfigError> {
@@ -428,6 +494,7 @@ impl NodeConfig {
                         function,
                         inline_max_bytes: s.inline_max_bytes,
                         queue_depth: s.queue_depth.or(function.default_queue_depth()),
+                        spare: s.spare,
                     })
                 })
                 .collect::<Result<Vec<_>, ConfigError>>()?,
@@ -437,6 +504,7 @@ impl NodeConfig {
                     function,
                     inline_max_bytes: None,
                     queue_depth: function.default_queue_depth(),
+                    spare: false,
                 })
                 .collect(),
         };
@@ -480,6 +548,7 @@ impl NodeConfig {
         }
         engine.validate()?;
         let metrics_listen = Some(raw.metrics.listen).filter(|s| !s.is_empty());
+        let autoscale = autoscale_settings(raw.autoscale, &slot_settings)?;
         Ok(NodeConfig {
             engine,
             io_mode,
@@ -506,6 +575,7 @@ impl NodeConfig {
                 .map(|a| a.validate())
                 .collect::<Result<_, _>>()?,
             control: control_settings(raw.control)?,
+            autoscale,
         })
     }
 

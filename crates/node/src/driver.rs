@@ -14,9 +14,11 @@
 //! both are zero, so every request the node received whole is answered before
 //! the close.
 
+mod autoscale;
 mod control;
 mod links;
 
+pub use autoscale::{AutoscaleSettings, AutoscaleStats};
 pub use links::{LinkId, LinkState, LinkStats, PeerConfig};
 
 use links::Link;
@@ -76,6 +78,8 @@ pub struct DriverConfig {
     pub targets: Vec<offrac_control::Target>,
     /// How long a swap waits for the slot's running request before rolling back.
     pub swap_drain_timeout: Duration,
+    /// The autoscaler (`docs/control.md`); `None`: slots stay as configured.
+    pub autoscale: Option<AutoscaleSettings>,
 }
 
 impl DriverConfig {
@@ -95,6 +99,7 @@ impl DriverConfig {
             metrics_addr: None,
             targets: Vec::new(),
             swap_drain_timeout: Duration::from_secs(1),
+            autoscale: None,
         }
     }
 }
@@ -109,6 +114,8 @@ pub enum DriverError {
     PeerMismatch,
     #[error("device {0} appears twice in the device table")]
     DuplicatePeer(u8),
+    #[error("autoscale: {0}")]
+    Autoscale(String),
 }
 
 /// What the driver asks its shell to do.
@@ -227,6 +234,8 @@ pub struct Driver {
     next_swap_token: u64,
     /// Per slot: requests its last swap handed to a replica / refused.
     swap_counts: Vec<(u64, u64)>,
+    /// The autoscaler (`driver/autoscale.rs`), when configured.
+    autoscale: Option<autoscale::AutoscaleState>,
 }
 
 impl Driver {
@@ -260,7 +269,20 @@ impl Driver {
             .enumerate()
             .map(|(i, l)| l.connect_io(i))
             .collect();
-        let engine = Engine::new(engine)?;
+        let mut engine = Engine::new(engine)?;
+        let autoscale = match &cfg.autoscale {
+            Some(a) => {
+                let functions: Vec<u8> = cfg.slots.iter().map(|s| s.function).collect();
+                let state = autoscale::AutoscaleState::new(a, &functions)
+                    .map_err(DriverError::Autoscale)?;
+                // Spare slots serve nothing until a replica is loaded.
+                for slot in state.spare_slots() {
+                    engine.pause_slot(Instant::from_nanos(0), slot);
+                }
+                Some(state)
+            }
+            None => None,
+        };
         let targets = if cfg.targets.len() == cfg.slots.len() {
             cfg.targets.clone()
         } else {
@@ -274,6 +296,7 @@ impl Driver {
             swap_waiters: FxHashMap::default(),
             next_swap_token: 0,
             swap_counts: vec![(0, 0); cfg.slots.len()],
+            autoscale,
             estimates: Default::default(),
             link_stats: LinkStats {
                 connects: links.len() as u64,
@@ -459,6 +482,7 @@ impl Driver {
         }
         self.link_timeouts(now);
         self.swap_timeouts(now);
+        self.autoscale_tick(now);
         while let Some(&Reverse((t, conn))) = self.lingering.peek() {
             if t > now {
                 break;
@@ -502,6 +526,7 @@ impl Driver {
             linger,
             self.link_timeout(),
             self.swap_timeout(),
+            self.autoscale_timeout(),
         ]
         .into_iter()
         .flatten()
@@ -527,7 +552,7 @@ impl Driver {
     }
 
     /// Takes the node's latest provisioning figures (measured by its
-    /// threads), for describe answers.
+    /// threads), for describe answers and the autoscaler.
     pub fn handle_estimates(&mut self, estimates: crate::provision::Estimates) {
         self.estimates = estimates;
     }
@@ -611,6 +636,7 @@ impl Driver {
             "connections": self.conns.len(),
             "provisioning": self.provisioning_json(),
             "shutting_down": self.shutdown.is_some(),
+            "autoscale": self.autoscale_json(),
         })
         .to_string()
     }
@@ -626,6 +652,9 @@ impl Driver {
                         continue;
                     };
                     c.answering += 1;
+                    if let Some(a) = &mut self.autoscale {
+                        a.count(job.function());
+                    }
                     let inline = job.payload.len() <= self.inline_max[slot];
                     let route = self.engine.answer_route(job.conn, &job.header);
                     self.out.push_back(Io::Run {

@@ -21,7 +21,8 @@ mod worker;
 pub use config::{ConfigError, IoMode, NodeConfig, SlotSettings, DEFAULT_CONFIG};
 pub use control::ControlSettings;
 pub use driver::{
-    Driver, DriverConfig, DriverError, Io, LinkId, LinkState, LinkStats, PeerConfig, SlotConfig,
+    AutoscaleSettings, AutoscaleStats, Driver, DriverConfig, DriverError, Io, LinkId, LinkState,
+    LinkStats, PeerConfig, SlotConfig,
 };
 pub use metrics::Metrics;
 
@@ -216,6 +217,7 @@ pub fn start(cfg: NodeConfig, listen: &str) -> Result<NodeHandle, NodeError> {
     driver_cfg.peers = cfg.devices.clone();
     driver_cfg.targets = targets;
     driver_cfg.swap_drain_timeout = Duration::from_millis(cfg.control.drain_timeout_ms);
+    driver_cfg.autoscale = cfg.autoscale.clone();
 
     let attach = cfg
         .attach

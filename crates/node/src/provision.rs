@@ -82,6 +82,21 @@ pub struct Estimates {
     pub acc: Vec<AccEstimate>,
 }
 
+impl Estimates {
+    /// `function`'s `T_acc` over all its size classes, weighted by runs
+    /// (the autoscaler's per-function cost); `None` before its first run.
+    pub fn mean_t_acc_ns(&self, function: u8) -> Option<f64> {
+        let (sum, runs) = self
+            .acc
+            .iter()
+            .filter(|a| a.function == function && a.runs > 0)
+            .fold((0.0, 0u64), |(s, n), a| {
+                (s + a.t_acc_ns * a.runs as f64, n + a.runs)
+            });
+        (runs > 0).then(|| sum / runs as f64)
+    }
+}
+
 /// Shared by the I/O thread and the slot workers.
 #[derive(Debug, Default)]
 pub struct Provisioning {

@@ -80,6 +80,10 @@ pub struct WorldConfig {
     pub rto_ns: Nanos,
     /// Hand-off from the I/O thread to a slot's worker thread.
     pub handoff_ns: Nanos,
+    /// A swap's install step (instantiate and warm the new function): the
+    /// node measures ~1 µs for a built-in and ~12 µs for a WebAssembly
+    /// module (`docs/control.md`); OffRAC's Table 6 is 1.83–5.41 ms.
+    pub install_ns: Nanos,
     pub exec: ExecModel,
     /// Bytes one read of the shell takes at most.
     pub read_chunk: usize,
@@ -109,6 +113,7 @@ impl WorldConfig {
             loss: 0.0,
             rto_ns: 200_000_000,
             handoff_ns: 3_000,
+            install_ns: 12_000,
             exec: ExecModel::default(),
             read_chunk: 64 * 1024,
             max_segment: 1500,
@@ -175,6 +180,8 @@ enum Ev {
         route: Route,
     },
     Timer(usize),
+    /// A swap's install step finished on (node, slot).
+    Installed(usize, SlotId),
     /// A link's connect completed (`true`) or failed.
     LinkConnected(usize, LinkId, bool),
 }
@@ -192,6 +199,9 @@ pub struct SimNode {
     pub finished_at: Option<Nanos>,
     /// Per slot: virtual time spent executing.
     pub busy_ns: Vec<Nanos>,
+    /// Per function: (virtual execution time, runs), published to the
+    /// driver as its `T_acc` estimates as the node's workers would.
+    acc: std::collections::BTreeMap<u8, (f64, u64)>,
 }
 
 impl SimNode {
@@ -199,6 +209,7 @@ impl SimNode {
         Ok(SimNode {
             driver: Driver::new(cfg.engine.clone(), cfg.driver.clone())?,
             busy_ns: vec![0; cfg.engine.slots.len()],
+            acc: Default::default(),
             cfg,
             by_conn: HashMap::new(),
             timer_at: None,
@@ -511,7 +522,30 @@ impl World {
             Ev::Timer(node) => {
                 self.nodes[node].timer_at = None;
                 if !self.nodes[node].down {
-                    self.nodes[node].driver.handle_timeout(now);
+                    let n = &mut self.nodes[node];
+                    let estimates = offrac_node::provision::Estimates {
+                        acc: n
+                            .acc
+                            .iter()
+                            .map(
+                                |(&function, &(sum, runs))| offrac_node::provision::AccEstimate {
+                                    function,
+                                    size_class: 0,
+                                    t_acc_ns: sum / runs as f64,
+                                    runs,
+                                },
+                            )
+                            .collect(),
+                        ..Default::default()
+                    };
+                    n.driver.handle_estimates(estimates);
+                    n.driver.handle_timeout(now);
+                    self.apply(node);
+                }
+            }
+            Ev::Installed(node, slot) => {
+                if !self.nodes[node].down {
+                    self.nodes[node].driver.handle_installed(now, slot, Ok(()));
                     self.apply(node);
                 }
             }
@@ -600,6 +634,9 @@ impl World {
                     };
                     let exec = n.cfg.exec.time(&job);
                     n.busy_ns[slot] += exec;
+                    let a = n.acc.entry(job.function()).or_default();
+                    a.0 += exec as f64;
+                    a.1 += 1;
                     let done = started + exec;
                     self.at(
                         done,
@@ -635,8 +672,13 @@ impl World {
                     }
                 }
                 Io::StopAccepting => {}
-                // The simulated clients send no control requests.
-                Io::Control { .. } | Io::Install { .. } | Io::SaveSlots { .. } => {}
+                // The simulated clients send no control requests; swaps come
+                // from the autoscaler, and their install takes `install_ns`.
+                Io::Control { .. } | Io::SaveSlots { .. } => {}
+                Io::Install { slot, .. } => {
+                    let t = self.now + self.nodes[node].cfg.install_ns;
+                    self.at(t, Ev::Installed(node, slot));
+                }
                 Io::Connect { link, addr } => {
                     let peer = addr
                         .strip_prefix("sim:")

@@ -112,7 +112,7 @@ impl Driver {
         self.swaps.poll_timeout().map(Instant::from_nanos)
     }
 
-    fn run_swaps(&mut self, now: Instant) {
+    pub(super) fn run_swaps(&mut self, now: Instant) {
         let mut changed = false;
         while let Some(cmd) = self.swaps.poll_command() {
             match cmd {
@@ -135,6 +135,10 @@ impl Driver {
                     self.engine.resume_slot(now, slot, function);
                 }
                 Command::Reply { token, outcome } => {
+                    if self.autoscale_reply(now, token, outcome.is_ok()) {
+                        changed |= outcome.is_ok();
+                        continue;
+                    }
                     let Some(mut w) = self.swap_waiters.remove(&token) else {
                         continue;
                     };
