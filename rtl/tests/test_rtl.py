@@ -28,12 +28,14 @@ TRACE_SEED = int(os.environ.get("OFFRAC_RTL_TRACE_SEED", "1"))
 # Modules a top instantiates, and the parameters a testbench needs (small limits are cheap to reach).
 SUBMODULES = {
     "offrac_accel_minmax": ("offrac_minmax_elem",),
+    "offrac_accel_mapid": ("offrac_mapid_probe", "offrac_result_buffer", "offrac_axis_reg"),
     "offrac_slot_stage": ("offrac_selector", "offrac_slot_queue"),
     "offrac_dispatcher": ("offrac_req_header_parse", "offrac_pool_admit", "offrac_resp_header_build"),
 }
 PARAMETERS: dict[str, dict[str, object]] = {
     "offrac_accel_minmax": {"MAX_BEATS": 8},
     "offrac_accel_topk": {"K_MAX": 16},
+    "offrac_accel_mapid": {"TABLE_BITS": 6, "MAX_BEATS": 8},
     "offrac_slot_queue": {"DEPTH": 5},
     # as tb_dispatcher.py expects: functions 0, 1 and 3 hosted, device 3
     "offrac_dispatcher": {
@@ -81,6 +83,26 @@ def test_model_matches_response_vectors() -> None:
 )
 def test_rtl(toplevel: str, bench: str) -> None:
     run(toplevel, bench, BUILD / toplevel, PARAMETERS.get(toplevel, {}), {})
+
+
+def accel_oracle() -> Path:
+    """The software built-ins behind a JSON interface (crates/accel/examples/accel_oracle.rs): the
+    expected outputs of the accelerators that must be bit-exact with them come from the shipping code."""
+    cargo = os.environ.get("CARGO", "cargo")
+    cmd = [cargo, "build", "--release", "-q", "-p", "offrac-accel", "--example", "accel_oracle"]
+    subprocess.run(cmd, check=True, cwd=RTL.parent)
+    return RTL.parent / "target" / "release" / "examples" / "accel_oracle"
+
+
+@pytest.mark.parametrize(
+    ("toplevel", "bench"),
+    [
+        ("offrac_accel_mapid", "tb_accel_mapid"),
+    ],
+)
+def test_accel_against_software(toplevel: str, bench: str) -> None:
+    env = {"OFFRAC_ACCEL_ORACLE": str(accel_oracle())}
+    run(toplevel, bench, BUILD / toplevel, PARAMETERS.get(toplevel, {}), env)
 
 
 def run(
