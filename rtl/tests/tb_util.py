@@ -205,7 +205,10 @@ async def run_requests(
             for i, (got, exp) in enumerate(zip(frames, ok, strict=True)):
                 assert got == exp, f"result {i}: {diff(got, exp)}"
             return answers, frames
-    raise AssertionError(f"stalled: {bi}/{len(beats)} beats in, {len(answers)}/{len(payloads)} answers")
+    raise AssertionError(
+        f"stalled: {bi}/{len(beats)} beats in, {len(answers)}/{len(payloads)} answers, "
+        f"{len(out_beats)}/{n_data} beats out"
+    )
 
 
 def diff(got: bytes, exp: bytes) -> str:

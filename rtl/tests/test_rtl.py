@@ -30,6 +30,7 @@ SUBMODULES = {
     "offrac_accel_minmax": ("offrac_minmax_elem",),
     "offrac_accel_mapid": ("offrac_mapid_probe", "offrac_result_buffer", "offrac_axis_reg"),
     "offrac_accel_bucketize": ("offrac_result_buffer", "offrac_axis_reg"),
+    "offrac_accel_sparse": ("offrac_axis_reg",),
     "offrac_slot_stage": ("offrac_selector", "offrac_slot_queue"),
     "offrac_dispatcher": ("offrac_req_header_parse", "offrac_pool_admit", "offrac_resp_header_build"),
 }
@@ -38,6 +39,7 @@ PARAMETERS: dict[str, dict[str, object]] = {
     "offrac_accel_topk": {"K_MAX": 16},
     "offrac_accel_mapid": {"TABLE_BITS": 6, "MAX_BEATS": 8},
     "offrac_accel_bucketize": {"SETS_MAX": 3, "BORDERS_MAX": 24, "MAX_BEATS": 8},
+    "offrac_accel_sparse": {"MAX_BEATS": 8},
     "offrac_slot_queue": {"DEPTH": 5},
     # as tb_dispatcher.py expects: functions 0, 1 and 3 hosted, device 3
     "offrac_dispatcher": {
@@ -101,6 +103,7 @@ def accel_oracle() -> Path:
     [
         ("offrac_accel_mapid", "tb_accel_mapid"),
         ("offrac_accel_bucketize", "tb_accel_bucketize"),
+        ("offrac_accel_sparse", "tb_accel_sparse"),
     ],
 )
 def test_accel_against_software(toplevel: str, bench: str) -> None:
