@@ -27,7 +27,9 @@ TRACE_SEED = int(os.environ.get("OFFRAC_RTL_TRACE_SEED", "1"))
 
 # Modules a top instantiates, and the parameters a testbench needs (small limits are cheap to reach).
 SUBMODULES = {
-    "offrac_accel_minmax": ("offrac_minmax_elem",),
+    "offrac_accel_echo": ("offrac_axis_reg",),
+    "offrac_accel_minmax": ("offrac_minmax_elem", "offrac_axis_reg"),
+    "offrac_accel_topk": ("offrac_axis_reg",),
     "offrac_accel_mapid": ("offrac_mapid_probe", "offrac_result_buffer", "offrac_axis_reg"),
     "offrac_accel_bucketize": ("offrac_result_buffer", "offrac_axis_reg"),
     "offrac_accel_sparse": ("offrac_axis_reg",),
