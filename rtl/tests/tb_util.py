@@ -263,3 +263,36 @@ def builtin_state() -> dict[str, Any]:
         [os.environ["OFFRAC_ACCEL_ORACLE"], "builtin-state"], capture_output=True, text=True, check=True
     )
     return json.loads(out.stdout)
+
+
+# ---- latency: the cycles a module adds ----------------------------------------------------------
+
+
+async def cycles_to(
+    dut: Any,
+    drives: Sequence[Callable[[], None]],
+    in_valid: str,
+    in_ready: str,
+    out_valid: str,
+    limit: int = 2_000,
+) -> tuple[int, int]:
+    """Offer input beats back to back (each drive sets one beat's data), the sinks as the caller set
+    them; return the cycles from the first and from the last input handshake to the first cycle the
+    output is valid (1: a single register stage)."""
+    t_first = t_last = -1
+    bi = 0
+    for t in range(limit):
+        if bi < len(drives):
+            drives[bi]()
+        getattr(dut, in_valid).value = int(bi < len(drives))
+        await ReadOnly()
+        if t_first >= 0 and sig(getattr(dut, out_valid)):
+            await FallingEdge(dut.clk)
+            getattr(dut, in_valid).value = 0
+            return t - t_first, t - t_last
+        if bi < len(drives) and sig(getattr(dut, in_ready)):
+            t_first = t if t_first < 0 else t_first
+            t_last = t
+            bi += 1
+        await FallingEdge(dut.clk)
+    raise AssertionError(f"no output within {limit} cycles ({bi} of {len(drives)} beats in)")
