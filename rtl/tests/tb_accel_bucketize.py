@@ -13,7 +13,18 @@ from typing import Any
 import cocotb
 import numpy as np
 from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge
-from tb_util import BEAT, builtin_state, idle, pulse_reset, run_requests, sig, software, start, to_beats
+from tb_util import (
+    BEAT,
+    builtin_state,
+    idle,
+    pulse_reset,
+    request_cycles,
+    run_requests,
+    sig,
+    software,
+    start,
+    to_beats,
+)
 
 SETS_MAX = 3
 BORDERS_MAX = 24
@@ -268,3 +279,17 @@ async def reset_mid_request(dut: Any) -> None:
     await check(dut, [], [request(rng, []) for _ in range(2)], rng, 1.0, 1.0)
     await load(dut, words, rng)
     await check(dut, sets, [request(rng, sets) for _ in range(6)], rng, 0.7, 0.7)
+
+
+@cocotb.test()
+async def cycles_for_512b(dut: Any) -> None:
+    """T_acc of a full request (MAX_BEATS beats): one element a cycle, 16 a beat (docs/rtl.md)."""
+    idle(dut)
+    await start(dut)
+    rng = random.Random(86)
+    sets = builtin_state()["borders"]
+    await load(dut, packet(sets), rng)
+    n = MAX_BEATS * 16
+    cycles = await request_cycles(dut, struct.pack(f"<{n}I", *values(rng, sets[0], n)), 0)
+    dut._log.info("Bucketize %d B: %d cycles (%.3f us at 250 MHz)", 4 * n, cycles, cycles * 0.004)
+    assert cycles == 163, cycles  # docs/rtl.md

@@ -12,7 +12,7 @@ from typing import Any
 
 import cocotb
 from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge
-from tb_util import BEAT, idle, pulse_reset, run_requests, sig, software, start, to_beats
+from tb_util import BEAT, idle, pulse_reset, request_cycles, run_requests, sig, software, start, to_beats
 
 TABLE_BITS = 6
 DICT_MAX = (1 << TABLE_BITS) // 2
@@ -238,3 +238,29 @@ async def reset_mid_request(dut: Any) -> None:
     await pulse_reset(dut)
     await load(dut, keys, rng)
     await check(dut, keys, rng, 6, 0.7, 0.7)
+
+
+@cocotb.test()
+async def cycles_for_512b(dut: Any) -> None:
+    """T_acc of a full request (MAX_BEATS beats), all hits and all misses (docs/rtl.md)."""
+    idle(dut)
+    await start(dut)
+    rng = random.Random(76)
+    keys = dictionary(rng, 20)
+    await load(dut, keys, rng)
+    hits = struct.pack("<256I", *[rng.choice(keys) for _ in range(256)])
+    misses = struct.pack("<256I", *[rng.getrandbits(32) | 1 << 31 for _ in range(256)])
+    got = {}
+    for name, p in (("hits", hits), ("misses", misses)):
+        got[name] = await request_cycles(dut, p[: MAX_BEATS * BEAT], 0)
+        dut._log.info(
+            "MapId %s, %d B: %d cycles (%.3f us at 250 MHz)",
+            name,
+            MAX_BEATS * BEAT,
+            got[name],
+            got[name] * 0.004,
+        )
+    assert got == CYCLES, got
+
+
+CYCLES = {"hits": 184, "misses": 167}

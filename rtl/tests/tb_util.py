@@ -296,3 +296,30 @@ async def cycles_to(
             bi += 1
         await FallingEdge(dut.clk)
     raise AssertionError(f"no output within {limit} cycles ({bi} of {len(drives)} beats in)")
+
+
+async def request_cycles(dut: Any, payload: bytes, meta: int, limit: int = 20_000) -> int:
+    """One request at full rate, every sink ready: cycles from its metadata word in to its last result
+    beat out (the accelerator's T_acc in cycles; 4 ns each at 250 MHz)."""
+    beats = beats_of(payload)
+    dut.m_axis_tready.value = 1
+    dut.m_meta_tready.value = 1
+    t0 = -1
+    bi = 0
+    for t in range(limit):
+        dut.s_meta_tvalid.value = int(t0 < 0)
+        dut.s_meta_tdata.value = meta
+        dut.s_axis_tvalid.value = int(bi < len(beats))
+        if bi < len(beats):
+            dut.s_axis_tdata.value, dut.s_axis_tkeep.value, dut.s_axis_tlast.value = beats[bi]
+        await ReadOnly()
+        if t0 < 0 and sig(dut.s_meta_tready):
+            t0 = t
+        if bi < len(beats) and sig(dut.s_axis_tready):
+            bi += 1
+        if sig(dut.m_axis_tvalid) and sig(dut.m_axis_tlast):
+            await FallingEdge(dut.clk)
+            idle(dut)
+            return t - t0 + 1
+        await FallingEdge(dut.clk)
+    raise AssertionError(f"no result within {limit} cycles")
