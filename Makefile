@@ -97,12 +97,13 @@ rtl-traces: rtl-deps
 
 # LUT/FF/DSP/BRAM of each RTL module on UltraScale+ (apt: yosys); reports in rtl/build/.
 # Flattened (a top counts its submodules); BRAM in 36 Kb blocks (a RAMB18 counts half);
-# LUTRAM: distributed-RAM cells (RAM32M16 etc.), not in the LUT count.
+# LUTRAM: distributed-RAM cells (RAM32M16 etc.), not in the LUT count. RTL_TOPS="a b" synthesises only those.
 RTL_SYNTH_TOPS = offrac_req_header_parse offrac_resp_header_build offrac_accel_echo offrac_minmax_elem offrac_accel_minmax offrac_accel_topk \
+    offrac_axis_reg offrac_result_buffer offrac_accel_sparse offrac_accel_bucketize offrac_accel_mapid \
     offrac_pool_admit offrac_selector offrac_slot_queue offrac_slot_stage offrac_dispatcher
 rtl-synth:
 	@mkdir -p rtl/build
-	@for top in $(RTL_SYNTH_TOPS); do \
+	@for top in $(or $(RTL_TOPS),$(RTL_SYNTH_TOPS)); do \
 	    yosys -q -p "read_verilog rtl/offrac_*.v; synth_xilinx -family xcup -flatten -top $$top; tee -q -o rtl/build/$$top.synth.txt stat" || exit 1; \
 	    awk -v top=$$top '$$1 ~ /^LUT[1-6]$$/ {lut += $$2} $$1 ~ /^FD/ {ff += $$2} $$1 ~ /^DSP/ {dsp += $$2} \
 	        $$1 ~ /^RAMB36/ {bram += $$2} $$1 ~ /^RAMB18/ {bram += $$2 / 2} $$1 ~ /^RAM(32|64|128|256)/ {lutram += $$2} \

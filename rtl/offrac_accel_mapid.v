@@ -14,7 +14,7 @@
  * The dictionary (loaded through s_cfg_*): one packet of 32-bit keys in list
  * order, a key on each beat with tkeep all set (a beat with tkeep 0 carries
  * none, so one such beat with tlast is the empty dictionary). A packet
- * replaces the dictionary: the table is cleared (TABLE_SLOTS / 2 cycles),
+ * replaces the dictionary: the table is cleared (2^TABLE_BITS / 2 cycles),
  * then each key is inserted unless it is there already, so a repeated key
  * keeps the index of its first occurrence and D counts the distinct keys,
  * as Dictionary::from_keys. Keys are taken only between requests; a request
@@ -23,7 +23,8 @@
  * the next packet. The dictionary survives a reset (it is configuration,
  * the node's [functions.mapid]); a reset in the middle of a packet keeps the
  * keys inserted so far, and one in the middle of the clearing finishes the
- * clearing (an empty dictionary).
+ * clearing (an empty dictionary). The first reset after power-up clears the
+ * table (no initial contents needed): requests wait 2^TABLE_BITS / 2 cycles.
  *
  * The table: open addressing with linear probing in a dual-port block RAM of
  * TABLE_SLOTS entries {used, key, index}. Each beat's 16 ids are looked up by
@@ -130,13 +131,6 @@ reg                   a_en, b_en, a_we, b_we;
 reg [TABLE_BITS-1:0]  a_addr, b_addr;
 reg [ENTRY_W-1:0]     a_wdata, b_wdata;
 
-integer s;
-initial begin
-    for (s = 0; s < SLOTS; s = s + 1) begin
-        table_mem[s] = {ENTRY_W{1'b0}};
-    end
-end
-
 always @(posedge clk) begin
     if (a_we) begin
         table_mem[a_addr] <= a_wdata;
@@ -157,7 +151,7 @@ end
 
 reg [TABLE_BITS:0]    dict_size = 0;  // D
 reg                   overflow = 1'b0;
-reg                   dirty = 1'b0;   // a clearing under way: finish it, even after a reset
+reg                   dirty = 1'b1;   // a clearing due: the table is cleared after the first reset
 reg                   clear_only;     // the clearing was restarted by a reset: no keys follow
 reg [TABLE_BITS-1:0]  clear_addr;
 reg [31:0]            cfg_key;

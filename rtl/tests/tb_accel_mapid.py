@@ -118,6 +118,17 @@ async def check(dut: Any, keys: list[int], rng: random.Random, n: int, p_in: flo
 
 
 @cocotb.test()
+async def before_any_dictionary(dut: Any) -> None:
+    """First of the module (one simulation): after the first reset the hardware clears the table, so
+    before any packet the dictionary is empty."""
+    idle(dut)
+    await start(dut)
+    rng = random.Random(77)
+    assert sig(dut.cfg_dict_size) == 0
+    await check(dut, [], rng, 4, 1.0, 1.0)
+
+
+@cocotb.test()
 async def dictionaries(dut: Any) -> None:
     """Dictionaries of 0 to DICT_MAX distinct keys (colliding chains, repeats) loaded one after another."""
     idle(dut)
