@@ -5,7 +5,7 @@
 CARGO ?= cargo
 PYTHON ?= python3
 
-.PHONY: build demo test test-rust test-python python-deps lint typecheck api-docs bench-kernels fuzz-deps fuzz rtl-deps rtl-test rtl-traces rtl-synth
+.PHONY: build demo test test-rust test-python python-deps lint typecheck api-docs bench-kernels fuzz-deps fuzz rtl-deps rtl-test rtl-traces rtl-mapid-full rtl-synth
 
 build:
 	$(CARGO) build --release --workspace --bins --examples
@@ -94,6 +94,10 @@ rtl-traces: rtl-deps
 	OFFRAC_RTL_TRACES=$(RTL_TRACES) OFFRAC_RTL_TRACE_SEED=$(RTL_TRACE_SEED) \
 	    $(PYTHON) -m pytest -q -s rtl/tests -k 'pool_admit or slot_stage' > rtl/build/traces.log; \
 	    status=$$?; grep -E '(pool|slots)-.*traces|passed|failed' rtl/build/traces.log; exit $$status
+
+# MapId at full size with the node's 32,768 built-in keys, against the software (long: ~130k cycles).
+rtl-mapid-full: rtl-deps
+	OFFRAC_RTL_FULL=1 $(PYTHON) -m pytest -q -s rtl/tests -k mapid_builtin
 
 # LUT/FF/DSP/BRAM of each RTL module on UltraScale+ (apt: yosys); reports in rtl/build/.
 # Flattened (a top counts its submodules); BRAM in 36 Kb blocks (a RAMB18 counts half);

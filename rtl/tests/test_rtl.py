@@ -215,3 +215,10 @@ def test_selector(policy: str) -> None:
         "POLICY": {"rr": 0, "jsq": 1}[policy],
     }
     run("offrac_selector", "tb_selector", BUILD / f"selector-{policy}", params, {})
+
+
+@pytest.mark.skipif(not os.environ.get("OFFRAC_RTL_FULL"), reason="long: make rtl-mapid-full")
+def test_mapid_builtin_dictionary() -> None:
+    """MapId at its default size with the node's 32,768 built-in keys, against the software."""
+    env = {"OFFRAC_ACCEL_ORACLE": str(accel_oracle())}
+    run("offrac_accel_mapid", "tb_accel_mapid_builtin", BUILD / "mapid-builtin", {"MAX_BEATS": 16}, env)
