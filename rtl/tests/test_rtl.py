@@ -33,6 +33,7 @@ SUBMODULES = {
     "offrac_accel_mapid": ("offrac_mapid_probe", "offrac_result_buffer", "offrac_axis_reg"),
     "offrac_accel_bucketize": ("offrac_result_buffer", "offrac_axis_reg"),
     "offrac_accel_sparse": ("offrac_axis_reg",),
+    "offrac_result_buffer": ("offrac_axis_reg",),
     "offrac_slot_stage": ("offrac_selector", "offrac_slot_queue"),
     "offrac_dispatcher": ("offrac_req_header_parse", "offrac_pool_admit", "offrac_resp_header_build"),
 }
@@ -42,6 +43,8 @@ PARAMETERS: dict[str, dict[str, object]] = {
     "offrac_accel_mapid": {"TABLE_BITS": 6, "MAX_BEATS": 8},
     "offrac_accel_bucketize": {"SETS_MAX": 3, "BORDERS_MAX": 24, "MAX_BEATS": 8},
     "offrac_accel_sparse": {"MAX_BEATS": 8},
+    "offrac_axis_reg": {"WIDTH": 37},
+    "offrac_result_buffer": {"MAX_BEATS": 4},
     "offrac_slot_queue": {"DEPTH": 5},
     # as tb_dispatcher.py expects: functions 0, 1 and 3 hosted, device 3
     "offrac_dispatcher": {
@@ -85,6 +88,8 @@ def test_model_matches_response_vectors() -> None:
         ("offrac_accel_topk", "tb_accel_topk"),
         ("offrac_dispatcher", "tb_dispatcher"),
         ("offrac_slot_queue", "tb_slot_queue"),
+        ("offrac_axis_reg", "tb_axis_reg"),
+        ("offrac_result_buffer", "tb_result_buffer"),
     ],
 )
 def test_rtl(toplevel: str, bench: str) -> None:
