@@ -5,7 +5,7 @@
 CARGO ?= cargo
 PYTHON ?= python3
 
-.PHONY: build demo test test-rust test-python python-deps lint typecheck api-docs bench-kernels fuzz-deps fuzz rtl-deps rtl-test rtl-traces rtl-synth
+.PHONY: build demo test test-rust test-python python-deps lint typecheck api-docs bench-kernels fuzz-deps fuzz rtl-deps rtl-test rtl-traces rtl-mapid-full rtl-synth
 
 build:
 	$(CARGO) build --release --workspace --bins --examples
@@ -96,14 +96,19 @@ rtl-traces: rtl-deps
 	    $(PYTHON) -m pytest -q -s rtl/tests -k 'pool_admit or slot_stage' > rtl/build/traces.log; \
 	    status=$$?; grep -E '(pool|slots)-.*traces|passed|failed' rtl/build/traces.log; exit $$status
 
+# MapId at full size with the node's 32,768 built-in keys, against the software (long: ~130k cycles).
+rtl-mapid-full: rtl-deps
+	OFFRAC_RTL_FULL=1 $(PYTHON) -m pytest -q -s rtl/tests -k mapid_builtin
+
 # LUT/FF/DSP/BRAM of each RTL module on UltraScale+ (apt: yosys); reports in rtl/build/.
 # Flattened (a top counts its submodules); BRAM in 36 Kb blocks (a RAMB18 counts half);
-# LUTRAM: distributed-RAM cells (RAM32M16 etc.), not in the LUT count.
+# LUTRAM: distributed-RAM cells (RAM32M16 etc.), not in the LUT count. RTL_TOPS="a b" synthesises only those.
 RTL_SYNTH_TOPS = offrac_req_header_parse offrac_resp_header_build offrac_accel_echo offrac_minmax_elem offrac_accel_minmax offrac_accel_topk \
+    offrac_axis_reg offrac_result_buffer offrac_accel_sparse offrac_accel_bucketize offrac_accel_mapid \
     offrac_pool_admit offrac_selector offrac_slot_queue offrac_slot_stage offrac_dispatcher
 rtl-synth:
 	@mkdir -p rtl/build
-	@for top in $(RTL_SYNTH_TOPS); do \
+	@for top in $(or $(RTL_TOPS),$(RTL_SYNTH_TOPS)); do \
 	    yosys -q -p "read_verilog rtl/offrac_*.v; synth_xilinx -family xcup -flatten -top $$top; tee -q -o rtl/build/$$top.synth.txt stat" || exit 1; \
 	    awk -v top=$$top '$$1 ~ /^LUT[1-6]$$/ {lut += $$2} $$1 ~ /^FD/ {ff += $$2} $$1 ~ /^DSP/ {dsp += $$2} \
 	        $$1 ~ /^RAMB36/ {bram += $$2} $$1 ~ /^RAMB18/ {bram += $$2 / 2} $$1 ~ /^RAM(32|64|128|256)/ {lutram += $$2} \

@@ -10,8 +10,8 @@
  *
  * A request's data beats are taken only once its metadata word is (in the
  * same cycle at the earliest), so metadata and payload never pair up wrong.
- * Both outputs are one register stage that holds while the sink stalls: no
- * beat is dropped or overwritten under backpressure.
+ * Both outputs are an offrac_axis_reg stage that holds while the sink
+ * stalls: no beat is dropped or overwritten under backpressure.
  */
 
 `resetall
@@ -51,16 +51,9 @@ module offrac_accel_echo #(
     input  wire                   m_meta_tready
 );
 
-reg                   in_frame = 1'b0;   // metadata taken, tlast not yet
-reg [DATA_WIDTH-1:0]  data_reg;
-reg [KEEP_WIDTH-1:0]  keep_reg;
-reg                   last_reg;
-reg                   data_valid_reg = 1'b0;
-reg [META_WIDTH-1:0]  meta_reg;
-reg                   meta_valid_reg = 1'b0;
-
-wire meta_out_free = !meta_valid_reg || m_meta_tready;
-wire data_out_free = !data_valid_reg || m_axis_tready;
+reg  in_frame = 1'b0;   // metadata taken, tlast not yet
+wire meta_out_free;
+wire data_out_free;
 
 // A new request's metadata only between requests, and only with room for it.
 assign s_meta_tready = !in_frame && meta_out_free;
@@ -76,33 +69,23 @@ always @(posedge clk) begin
     if (data_take && s_axis_tlast) begin
         in_frame <= 1'b0;   // also a one-beat request whose metadata came this cycle
     end
-
-    if (data_out_free) begin
-        data_valid_reg <= data_take;
-        data_reg       <= s_axis_tdata;
-        keep_reg       <= s_axis_tkeep;
-        last_reg       <= s_axis_tlast;
-    end
-
-    if (meta_out_free) begin
-        meta_valid_reg <= meta_take;
-        meta_reg       <= s_meta_tdata;
-    end
-
     if (rst) begin
-        in_frame       <= 1'b0;
-        data_valid_reg <= 1'b0;
-        meta_valid_reg <= 1'b0;
+        in_frame <= 1'b0;
     end
 end
 
-assign m_axis_tdata  = data_reg;
-assign m_axis_tkeep  = keep_reg;
-assign m_axis_tvalid = data_valid_reg;
-assign m_axis_tlast  = last_reg;
+offrac_axis_reg #(.WIDTH(DATA_WIDTH + KEEP_WIDTH + 1)) data_out (
+    .clk(clk), .rst(rst),
+    .s_tdata({s_axis_tdata, s_axis_tkeep, s_axis_tlast}), .s_tvalid(data_take), .s_tready(data_out_free),
+    .m_tdata({m_axis_tdata, m_axis_tkeep, m_axis_tlast}),
+    .m_tvalid(m_axis_tvalid), .m_tready(m_axis_tready)
+);
 
-assign m_meta_tdata  = meta_reg;
-assign m_meta_tvalid = meta_valid_reg;
+offrac_axis_reg #(.WIDTH(META_WIDTH)) meta_out (
+    .clk(clk), .rst(rst),
+    .s_tdata(s_meta_tdata), .s_tvalid(meta_take), .s_tready(meta_out_free),
+    .m_tdata(m_meta_tdata), .m_tvalid(m_meta_tvalid), .m_tready(m_meta_tready)
+);
 
 endmodule
 

@@ -30,8 +30,8 @@
  *
  * Input beats are assumed as the dispatcher gives them: all but the last
  * full, tkeep a contiguous run from byte 0. Metadata is taken only between
- * requests, data only after its request's metadata. Both outputs are a
- * register stage held while the sink stalls.
+ * requests, data only after its request's metadata. Both outputs are an
+ * offrac_axis_reg stage held while the sink stalls.
  */
 
 `resetall
@@ -145,17 +145,9 @@ reg [31:0]            lo_reg, hi_reg;
 
 // outputs
 reg [DATA_WIDTH-1:0]  acc;            // the result beat being assembled
-reg [DATA_WIDTH-1:0]  data_reg;
-reg [KEEP_WIDTH-1:0]  keep_reg;
-reg                   last_reg;
-reg                   data_valid_reg = 1'b0;
-reg [META_WIDTH-1:0]  meta_reg;
-reg [7:0]             status_reg;
-reg [31:0]            detail_reg;
-reg                   meta_valid_reg = 1'b0;
 
-wire meta_out_free = !meta_valid_reg || m_meta_tready;
-wire data_out_free = !data_valid_reg || m_axis_tready;
+wire meta_out_free;   // the output stages (offrac_axis_reg) take a beat
+wire data_out_free;
 
 assign s_meta_tready = state == ST_IDLE;
 assign s_axis_tready = state == ST_IN;
@@ -230,14 +222,25 @@ offrac_minmax_elem u_elem (
     .m_ready (state == ST_NORM_WAIT)
 );
 
-always @(posedge clk) begin
-    if (m_meta_tready) begin
-        meta_valid_reg <= 1'b0;
-    end
-    if (m_axis_tready) begin
-        data_valid_reg <= 1'b0;
-    end
+// ---- the answer -----------------------------------------------------------
 
+reg [7:0]  st_status;
+reg [31:0] st_detail;
+always @* begin
+    st_status = STATUS_OK;
+    st_detail = 32'd0;
+    if (too_large) begin
+        st_status = STATUS_TOO_LARGE;
+        st_detail = MAX_BEATS * 64;
+    end else if (!any_bytes || ragged) begin
+        st_status = STATUS_BAD_INPUT;
+    end else if (inf_found) begin
+        st_status = STATUS_BAD_INPUT;
+        st_detail = {{(32-ADDR_WIDTH-4){1'b0}}, inf_index};
+    end
+end
+
+always @(posedge clk) begin
     case (state)
         ST_IDLE: begin
             if (meta_take) begin
@@ -272,28 +275,15 @@ always @(posedge clk) begin
         end
         ST_STATUS: begin
             if (meta_out_free) begin
-                meta_reg       <= meta_word;
-                meta_valid_reg <= 1'b1;
-                detail_reg     <= 32'd0;
-                lane_seen      <= {LANES{1'b0}};
-                lo_reg         <= POS_INF;
-                hi_reg         <= NEG_INF;
-                beat_idx       <= 0;
-                el_idx         <= 4'd0;
-                if (too_large) begin
-                    status_reg <= STATUS_TOO_LARGE;
-                    detail_reg <= MAX_BEATS * 64;
-                    state      <= ST_IDLE;
-                end else if (!any_bytes || ragged) begin
-                    status_reg <= STATUS_BAD_INPUT;
-                    state      <= ST_IDLE;
-                end else if (inf_found) begin
-                    status_reg <= STATUS_BAD_INPUT;
-                    detail_reg <= {{(32-ADDR_WIDTH-4){1'b0}}, inf_index};
-                    state      <= ST_IDLE;
+                lane_seen <= {LANES{1'b0}};
+                lo_reg    <= POS_INF;
+                hi_reg    <= NEG_INF;
+                beat_idx  <= 0;
+                el_idx    <= 4'd0;
+                if (st_status != STATUS_OK) begin
+                    state <= ST_IDLE;
                 end else begin
-                    status_reg <= STATUS_OK;
-                    state      <= (n_full == 0) ? ST_REDUCE : ST_SCAN_FETCH;
+                    state <= (n_full == 0) ? ST_REDUCE : ST_SCAN_FETCH;
                 end
             end
         end
@@ -364,10 +354,6 @@ always @(posedge clk) begin
         end
         default: begin   // ST_NORM_PUSH
             if (data_out_free) begin
-                data_reg       <= acc;
-                keep_reg       <= (beat_idx == last_beat) ? last_keep : {KEEP_WIDTH{1'b1}};
-                last_reg       <= beat_idx == last_beat;
-                data_valid_reg <= 1'b1;
                 el_idx         <= 4'd0;
                 beat_idx       <= beat_idx + 1'b1;
                 state          <= (beat_idx == last_beat) ? ST_IDLE : ST_NORM_FETCH;
@@ -376,21 +362,23 @@ always @(posedge clk) begin
     endcase
 
     if (rst) begin
-        state          <= ST_IDLE;
-        data_valid_reg <= 1'b0;
-        meta_valid_reg <= 1'b0;
+        state <= ST_IDLE;
     end
 end
 
-assign m_axis_tdata  = data_reg;
-assign m_axis_tkeep  = keep_reg;
-assign m_axis_tvalid = data_valid_reg;
-assign m_axis_tlast  = last_reg;
+offrac_axis_reg #(.WIDTH(META_WIDTH + 40)) meta_out (
+    .clk(clk), .rst(rst),
+    .s_tdata({meta_word, st_status, st_detail}), .s_tvalid(state == ST_STATUS), .s_tready(meta_out_free),
+    .m_tdata({m_meta_tdata, m_meta_status, m_meta_detail}),
+    .m_tvalid(m_meta_tvalid), .m_tready(m_meta_tready)
+);
 
-assign m_meta_tdata  = meta_reg;
-assign m_meta_status = status_reg;
-assign m_meta_detail = detail_reg;
-assign m_meta_tvalid = meta_valid_reg;
+offrac_axis_reg #(.WIDTH(DATA_WIDTH + KEEP_WIDTH + 1)) data_out (
+    .clk(clk), .rst(rst),
+    .s_tdata({acc, (beat_idx == last_beat) ? last_keep : {KEEP_WIDTH{1'b1}}, beat_idx == last_beat}), .s_tvalid(state == ST_NORM_PUSH), .s_tready(data_out_free),
+    .m_tdata({m_axis_tdata, m_axis_tkeep, m_axis_tlast}),
+    .m_tvalid(m_axis_tvalid), .m_tready(m_axis_tready)
+);
 
 endmodule
 

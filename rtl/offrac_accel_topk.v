@@ -24,7 +24,7 @@
  * K_MAX. After the last beat the first min(K, n) entries go out.
  *
  * Input beats as for min-max: all but the last full, tkeep a run from byte
- * 0. Both outputs are a register stage held while the sink stalls.
+ * 0. Both outputs are an offrac_axis_reg stage held while the sink stalls.
  */
 
 `resetall
@@ -104,17 +104,9 @@ reg [K_MAX-1:0]       ents_valid;
 // output
 reg [31:0]            out_n;          // min(K, n) values to send
 reg [31:0]            out_sent;
-reg [DATA_WIDTH-1:0]  data_reg;
-reg [KEEP_WIDTH-1:0]  keep_reg;
-reg                   last_reg;
-reg                   data_valid_reg = 1'b0;
-reg [META_WIDTH-1:0]  meta_reg;
-reg [7:0]             status_reg;
-reg [31:0]            detail_reg;
-reg                   meta_valid_reg = 1'b0;
 
-wire meta_out_free = !meta_valid_reg || m_meta_tready;
-wire data_out_free = !data_valid_reg || m_axis_tready;
+wire meta_out_free;   // the output stages (offrac_axis_reg) take a beat
+wire data_out_free;
 
 assign s_meta_tready = state == ST_IDLE;
 assign s_axis_tready = state == ST_IN;
@@ -182,14 +174,22 @@ always @* begin
     end
 end
 
-always @(posedge clk) begin
-    if (m_meta_tready) begin
-        meta_valid_reg <= 1'b0;
-    end
-    if (m_axis_tready) begin
-        data_valid_reg <= 1'b0;
-    end
+// ---- the answer -----------------------------------------------------------
 
+reg [7:0]  st_status;
+reg [31:0] st_detail;
+always @* begin
+    st_status = STATUS_OK;
+    st_detail = 32'd0;
+    if (!any_bytes || ragged || k_reg == 64'd0) begin
+        st_status = STATUS_BAD_INPUT;
+    end else if (k_reg > K_MAX && n_elems > K_MAX) begin
+        st_status = STATUS_UNSUPPORTED;
+        st_detail = K_MAX;
+    end
+end
+
+always @(posedge clk) begin
     case (state)
         ST_IDLE: begin
             if (meta_take) begin
@@ -221,30 +221,14 @@ always @(posedge clk) begin
         end
         ST_STATUS: begin
             if (meta_out_free) begin
-                meta_reg       <= meta_word;
-                meta_valid_reg <= 1'b1;
-                detail_reg     <= 32'd0;
-                out_sent       <= 32'd0;
-                out_n          <= (k_reg < {32'd0, n_elems}) ? k_reg[31:0] : n_elems;
-                state          <= ST_IDLE;
-                if (!any_bytes || ragged || k_reg == 64'd0) begin
-                    status_reg <= STATUS_BAD_INPUT;
-                end else if (k_reg > K_MAX && n_elems > K_MAX) begin
-                    status_reg <= STATUS_UNSUPPORTED;
-                    detail_reg <= K_MAX;
-                end else begin
-                    status_reg <= STATUS_OK;
-                    state      <= ST_OUT;
-                end
+                out_sent <= 32'd0;
+                out_n    <= (k_reg < {32'd0, n_elems}) ? k_reg[31:0] : n_elems;
+                state    <= st_status == STATUS_OK ? ST_OUT : ST_IDLE;
             end
         end
         default: begin   // ST_OUT
             if (data_out_free) begin
-                data_reg       <= ents[DATA_WIDTH*out_beat +: DATA_WIDTH];
-                keep_reg       <= out_keep;
-                last_reg       <= out_final;
-                data_valid_reg <= 1'b1;
-                out_sent       <= out_sent + LANES;
+                out_sent <= out_sent + LANES;
                 if (out_final) begin
                     state <= ST_IDLE;
                 end
@@ -253,21 +237,23 @@ always @(posedge clk) begin
     endcase
 
     if (rst) begin
-        state          <= ST_IDLE;
-        data_valid_reg <= 1'b0;
-        meta_valid_reg <= 1'b0;
+        state <= ST_IDLE;
     end
 end
 
-assign m_axis_tdata  = data_reg;
-assign m_axis_tkeep  = keep_reg;
-assign m_axis_tvalid = data_valid_reg;
-assign m_axis_tlast  = last_reg;
+offrac_axis_reg #(.WIDTH(META_WIDTH + 40)) meta_out (
+    .clk(clk), .rst(rst),
+    .s_tdata({meta_word, st_status, st_detail}), .s_tvalid(state == ST_STATUS), .s_tready(meta_out_free),
+    .m_tdata({m_meta_tdata, m_meta_status, m_meta_detail}),
+    .m_tvalid(m_meta_tvalid), .m_tready(m_meta_tready)
+);
 
-assign m_meta_tdata  = meta_reg;
-assign m_meta_status = status_reg;
-assign m_meta_detail = detail_reg;
-assign m_meta_tvalid = meta_valid_reg;
+offrac_axis_reg #(.WIDTH(DATA_WIDTH + KEEP_WIDTH + 1)) data_out (
+    .clk(clk), .rst(rst),
+    .s_tdata({ents[DATA_WIDTH*out_beat +: DATA_WIDTH], out_keep, out_final}), .s_tvalid(state == ST_OUT), .s_tready(data_out_free),
+    .m_tdata({m_axis_tdata, m_axis_tkeep, m_axis_tlast}),
+    .m_tvalid(m_axis_tvalid), .m_tready(m_axis_tready)
+);
 
 endmodule
 

@@ -7,44 +7,7 @@ from typing import Any
 
 import cocotb
 from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge
-from tb_util import sig, start
-
-BEAT = 64  # bytes per 512-bit beat
-Beat = tuple[int, int, int]  # tdata, tkeep, tlast
-
-
-def to_beats(payload: bytes) -> list[Beat]:
-    """A request's payload as AXI-Stream beats: byte 0 in tdata[7:0], tkeep marks the tail's bytes."""
-    chunks = [payload[i : i + BEAT] for i in range(0, len(payload), BEAT)]
-    return [
-        (int.from_bytes(c, "little"), (1 << len(c)) - 1, int(i == len(chunks) - 1))
-        for i, c in enumerate(chunks)
-    ]
-
-
-def from_beats(beats: list[Beat]) -> list[bytes]:
-    """Split an output stream at tlast back into payloads (only tkeep bytes count)."""
-    frames, cur = [], b""
-    for data, keep, last in beats:
-        n = bin(keep).count("1")
-        assert keep == (1 << n) - 1, f"tkeep {keep:x} is not a contiguous low run"
-        cur += data.to_bytes(BEAT, "little")[:n]
-        if last:
-            frames.append(cur)
-            cur = b""
-    assert cur == b"", "stream ended mid-request"
-    return frames
-
-
-def idle(dut: Any) -> None:
-    dut.s_axis_tvalid.value = 0
-    dut.s_axis_tdata.value = 0
-    dut.s_axis_tkeep.value = 0
-    dut.s_axis_tlast.value = 0
-    dut.s_meta_tvalid.value = 0
-    dut.s_meta_tdata.value = 0
-    dut.m_axis_tready.value = 0
-    dut.m_meta_tready.value = 0
+from tb_util import BEAT, Beat, from_beats, idle, sig, start, to_beats
 
 
 async def echo(

@@ -7,94 +7,21 @@ from __future__ import annotations
 
 import random
 import struct
-from collections.abc import Callable
 from typing import Any
 
 import cocotb
-import numpy as np
-from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge
+from cocotb.triggers import FallingEdge, ReadOnly
 from minmax_model import STATUS_BAD_INPUT, STATUS_OK, STATUS_TOO_LARGE, minmax, random_array, random_nan
-from tb_accel_echo import BEAT, Beat, from_beats, idle, to_beats
-from tb_util import kept_data, sig, start
+from tb_util import BEAT, Answer, idle, pulse_reset, run_requests, sig, start, to_beats
 
 MAX_BYTES = 8 * BEAT
-Answer = tuple[int, int, int]  # metadata word, status, detail
-
-
-def beats_of(payload: bytes) -> list[Beat]:
-    return to_beats(payload) if payload else [(0, 0, 1)]  # an empty payload: one beat, no bytes
-
-
-Model = Callable[[bytes, int], tuple[int, int, bytes]]  # (payload, metadata word) -> status, detail, result
 
 
 async def run(
-    dut: Any,
-    payloads: list[bytes],
-    rng: random.Random,
-    p_in: float,
-    p_out: float,
-    metas: list[int] | None = None,
-    model: Model = lambda p, _meta: minmax(p, MAX_BYTES),
+    dut: Any, payloads: list[bytes], rng: random.Random, p_in: float, p_out: float
 ) -> tuple[list[Answer], list[bytes]]:
-    """Send requests with random gaps on both inputs and stalls on both outputs; check them with the model.
-
-    Also used by the other accelerators' testbenches, with their model and metadata words.
-    """
-    if metas is None:
-        metas = [rng.getrandbits(128) for _ in payloads]
-    beats = [b for p in payloads for b in beats_of(p)]
-    out_beats: list[Beat] = []
-    answers: list[Answer] = []
-    want = [model(p, m) for p, m in zip(payloads, metas, strict=True)]
-    n_data = sum(len(to_beats(w[2])) for w in want if w[0] == STATUS_OK)
-    bi = mi = 0
-    limit = 200 + sum(40 * (len(p) // 4 + 2) + 20 for p in payloads) / min(p_in, p_out)
-    for _ in range(int(limit)):
-        data_on = bi < len(beats) and rng.random() < p_in
-        meta_on = mi < len(metas) and rng.random() < p_in
-        dut.s_axis_tvalid.value = int(data_on)
-        if bi < len(beats):
-            dut.s_axis_tdata.value, dut.s_axis_tkeep.value, dut.s_axis_tlast.value = beats[bi]
-        dut.s_meta_tvalid.value = int(meta_on)
-        if mi < len(metas):
-            dut.s_meta_tdata.value = metas[mi]
-        dut.m_axis_tready.value = int(rng.random() < p_out)
-        dut.m_meta_tready.value = int(rng.random() < p_out)
-        await ReadOnly()
-        if data_on and sig(dut.s_axis_tready):
-            bi += 1
-        if meta_on and sig(dut.s_meta_tready):
-            mi += 1
-        if sig(dut.m_axis_tvalid) and sig(dut.m_axis_tready):
-            keep = sig(dut.m_axis_tkeep)
-            out_beats.append((kept_data(dut.m_axis_tdata, keep), keep, sig(dut.m_axis_tlast)))
-        if sig(dut.m_meta_tvalid) and sig(dut.m_meta_tready):
-            answers.append((sig(dut.m_meta_tdata), sig(dut.m_meta_status), sig(dut.m_meta_detail)))
-        await FallingEdge(dut.clk)
-        if len(answers) == len(payloads) and len(out_beats) == n_data and bi == len(beats):
-            idle(dut)
-            dut.m_axis_tready.value = 1
-            dut.m_meta_tready.value = 1
-            for _ in range(3):
-                await ReadOnly()
-                assert not sig(dut.m_axis_tvalid) and not sig(dut.m_meta_tvalid), "output beyond the input"
-                await FallingEdge(dut.clk)
-            frames = from_beats(out_beats)
-            assert answers == [(m, w[0], w[1]) for m, w in zip(metas, want, strict=True)]
-            ok = [w[2] for w in want if w[0] == STATUS_OK]
-            for i, (got, exp) in enumerate(zip(frames, ok, strict=True)):
-                assert got == exp, f"result {i}: {diff(got, exp)}"
-            return answers, frames
-    raise AssertionError(f"stalled: {bi}/{len(beats)} beats in, {len(answers)}/{len(payloads)} answers")
-
-
-def diff(got: bytes, exp: bytes) -> str:
-    if len(got) != len(exp):
-        return f"{len(got)} bytes, want {len(exp)}"
-    g, e = np.frombuffer(got, "<u4"), np.frombuffer(exp, "<u4")
-    i = int(np.flatnonzero(g != e)[0])
-    return f"element {i}: {g[i]:08x}, want {e[i]:08x}"
+    metas = [rng.getrandbits(128) for _ in payloads]
+    return await run_requests(dut, payloads, rng, p_in, p_out, metas, lambda p, _m: minmax(p, MAX_BYTES))
 
 
 def sizes(rng: random.Random, n: int) -> list[int]:
@@ -192,18 +119,6 @@ async def no_data_before_metadata(dut: Any) -> None:
         await FallingEdge(dut.clk)
     idle(dut)
     await run(dut, [struct.pack("<2f", 1.0, 2.0)], random.Random(55), 1.0, 1.0)
-
-
-async def pulse_reset(dut: Any) -> None:
-    idle(dut)
-    dut.rst.value = 1
-    await RisingEdge(dut.clk)
-    await FallingEdge(dut.clk)
-    dut.rst.value = 0
-    await ReadOnly()
-    assert not sig(dut.m_axis_tvalid) and not sig(dut.m_meta_tvalid), "reset left an output"
-    assert sig(dut.s_meta_tready) and not sig(dut.s_axis_tready), "reset left the request open"
-    await FallingEdge(dut.clk)
 
 
 @cocotb.test()

@@ -12,9 +12,7 @@ from typing import Any
 import cocotb
 import numpy as np
 from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge
-from tb_accel_echo import idle, to_beats
-from tb_accel_minmax import run
-from tb_util import sig, start
+from tb_util import idle, run_requests, sig, start, to_beats
 
 K_MAX = 16
 STATUS_OK, STATUS_BAD_INPUT, STATUS_UNSUPPORTED = 0, 5, 10
@@ -65,7 +63,7 @@ def request(rng: random.Random) -> tuple[bytes, int]:
 async def check(
     dut: Any, reqs: list[tuple[bytes, int]], rng: random.Random, p_in: float, p_out: float
 ) -> None:
-    await run(dut, [p for p, _ in reqs], rng, p_in, p_out, [m for _, m in reqs], model)
+    await run_requests(dut, [p for p, _ in reqs], rng, p_in, p_out, [m for _, m in reqs], model)
 
 
 @cocotb.test()
@@ -94,7 +92,7 @@ async def errors(dut: Any) -> None:
     ]
     reqs += [request(rng) for _ in range(10)]
     rng.shuffle(reqs)
-    answers, _ = await run(dut, [p for p, _ in reqs], rng, 0.8, 0.8, [m for _, m in reqs], model)
+    answers, _ = await run_requests(dut, [p for p, _ in reqs], rng, 0.8, 0.8, [m for _, m in reqs], model)
     assert {a[1] for a in answers} == {STATUS_OK, STATUS_BAD_INPUT, STATUS_UNSUPPORTED}
 
 

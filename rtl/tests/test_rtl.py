@@ -27,13 +27,24 @@ TRACE_SEED = int(os.environ.get("OFFRAC_RTL_TRACE_SEED", "1"))
 
 # Modules a top instantiates, and the parameters a testbench needs (small limits are cheap to reach).
 SUBMODULES = {
-    "offrac_accel_minmax": ("offrac_minmax_elem",),
+    "offrac_accel_echo": ("offrac_axis_reg",),
+    "offrac_accel_minmax": ("offrac_minmax_elem", "offrac_axis_reg"),
+    "offrac_accel_topk": ("offrac_axis_reg",),
+    "offrac_accel_mapid": ("offrac_mapid_probe", "offrac_result_buffer", "offrac_axis_reg"),
+    "offrac_accel_bucketize": ("offrac_result_buffer", "offrac_axis_reg"),
+    "offrac_accel_sparse": ("offrac_axis_reg",),
+    "offrac_result_buffer": ("offrac_axis_reg",),
     "offrac_slot_stage": ("offrac_selector", "offrac_slot_queue"),
     "offrac_dispatcher": ("offrac_req_header_parse", "offrac_pool_admit", "offrac_resp_header_build"),
 }
 PARAMETERS: dict[str, dict[str, object]] = {
     "offrac_accel_minmax": {"MAX_BEATS": 8},
     "offrac_accel_topk": {"K_MAX": 16},
+    "offrac_accel_mapid": {"TABLE_BITS": 6, "MAX_BEATS": 8},
+    "offrac_accel_bucketize": {"SETS_MAX": 3, "BORDERS_MAX": 24, "MAX_BEATS": 8},
+    "offrac_accel_sparse": {"MAX_BEATS": 8},
+    "offrac_axis_reg": {"WIDTH": 37},
+    "offrac_result_buffer": {"MAX_BEATS": 4},
     "offrac_slot_queue": {"DEPTH": 5},
     # as tb_dispatcher.py expects: functions 0, 1 and 3 hosted, device 3
     "offrac_dispatcher": {
@@ -77,10 +88,34 @@ def test_model_matches_response_vectors() -> None:
         ("offrac_accel_topk", "tb_accel_topk"),
         ("offrac_dispatcher", "tb_dispatcher"),
         ("offrac_slot_queue", "tb_slot_queue"),
+        ("offrac_axis_reg", "tb_axis_reg"),
+        ("offrac_result_buffer", "tb_result_buffer"),
     ],
 )
 def test_rtl(toplevel: str, bench: str) -> None:
     run(toplevel, bench, BUILD / toplevel, PARAMETERS.get(toplevel, {}), {})
+
+
+def accel_oracle() -> Path:
+    """The software built-ins behind a JSON interface (crates/accel/examples/accel_oracle.rs): the
+    expected outputs of the accelerators that must be bit-exact with them come from the shipping code."""
+    cargo = os.environ.get("CARGO", "cargo")
+    cmd = [cargo, "build", "--release", "-q", "-p", "offrac-accel", "--example", "accel_oracle"]
+    subprocess.run(cmd, check=True, cwd=RTL.parent)
+    return RTL.parent / "target" / "release" / "examples" / "accel_oracle"
+
+
+@pytest.mark.parametrize(
+    ("toplevel", "bench"),
+    [
+        ("offrac_accel_mapid", "tb_accel_mapid"),
+        ("offrac_accel_bucketize", "tb_accel_bucketize"),
+        ("offrac_accel_sparse", "tb_accel_sparse"),
+    ],
+)
+def test_accel_against_software(toplevel: str, bench: str) -> None:
+    env = {"OFFRAC_ACCEL_ORACLE": str(accel_oracle())}
+    run(toplevel, bench, BUILD / toplevel, PARAMETERS.get(toplevel, {}), env)
 
 
 def run(
@@ -185,3 +220,10 @@ def test_selector(policy: str) -> None:
         "POLICY": {"rr": 0, "jsq": 1}[policy],
     }
     run("offrac_selector", "tb_selector", BUILD / f"selector-{policy}", params, {})
+
+
+@pytest.mark.skipif(not os.environ.get("OFFRAC_RTL_FULL"), reason="long: make rtl-mapid-full")
+def test_mapid_builtin_dictionary() -> None:
+    """MapId at its default size with the node's 32,768 built-in keys, against the software."""
+    env = {"OFFRAC_ACCEL_ORACLE": str(accel_oracle())}
+    run("offrac_accel_mapid", "tb_accel_mapid_builtin", BUILD / "mapid-builtin", {"MAX_BEATS": 16}, env)
