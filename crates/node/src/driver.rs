@@ -76,6 +76,10 @@ pub struct DriverConfig {
     pub targets: Vec<offrac_control::Target>,
     /// How long a swap waits for the slot's running request before rolling back.
     pub swap_drain_timeout: Duration,
+    /// Tenants' weights and quotas (`docs/control.md`, "Tenants").
+    pub tenancy: offrac_core::Tenancy,
+    /// Function ids served by tenants' modules at start (a saved assignment).
+    pub owners: Vec<(u8, u16)>,
 }
 
 impl DriverConfig {
@@ -95,6 +99,8 @@ impl DriverConfig {
             metrics_addr: None,
             targets: Vec::new(),
             swap_drain_timeout: Duration::from_secs(1),
+            tenancy: offrac_core::Tenancy::default(),
+            owners: Vec::new(),
         }
     }
 }
@@ -260,7 +266,11 @@ impl Driver {
             .enumerate()
             .map(|(i, l)| l.connect_io(i))
             .collect();
-        let engine = Engine::new(engine)?;
+        let mut engine = Engine::new(engine)?;
+        engine.set_tenancy(cfg.tenancy.clone());
+        for &(f, t) in &cfg.owners {
+            engine.set_owner(f, Some(t));
+        }
         let targets = if cfg.targets.len() == cfg.slots.len() {
             cfg.targets.clone()
         } else {
@@ -412,6 +422,14 @@ impl Driver {
     /// `slot`'s function returned (its answer is about to be written).
     pub fn handle_slot_free(&mut self, now: Instant, slot: SlotId) {
         self.engine.handle_slot_done(now, slot);
+        self.pump(now);
+        self.swap_slot_freed(now, slot);
+    }
+
+    /// `slot`'s function returned after running `exec_ns` (as measured
+    /// around the call): the cost its tenant is charged in the slot's DRR.
+    pub fn handle_slot_finished(&mut self, now: Instant, slot: SlotId, exec_ns: u64) {
+        self.engine.handle_slot_finished(now, slot, Some(exec_ns));
         self.pump(now);
         self.swap_slot_freed(now, slot);
     }
