@@ -428,6 +428,10 @@ class Client:
       ``uniform(low, high) * 2**i``, capped at ``busy_backoff_max``. The default 80-120 us start
       follows the OffRAC paper (Appendix B).
     * ``tenant``: default tenant id of requests.
+    * ``key``: the tenant's HMAC-SHA256 key (bytes or hex). With it the client opens (and
+      reopens) its connection with an authenticated hello (``docs/protocol.md``, "Tenants"):
+      the node attributes the connection to ``tenant`` — its modules, quotas and DRR share.
+      A refused hello raises (``UnauthorizedError``).
     * ``trace``: ask for per-hop timings; with ``return_info=True`` the header's ``hop_times``
       says which device ran each hop, how long it queued and ran.
     * ``budget``: default time budget of requests, in seconds (None: none). A hop not started
@@ -455,6 +459,7 @@ class Client:
         busy_backoff: tuple[float, float] = (80e-6, 120e-6),
         busy_backoff_max: float = 0.05,
         tenant: int = 0,
+        key: bytes | str | None = None,
         budget: float | None = None,
         trace: bool = False,
         nodelay: bool = True,
@@ -473,6 +478,7 @@ class Client:
         self.busy_backoff: tuple[float, float] = (float(lo), float(hi))
         self.busy_backoff_max: float = float(busy_backoff_max)
         self.tenant: int = tenant
+        self._key: bytes | None = bytes.fromhex(key) if isinstance(key, str) else key
         self.budget = budget
         self.trace = trace
         _budget_us(budget)  # checked now, not at the first call
@@ -519,6 +525,18 @@ class Client:
         #: Answers read from the socket straight into their ``out`` array.
         self.direct_reads: int = 0
         self._reader = self._start_reader()
+        self._hello()
+
+    def _hello(self) -> None:
+        """Attribute the connection to ``tenant`` (if a key was given); waits for the answer so
+        that no request is sent before the connection is the tenant's."""
+        if self._key is None:
+            return
+        try:
+            self.control(tenant=self.tenant, key=self._key).hello()
+        except BaseException:
+            self.close()
+            raise
 
     def _open_socket(self) -> socket.socket:
         try:
@@ -593,6 +611,7 @@ class Client:
                     self._last_unmatched = None
                 self.reconnects += 1
             self._reader = self._start_reader()
+        self._hello()
 
     # -- public API -----------------------------------------------------------------------
 

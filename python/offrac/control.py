@@ -26,7 +26,16 @@ from .protocol import FUNCTION_IDS, Status
 if TYPE_CHECKING:
     from .client import Client
 
-__all__ = ["FN_CONTROL", "OP_LIST", "OP_SWAP", "OP_UNLOAD", "OP_UPLOAD", "Controller", "encode_envelope"]
+__all__ = [
+    "FN_CONTROL",
+    "OP_HELLO",
+    "OP_LIST",
+    "OP_SWAP",
+    "OP_UNLOAD",
+    "OP_UPLOAD",
+    "Controller",
+    "encode_envelope",
+]
 
 #: The reserved function id of control requests.
 FN_CONTROL: Final = 0xFC
@@ -34,6 +43,7 @@ OP_UPLOAD: Final = 1
 OP_SWAP: Final = 2
 OP_LIST: Final = 3
 OP_UNLOAD: Final = 4
+OP_HELLO: Final = 5
 
 _FIXED = struct.Struct("<BBHIQQ8x")
 assert _FIXED.size == 32
@@ -112,6 +122,11 @@ class Controller:
         """The library's modules and what each slot runs: ``{"modules": [...], "slots": [...]}``."""
         listing: dict[str, Any] = json.loads(self.request(OP_LIST))
         return listing
+
+    def hello(self) -> None:
+        """Attribute this connection to the tenant (``docs/protocol.md``, "Tenants"): from now
+        on its requests are charged to it and see its modules. ``Client(key=...)`` does this."""
+        self.request(OP_HELLO)
 
     def unload(self, digest: str) -> None:
         """Remove a module from the library (no slot may run it)."""

@@ -12,6 +12,7 @@ __all__ = [
     "InternalError",
     "MalformedError",
     "OffracError",
+    "QuotaExceededError",
     "RequestTimeoutError",
     "ShuttingDownError",
     "TooLargeError",
@@ -187,6 +188,13 @@ class FuelExhaustedError(OffracError):
     STATUS: Status | None = Status.FUEL_EXHAUSTED
 
 
+class QuotaExceededError(OffracError):
+    """QUOTA_EXCEEDED: the request's tenant is over a quota (requests in flight, reassembly
+    bytes; ``detail`` = the limit). Retry once some of its requests are answered."""
+
+    STATUS: Status | None = Status.QUOTA_EXCEEDED
+
+
 class ConnectionClosedError(OffracError, ConnectionError):
     """The connection closed (or broke) while the request was outstanding, or before it was
     sent. Also a builtin :class:`ConnectionError`."""
@@ -214,6 +222,7 @@ _BY_STATUS: dict[Status, type[OffracError]] = {
         UnauthorizedError,
         TrappedError,
         FuelExhaustedError,
+        QuotaExceededError,
     )
     if cls.STATUS is not None
 }

@@ -125,6 +125,7 @@ class Status(enum.IntEnum):
     UNAUTHORIZED = 12
     TRAPPED = 13
     FUEL_EXHAUSTED = 14
+    QUOTA_EXCEEDED = 15
 
     @property
     def closes_connection(self) -> bool:

@@ -20,6 +20,9 @@ pub fn run_closed_loop(spec: &BenchSpec) -> Result<BenchReport, BenchError> {
 /// A [`WireConn`] configured from `spec` (fragments, gap, timeout, busy-poll).
 pub fn connect_wire(spec: &BenchSpec) -> Result<Box<dyn Caller>, BenchError> {
     let mut c = WireConn::connect(&spec.addr, spec.busy_poll)?;
+    if let Some((tenant, key)) = &spec.tenant {
+        c.hello(*tenant, key)?;
+    }
     c.set_fragments(spec.fragments, spec.fragment_gap);
     c.set_chain(&spec.chain)?;
     c.set_timeout(Some(spec.call_timeout))?;

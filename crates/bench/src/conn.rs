@@ -37,6 +37,8 @@ pub struct WireConn {
     chain: Vec<Hop>,
     /// Answers go to this direct reply endpoint (flags bit 2).
     direct_reply: Option<u8>,
+    /// The tenant id requests carry (the connection's after a hello).
+    tenant: u16,
 }
 
 impl WireConn {
@@ -57,7 +59,45 @@ impl WireConn {
             rx: Vec::new(),
             chain: Vec::new(),
             direct_reply: None,
+            tenant: 0,
         })
+    }
+
+    /// Attribute the connection to `tenant` with an authenticated hello
+    /// signed with `key` (`docs/protocol.md`, "Tenants"); waits for the answer.
+    pub fn hello(&mut self, tenant: u16, key: &[u8]) -> Result<(), BenchError> {
+        use offrac_control::wire;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        // Unique per tenant within the window: the clock's nanoseconds.
+        let env = wire::encode(
+            tenant,
+            now.as_millis() as u64,
+            now.as_nanos() as u64,
+            &wire::Op::Hello,
+            key,
+        );
+        let h = RequestHeader::single(u64::MAX - 1, wire::FN_CONTROL, 0, env.len() as u32);
+        let mut h = h;
+        h.tenant = tenant;
+        offrac_client::write_all_vectored(&mut self.stream, &h.encode(), &env)?;
+        let answer = loop {
+            match self.recv() {
+                Ok(a) => break a,
+                Err(BenchError::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Err(e),
+            }
+        };
+        if answer.status != offrac_proto::Status::Ok {
+            return Err(BenchError::Config(format!(
+                "hello as tenant {tenant} refused: {} ({})",
+                answer.status,
+                String::from_utf8_lossy(self.payload())
+            )));
+        }
+        self.tenant = tenant;
+        Ok(())
     }
 
     /// Have every request's answer written to direct reply endpoint
@@ -106,6 +146,7 @@ impl WireConn {
             rx: Vec::new(),
             chain: self.chain.clone(),
             direct_reply: self.direct_reply,
+            tenant: self.tenant,
         })
     }
 
@@ -124,6 +165,7 @@ impl WireConn {
         } else {
             RequestHeader::chain(id, &self.chain, len).expect("length checked by set_chain")
         };
+        h.tenant = self.tenant;
         if let Some(e) = self.direct_reply {
             h.reply_device = e;
             h.flags |= offrac_proto::FLAG_DIRECT_REPLY;

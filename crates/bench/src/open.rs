@@ -41,6 +41,9 @@ pub fn run_open_loop(spec: &BenchSpec) -> Result<BenchReport, BenchError> {
     let mut conns = Vec::with_capacity(spec.clients);
     for _ in 0..spec.clients {
         let mut tx = WireConn::connect(&spec.addr, spec.busy_poll)?;
+        if let Some((tenant, key)) = &spec.tenant {
+            tx.hello(*tenant, key)?;
+        }
         tx.set_fragments(spec.fragments, spec.fragment_gap);
         tx.set_chain(&spec.chain)?;
         let rx = tx.try_clone()?;

@@ -103,6 +103,8 @@ pub struct BenchSpec {
     /// Closed loop: each client registers a direct reply endpoint on this
     /// node (the one that ends the chain) and gets its answers there.
     pub reply_at: Option<String>,
+    /// Each connection says hello as this tenant with this key first.
+    pub tenant: Option<(u16, Vec<u8>)>,
 }
 
 impl BenchSpec {
@@ -124,6 +126,7 @@ impl BenchSpec {
             item_per_client: false,
             chain: Vec::new(),
             reply_at: None,
+            tenant: None,
         }
     }
 

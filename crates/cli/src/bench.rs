@@ -109,6 +109,8 @@ struct LoadArgs {
     /// sending them back along the chain's path.
     #[arg(long, value_name = "HOST:PORT")]
     reply_at: Option<String>,
+    #[command(flatten)]
+    tenant: crate::tenant::TenantArgs,
     /// "wire" (the offrac framing: nodes, raw echo, CPU baseline) or "grpc" (closed loop only).
     #[arg(long, default_value = "wire")]
     protocol: String,
@@ -245,6 +247,7 @@ fn load(a: LoadArgs) -> Result<(), CliError> {
         ));
     }
     spec.reply_at = a.reply_at.clone();
+    spec.tenant = a.tenant.parsed()?;
     spec.seed = a.seed;
     spec.progress = !a.out.no_progress;
     spec.label = a.out.label.clone();

@@ -44,6 +44,8 @@ pub struct Args {
     /// Give up after this many seconds without an answer (connect included).
     #[arg(long, default_value_t = 10.0)]
     timeout: f64,
+    #[command(flatten)]
+    tenant: crate::tenant::TenantArgs,
 }
 
 pub fn run(a: Args) -> Result<(), CliError> {
@@ -94,6 +96,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
     };
     let mut c = Client::connect_timeout(&a.addr, timeout).map_err(silent)?;
     c.set_read_timeout(Some(timeout))?;
+    a.tenant.hello(&mut c)?;
     let t = std::time::Instant::now();
     let reply = c.call_chain(&hops, &payload).map_err(silent)?;
     let rtt = t.elapsed();

@@ -13,6 +13,7 @@ mod provision;
 mod serve;
 mod sim;
 mod status;
+mod tenant;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

@@ -215,6 +215,8 @@ pub struct Client {
     /// Ask for per-hop timings in every answer.
     trace: bool,
     direct_reply: bool,
+    /// Tenant id every request carries (its connection's after a hello).
+    tenant: u16,
 }
 
 impl Client {
@@ -257,7 +259,29 @@ impl Client {
             reply_device: offrac_proto::DEVICE_SELF,
             trace: false,
             direct_reply: false,
+            tenant: 0,
         })
+    }
+
+    /// The tenant id requests carry from now on.
+    pub fn set_tenant(&mut self, tenant: u16) {
+        self.tenant = tenant;
+    }
+
+    pub fn tenant(&self) -> u16 {
+        self.tenant
+    }
+
+    /// Attribute this connection to `tenant` with an authenticated hello
+    /// (`docs/protocol.md`, "Tenants"): `envelope` is the HELLO control
+    /// envelope signed with the tenant's key (`offrac_control::wire::encode`).
+    /// Waits for the node's answer; requests then carry `tenant`.
+    pub fn hello(&mut self, tenant: u16, envelope: &[u8]) -> Result<(), ClientError> {
+        let saved = std::mem::replace(&mut self.retry, RetryPolicy::with_max_retries(0));
+        self.tenant = tenant;
+        let r = self.call(offrac_proto::FN_CONTROL, 0, envelope);
+        self.retry = saved;
+        r.map(|_| ())
     }
 
     /// Builder form of [`Client::set_retry_policy`].
@@ -460,6 +484,7 @@ impl Client {
             .ok_or(ClientError::ChainLength(hops.len()))?;
         h.budget_us = self.budget_us;
         h.reply_device = self.reply_device;
+        h.tenant = self.tenant;
         if self.trace {
             h.flags |= offrac_proto::FLAG_TRACE;
         }

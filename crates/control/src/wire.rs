@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! off len  field
-//!   0   1  op          1 UPLOAD, 2 SWAP, 3 LIST, 4 UNLOAD
+//!   0   1  op          1 UPLOAD, 2 SWAP, 3 LIST, 4 UNLOAD, 5 HELLO
 //!   1   1  reserved    0
 //!   2   2  tenant      whose key signs the envelope (u16 LE)
 //!   4   4  body_len    (u32 LE)
@@ -16,7 +16,8 @@
 //!
 //! Bodies: UPLOAD — the module's bytes (`.wasm`); SWAP — `u16 slot`,
 //! `u8 function`, `u8 kind` (0 built-in, 1 WebAssembly), then for kind 1 the
-//! module's 32-byte SHA-256 digest; LIST — empty; UNLOAD — a 32-byte digest.
+//! module's 32-byte SHA-256 digest; LIST — empty; UNLOAD — a 32-byte digest;
+//! HELLO — empty (it attributes the connection it arrives on to the tenant).
 
 use hmac::{KeyInit, Mac};
 use sha2::Sha256;
@@ -57,9 +58,15 @@ impl Target {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Op {
     Upload(Vec<u8>),
-    Swap { slot: u16, target: Target },
+    Swap {
+        slot: u16,
+        target: Target,
+    },
     List,
     Unload(Digest),
+    /// Attribute the data connection this arrives on to the envelope's
+    /// tenant (`docs/protocol.md`, "Tenants").
+    Hello,
 }
 
 impl Op {
@@ -69,6 +76,7 @@ impl Op {
             Op::Swap { .. } => 2,
             Op::List => 3,
             Op::Unload(_) => 4,
+            Op::Hello => 5,
         }
     }
 
@@ -78,6 +86,7 @@ impl Op {
             Op::Swap { .. } => "swap",
             Op::List => "list",
             Op::Unload(_) => "unload",
+            Op::Hello => "hello",
         }
     }
 
@@ -95,7 +104,7 @@ impl Op {
                 }
                 b
             }
-            Op::List => Vec::new(),
+            Op::List | Op::Hello => Vec::new(),
             Op::Unload(d) => d.to_vec(),
         }
     }
@@ -212,6 +221,13 @@ impl Envelope {
                 })
             }
             4 => Op::Unload(digest("unload", body)?),
+            5 if body.is_empty() => Op::Hello,
+            5 => {
+                return Err(WireError::Body {
+                    op: "hello",
+                    why: "the body must be empty",
+                })
+            }
             other => return Err(WireError::UnknownOp(other)),
         };
         let signed_len = ENVELOPE_HEADER + body_len;
@@ -262,6 +278,7 @@ mod tests {
             },
             Op::List,
             Op::Unload([9; 32]),
+            Op::Hello,
         ];
         for op in ops {
             let b = encode(5, 1_700_000_000_000, 42, &op, key);

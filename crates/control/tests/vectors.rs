@@ -25,6 +25,7 @@ fn digest(v: &Value) -> [u8; 32] {
 fn op_of(v: &Value) -> Op {
     match v["kind"].as_str().unwrap() {
         "list" => Op::List,
+        "hello" => Op::Hello,
         "upload" => Op::Upload(hex::decode(v["module"].as_str().unwrap()).unwrap()),
         "unload" => Op::Unload(digest(&v["digest"])),
         "swap" => {

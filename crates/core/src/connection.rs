@@ -1,6 +1,6 @@
 //! Per-connection receive state: where the next byte of the stream goes.
 
-use crate::{BufferId, Instant};
+use crate::{BufferId, Instant, TenantKey};
 use offrac_proto::{RequestHeader, EXT_LEN, HEADER_LEN};
 
 #[derive(Debug)]
@@ -24,6 +24,8 @@ pub(crate) enum Rx {
         payload: Vec<u8>,
         buffer: BufferId,
         first_byte_at: Instant,
+        /// Charged to this tenant (its connection's at admission).
+        tenant: TenantKey,
     },
     /// Skipping the payload of a refused request.
     Discard { remaining: u64 },
@@ -43,6 +45,8 @@ pub(crate) struct Connection {
     pub held: u32,
     /// The driver is not reading it (backpressure): no stall is counted.
     pub paused: bool,
+    /// Set by an authenticated hello; `None`: anonymous.
+    pub tenant: TenantKey,
 }
 
 impl Connection {
@@ -53,6 +57,7 @@ impl Connection {
             timer_armed: false,
             held: 0,
             paused: false,
+            tenant: None,
         }
     }
 

@@ -3,7 +3,10 @@
 //! slot queues and tells the driver what to do.
 
 use crate::connection::{Connection, Rx};
-use crate::{EngineConfig, EngineStats, Instant, Job, ReassemblyPool, Selector, SlotId, SlotQueue};
+use crate::{
+    EngineConfig, EngineStats, Instant, Job, ReassemblyPool, Selector, SlotId, SlotQueue, Tenancy,
+    TenantKey, TenantUsage,
+};
 use offrac_proto::{
     HeaderError, RequestHeader, ResponseHeader, Status, DEVICE_SELF, EXT_LEN, FLAG_HOP_EXT,
     FN_CONTROL, FN_DESCRIBE, FN_REGISTER_REPLY, HEADER_LEN, REQUEST_ID_NONE, VERSION,
@@ -80,8 +83,9 @@ pub struct Engine {
     /// non-keyed hash is safe here (and a lookup happens on every segment).
     conns: FxHashMap<ConnId, Connection>,
     next_conn: ConnId,
-    /// The connection of the job each slot is running.
-    running: Vec<Option<ConnId>>,
+    /// The connection and tenant of the job each slot is running, and when
+    /// it was dispatched (its cost, if the driver does not measure one).
+    running: Vec<Option<(ConnId, TenantKey, Instant)>>,
     timers: BinaryHeap<Reverse<(Instant, ConnId)>>,
     actions: VecDeque<Action>,
     stats: EngineStats,
@@ -91,6 +95,12 @@ pub struct Engine {
     reply_endpoints: Box<[Option<Endpoint>; 256]>,
     /// Slots being reconfigured: not chosen for new requests.
     paused: Vec<bool>,
+    /// Tenants' weights and quotas, and what each holds now.
+    tenancy: Tenancy,
+    usage: FxHashMap<TenantKey, TenantUsage>,
+    /// The tenant owning each function id (a tenant's WebAssembly module);
+    /// `None`: shared (the built-ins), callable by everyone.
+    owners: Box<[Option<u16>; 256]>,
 }
 
 impl Engine {
@@ -158,8 +168,57 @@ impl Engine {
             drain_from: 0,
             reply_endpoints: Box::new([None; 256]),
             paused: vec![false; cfg.slots.len()],
+            tenancy: Tenancy::default(),
+            usage: FxHashMap::default(),
+            owners: Box::new([None; 256]),
             cfg,
         })
+    }
+
+    /// The node's tenants: weights, quotas, whether anonymous connections
+    /// are served.
+    pub fn set_tenancy(&mut self, tenancy: Tenancy) {
+        for s in &mut self.slots {
+            s.set_quantum(tenancy.quantum_ns);
+        }
+        self.tenancy = tenancy;
+    }
+
+    pub fn tenancy(&self) -> &Tenancy {
+        &self.tenancy
+    }
+
+    /// An authenticated hello on `conn` named `tenant`: its requests from now
+    /// on are that tenant's. A connection belongs to one tenant: `false`
+    /// (and nothing changes) if it already said another one, or is unknown.
+    pub fn attribute(&mut self, conn: ConnId, tenant: u16) -> bool {
+        match self.conns.get_mut(&conn) {
+            Some(c) if c.tenant.is_none_or(|t| t == tenant) => {
+                c.tenant = Some(tenant);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The tenant `conn` is attributed to (`None`: anonymous or unknown).
+    pub fn tenant_of(&self, conn: ConnId) -> TenantKey {
+        self.conns.get(&conn).and_then(|c| c.tenant)
+    }
+
+    /// `function` is `tenant`'s own (a module it swapped in; only its
+    /// connections see it), or shared (`None`).
+    pub fn set_owner(&mut self, function: u8, tenant: Option<u16>) {
+        self.owners[function as usize] = tenant;
+    }
+
+    pub fn owner(&self, function: u8) -> Option<u16> {
+        self.owners[function as usize]
+    }
+
+    /// What `tenant` holds now.
+    pub fn usage(&self, tenant: TenantKey) -> TenantUsage {
+        self.usage.get(&tenant).copied().unwrap_or_default()
     }
 
     pub fn config(&self) -> &EngineConfig {
@@ -276,12 +335,24 @@ impl Engine {
         }
     }
 
-    /// `slot` finished the job it was dispatched (its answer is the driver's to write).
+    /// `slot` finished the job it was dispatched (its answer is the driver's
+    /// to write). Its tenant is charged the time since dispatch.
     pub fn handle_slot_done(&mut self, now: Instant, slot: SlotId) {
-        let was_busy = self.slots[slot].finish();
+        self.handle_slot_finished(now, slot, None);
+    }
+
+    /// `slot` finished the job it was dispatched, which ran for `exec_ns`
+    /// as the worker measured it (`None`: the time since dispatch): that
+    /// is what its tenant is charged in the slot's DRR.
+    pub fn handle_slot_finished(&mut self, now: Instant, slot: SlotId, exec_ns: Option<u64>) {
+        let running = self.running[slot].take();
+        let cost = exec_ns.unwrap_or_else(|| {
+            running.map_or(0, |(_, _, at)| crate::nanos(now.saturating_since(at)))
+        });
+        let was_busy = self.slots[slot].finish_charged(cost);
         debug_assert!(was_busy, "slot {slot} was not busy");
-        if let Some(conn) = self.running[slot].take() {
-            self.settle(conn);
+        if let Some((conn, tenant, _)) = running {
+            self.settle(conn, tenant);
         }
         self.stats.completed += 1;
         self.start(now, slot);
@@ -293,7 +364,10 @@ impl Engine {
     /// that function (handed over, not copied). The request stays held: its
     /// answer is still owed.
     pub fn handle_hop_done(&mut self, now: Instant, slot: SlotId, job: Job) {
-        let was_busy = self.slots[slot].finish();
+        // The hop that ran is the one before the job's current hop.
+        let ran = job.header.hop_index.wrapping_sub(1) as usize % offrac_proto::MAX_HOPS;
+        let exec_ns = job.times[ran].exec_ns;
+        let was_busy = self.slots[slot].finish_charged(exec_ns);
         debug_assert!(was_busy, "slot {slot} was not busy");
         self.running[slot] = None;
         self.stats.hops += 1;
@@ -411,7 +485,7 @@ impl Engine {
         waiting.extend(self.small.drain(..));
         self.small_bytes = 0;
         for b in 0..self.pool.len() {
-            while let Some(job) = self.pool.take(b, 0) {
+            while let Some(job) = self.take_pool(b, 0) {
                 waiting.push(job);
             }
         }
@@ -427,7 +501,7 @@ impl Engine {
                 0,
                 "node is shutting down: the grace period ended before this request ran",
             );
-            self.settle(job.conn);
+            self.settle(job.conn, job.tenant);
         }
     }
 
@@ -523,6 +597,7 @@ impl Engine {
                 mut payload,
                 buffer,
                 first_byte_at,
+                tenant,
             } => {
                 let need = header.payload_len as usize - payload.len();
                 let n = need.min(data.len());
@@ -534,9 +609,11 @@ impl Engine {
                         payload,
                         buffer,
                         first_byte_at,
+                        tenant,
                     };
                 }
-                let job = Job::new(conn, header, payload, first_byte_at, now);
+                let mut job = Job::new(conn, header, payload, first_byte_at, now);
+                job.tenant = tenant;
                 self.pool.finish(buffer, job);
                 self.hold(conn);
                 Rx::idle(now)
@@ -609,6 +686,25 @@ impl Engine {
         if self.shutting_down {
             return refuse(self, Status::ShuttingDown, 0, "node is shutting down");
         }
+        let tenant = self.tenant_of(conn);
+        // A control request authenticates itself (the hello is one).
+        if hop.function != FN_CONTROL {
+            match tenant {
+                Some(t) if h.tenant != t => {
+                    let msg = format!(
+                        "the request says tenant {}, its connection's hello said tenant {t}",
+                        h.tenant
+                    );
+                    return refuse(self, Status::Unauthorized, 0, &msg);
+                }
+                None if self.tenancy.refuse_anonymous => {
+                    let msg =
+                        "this node refuses anonymous requests: send an authenticated hello first";
+                    return refuse(self, Status::Unauthorized, 0, msg);
+                }
+                _ => {}
+            }
+        }
         if hop.function == FN_REGISTER_REPLY {
             return self.register_reply(now, conn, &h);
         }
@@ -636,7 +732,7 @@ impl Engine {
             );
             return discard(len, now);
         }
-        if let Err(e) = self.check_chain(&h) {
+        if let Err(e) = self.check_chain(&h, tenant) {
             let mut at = h;
             at.hop_index = e.hop;
             self.reply_to(conn, &at, e.status, e.detail, &e.message);
@@ -649,18 +745,33 @@ impl Engine {
             );
             return refuse(self, Status::TooLarge, self.cfg.max_payload, &msg);
         }
+        let policy = self.tenancy.policy(tenant);
+        let used = self.usage(tenant);
+        if let Some(max) = policy.max_inflight.filter(|&m| used.inflight >= m) {
+            let msg = format!("the tenant has {max} requests in flight, its quota; retry");
+            return refuse(self, Status::QuotaExceeded, max as u64, &msg);
+        }
         let arrived_whole = rest.len() as u64 >= len;
         let small = HEADER_LEN as u64 + len <= self.cfg.small_request_max;
         if arrived_whole && small && self.small_bytes + len <= self.cfg.small_queue_bytes {
             let (payload, tail) = rest.split_at(len as usize);
             *rest = tail;
-            let job = Job::new(conn, h, payload.to_vec(), first_byte_at, now);
+            let mut job = Job::new(conn, h, payload.to_vec(), first_byte_at, now);
+            job.tenant = tenant;
             self.small_bytes += len;
             self.small.push_back(job);
+            self.usage.entry(tenant).or_default().inflight += 1;
             self.hold(conn);
             self.stats.admitted += 1;
             self.stats.admitted_small += 1;
             return Rx::idle(now);
+        }
+        if let Some(max) = policy.max_pool_bytes.filter(|&m| used.pool_bytes + len > m) {
+            let msg = format!(
+                "the tenant holds {} reassembly bytes; {len} more would pass its quota of {max}; retry",
+                used.pool_bytes
+            );
+            return refuse(self, Status::QuotaExceeded, max, &msg);
         }
         let Some(buffer) = self.pool.admit_for(len, Some(hop.function)) else {
             return refuse(
@@ -671,8 +782,12 @@ impl Engine {
             );
         };
         self.stats.admitted += 1;
+        let u = self.usage.entry(tenant).or_default();
+        u.inflight += 1;
+        u.pool_bytes += len;
         if len == 0 {
-            let job = Job::new(conn, h, Vec::new(), first_byte_at, now);
+            let mut job = Job::new(conn, h, Vec::new(), first_byte_at, now);
+            job.tenant = tenant;
             self.pool.finish(buffer, job);
             self.hold(conn);
             return Rx::idle(now);
@@ -682,6 +797,7 @@ impl Engine {
             payload: Vec::with_capacity(len as usize),
             buffer,
             first_byte_at,
+            tenant,
         }
     }
 
@@ -731,7 +847,7 @@ impl Engine {
     /// Every hop this node will run before the chain leaves it must be one
     /// it can run: checked at admission, so a request is not half run
     /// before a hop fails for want of a slot.
-    fn check_chain(&self, h: &RequestHeader) -> Result<(), HopError> {
+    fn check_chain(&self, h: &RequestHeader, tenant: TenantKey) -> Result<(), HopError> {
         for i in h.hop_index..h.hop_count {
             let hop = h.hops[i as usize];
             if !self.is_local(hop.device) {
@@ -759,8 +875,10 @@ impl Engine {
                 }
                 return Ok(());
             }
-            if self.selector.hosts(hop.function).is_empty() {
-                if self.reconfiguring(hop.function) {
+            // Another tenant's module is not there for this one.
+            let hidden = self.owners[hop.function as usize].is_some_and(|o| tenant != Some(o));
+            if hidden || self.selector.hosts(hop.function).is_empty() {
+                if !hidden && self.reconfiguring(hop.function) {
                     return Err(HopError {
                         hop: i,
                         status: Status::Busy,
@@ -822,7 +940,7 @@ impl Engine {
         match refusal {
             Some((status, detail, msg)) => {
                 self.reply_to(job.conn, &job.header, status, detail, &msg);
-                self.settle(job.conn);
+                self.settle(job.conn, job.tenant);
             }
             None => {
                 self.chained_bytes += cost;
@@ -834,7 +952,7 @@ impl Engine {
     /// Hand `job` to the driver for its hop's device; the engine's part of
     /// its answer is done.
     fn forward(&mut self, job: Job) {
-        self.settle(job.conn);
+        self.settle(job.conn, job.tenant);
         self.stats.forwarded += 1;
         self.actions.push_back(Action::Forward { job });
     }
@@ -843,7 +961,7 @@ impl Engine {
     /// request for the driver.
     fn leave(&mut self, job: Job) {
         if job.function() == FN_CONTROL && self.runs_here(&job) {
-            self.settle(job.conn);
+            self.settle(job.conn, job.tenant);
             self.actions.push_back(Action::Control { job });
         } else {
             self.forward(job);
@@ -891,7 +1009,7 @@ impl Engine {
             } else {
                 let msg = format!("slot {slot} is being reconfigured; retry");
                 self.reply_to(job.conn, &job.header, Status::Busy, 0, &msg);
-                self.settle(job.conn);
+                self.settle(job.conn, job.tenant);
                 refused += 1;
             }
         }
@@ -953,7 +1071,7 @@ impl Engine {
             let mut i = 0;
             while let Some(job) = self.pool.ready(b).get(i) {
                 if gone(self, job) {
-                    lost.push(self.pool.take(b, i).expect("index in range"));
+                    lost.push(self.take_pool(b, i).expect("index in range"));
                 } else {
                     i += 1;
                 }
@@ -969,7 +1087,7 @@ impl Engine {
                 f as u64,
                 &msg,
             );
-            self.settle(job.conn);
+            self.settle(job.conn, job.tenant);
         }
     }
 
@@ -1031,11 +1149,31 @@ impl Engine {
         self.actions.push_back(Action::Close { conn });
     }
 
-    /// One answer the engine owed `conn` has been given.
-    fn settle(&mut self, conn: ConnId) {
+    /// One answer the engine owed `conn` (for `tenant`) has been given.
+    fn settle(&mut self, conn: ConnId, tenant: TenantKey) {
         if let Some(c) = self.conns.get_mut(&conn) {
             c.held -= 1;
         }
+        self.release(tenant, 1, 0);
+    }
+
+    /// `tenant` no longer holds `requests` in flight and `bytes` of the pool.
+    fn release(&mut self, tenant: TenantKey, requests: u32, bytes: u64) {
+        if let Some(u) = self.usage.get_mut(&tenant) {
+            u.inflight = u.inflight.saturating_sub(requests);
+            u.pool_bytes = u.pool_bytes.saturating_sub(bytes);
+            if *u == TenantUsage::default() {
+                self.usage.remove(&tenant);
+            }
+        }
+    }
+
+    /// Take a complete job out of reassembly buffer `b`: its tenant's pool
+    /// bytes are free again.
+    fn take_pool(&mut self, b: usize, i: usize) -> Option<Job> {
+        let job = self.pool.take(b, i)?;
+        self.release(job.tenant, 0, job.cost());
+        Some(job)
     }
 
     /// A complete request from `conn` was admitted: the engine owes it an answer.
@@ -1111,8 +1249,15 @@ impl Engine {
 
     /// Release whatever a receive state held.
     fn collect(&mut self, rx: Rx) {
-        if let Rx::Payload { header, buffer, .. } = rx {
+        if let Rx::Payload {
+            header,
+            buffer,
+            tenant,
+            ..
+        } = rx
+        {
             self.pool.abort(buffer, header.payload_len as u64);
+            self.release(tenant, 1, header.payload_len as u64);
             self.stats.collected += 1;
         }
     }
@@ -1121,12 +1266,13 @@ impl Engine {
     /// Within a source a request whose slots are all full is skipped, not waited on,
     /// so one backed-up function cannot block the others.
     fn drain(&mut self, now: Instant) {
-        let mut blocked = [false; 256];
+        // (function, tenant) pairs whose slots have no room this pass.
+        let mut blocked: Vec<(u8, TenantKey)> = Vec::new();
         // Chains first: their requests were admitted earliest.
         let mut i = 0;
         while i < self.chained.len() {
             let (f, cost) = (self.chained[i].function(), self.chained[i].cost());
-            match self.pick(&mut blocked, f, cost) {
+            match self.pick(&mut blocked, f, self.chained[i].tenant, cost) {
                 Some(slot) => {
                     let job = self.chained.remove(i).expect("index in range");
                     self.chained_bytes -= cost;
@@ -1144,7 +1290,7 @@ impl Engine {
                 self.leave(job);
                 continue;
             }
-            match self.pick(&mut blocked, f, cost) {
+            match self.pick(&mut blocked, f, self.small[i].tenant, cost) {
                 Some(slot) => {
                     let job = self.small.remove(i).expect("index in range");
                     self.small_bytes -= cost;
@@ -1158,15 +1304,15 @@ impl Engine {
             let b = (self.drain_from + k) % n;
             let mut i = 0;
             while let Some(job) = self.pool.ready(b).get(i) {
-                let (f, cost) = (job.function(), job.cost());
+                let (f, cost, tenant) = (job.function(), job.cost(), job.tenant);
                 if !self.runs_here(job) || f == FN_CONTROL {
-                    let job = self.pool.take(b, i).expect("index in range");
+                    let job = self.take_pool(b, i).expect("index in range");
                     self.leave(job);
                     continue;
                 }
-                match self.pick(&mut blocked, f, cost) {
+                match self.pick(&mut blocked, f, tenant, cost) {
                     Some(slot) => {
-                        let job = self.pool.take(b, i).expect("index in range");
+                        let job = self.take_pool(b, i).expect("index in range");
                         self.enqueue(now, slot, job);
                     }
                     None => i += 1,
@@ -1176,17 +1322,26 @@ impl Engine {
         self.drain_from = (self.drain_from + 1) % n;
     }
 
-    fn pick(&mut self, blocked: &mut [bool; 256], f: u8, cost: u64) -> Option<SlotId> {
-        if blocked[f as usize] {
+    fn pick(
+        &mut self,
+        blocked: &mut Vec<(u8, TenantKey)>,
+        f: u8,
+        tenant: TenantKey,
+        cost: u64,
+    ) -> Option<SlotId> {
+        if blocked.contains(&(f, tenant)) {
             return None;
         }
-        let slot = self.selector.pick(f, cost, &self.slots);
-        blocked[f as usize] = slot.is_none();
+        let slot = self.selector.pick_for(f, tenant, cost, &self.slots);
+        if slot.is_none() {
+            blocked.push((f, tenant));
+        }
         slot
     }
 
     fn enqueue(&mut self, now: Instant, slot: SlotId, job: Job) {
-        self.slots[slot].push(job);
+        let weight = self.tenancy.policy(job.tenant).weight;
+        self.slots[slot].push_weighted(job, weight);
         self.start(now, slot);
     }
 
@@ -1199,7 +1354,7 @@ impl Engine {
                 continue;
             }
             job.dispatched_at = Some(now);
-            self.running[slot] = Some(job.conn);
+            self.running[slot] = Some((job.conn, job.tenant, now));
             self.stats.dispatched += 1;
             self.actions.push_back(Action::Dispatch { slot, job });
             return;
@@ -1214,7 +1369,7 @@ impl Engine {
             job.header.budget_us, job.header.hop_index
         );
         self.reply_to(job.conn, &job.header, Status::Timeout, 0, &msg);
-        self.settle(job.conn);
+        self.settle(job.conn, job.tenant);
     }
 }
 

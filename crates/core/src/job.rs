@@ -6,6 +6,8 @@ use std::time::Duration;
 #[derive(Debug, Clone, PartialEq)]
 pub struct Job {
     pub conn: ConnId,
+    /// The tenant it is charged to: its connection's at admission.
+    pub tenant: crate::TenantKey,
     pub header: RequestHeader,
     pub payload: Vec<u8>,
     /// When the first byte of the header arrived.
@@ -36,6 +38,7 @@ impl Job {
     ) -> Job {
         Job {
             conn,
+            tenant: None,
             header,
             payload,
             first_byte_at,

@@ -9,21 +9,25 @@
 
 mod config;
 mod connection;
+mod drr;
 mod engine;
 mod job;
 mod pool;
 mod selector;
 mod slot;
 mod stats;
+mod tenancy;
 mod time;
 
 pub use config::{BufferPolicy, ConfigError, EngineConfig, SlotPolicy};
+pub use drr::Drr;
 pub use engine::{Action, ConnId, Engine, Route};
 pub use job::Job;
 pub use pool::{BufferId, ReassemblyPool};
 pub use selector::Selector;
 pub use slot::{SlotId, SlotQueue};
 pub use stats::EngineStats;
+pub use tenancy::{Tenancy, TenantKey, TenantPolicy, TenantUsage};
 pub use time::{nanos, Instant};
 
 #[cfg(feature = "oracle")]

@@ -153,6 +153,14 @@ struct RawControl {
     max_memory_bytes: Option<usize>,
     #[serde(default)]
     tenants: Vec<RawTenant>,
+    /// "allow" (default) or "refuse" data requests of connections without a hello.
+    anonymous: Option<String>,
+    /// DRR credit per round of a weight-1 tenant.
+    quantum_us: Option<u64>,
+    /// Weight and quotas of the anonymous class.
+    anonymous_weight: Option<u32>,
+    anonymous_max_inflight: Option<u32>,
+    anonymous_max_pool_bytes: Option<u64>,
 }
 
 /// `[[control.tenants]]`: a tenant's id and HMAC-SHA256 key (hex).
@@ -161,6 +169,9 @@ struct RawControl {
 struct RawTenant {
     id: u16,
     key: String,
+    weight: Option<u32>,
+    max_inflight: Option<u32>,
+    max_pool_bytes: Option<u64>,
 }
 
 fn control_settings(raw: Option<RawControl>) -> Result<crate::ControlSettings, ConfigError> {
@@ -174,7 +185,39 @@ fn control_settings(raw: Option<RawControl>) -> Result<crate::ControlSettings, C
     c.max_module_bytes = raw.max_module_bytes.unwrap_or(c.max_module_bytes);
     c.fuel = raw.fuel.unwrap_or(c.fuel);
     c.max_memory_bytes = raw.max_memory_bytes.unwrap_or(c.max_memory_bytes);
+    let bad = |m: String| ConfigError::BadControl(m);
+    c.tenancy.refuse_anonymous = match raw.anonymous.as_deref() {
+        None | Some("allow") => false,
+        Some("refuse") => true,
+        Some(o) => return Err(bad(format!("anonymous = {o:?}: \"allow\" or \"refuse\""))),
+    };
+    if let Some(q) = raw.quantum_us {
+        c.tenancy.quantum_ns = q.max(1) * 1000;
+    }
+    let policy = |id: &str, w: Option<u32>, i: Option<u32>, p: Option<u64>| {
+        if w == Some(0) {
+            return Err(bad(format!("{id}: weight must be at least 1")));
+        }
+        Ok(offrac_core::TenantPolicy {
+            weight: w.unwrap_or(1),
+            max_inflight: i,
+            max_pool_bytes: p,
+        })
+    };
+    c.tenancy.anonymous = policy(
+        "anonymous",
+        raw.anonymous_weight,
+        raw.anonymous_max_inflight,
+        raw.anonymous_max_pool_bytes,
+    )?;
     for t in raw.tenants {
+        let p = policy(
+            &format!("tenant {}", t.id),
+            t.weight,
+            t.max_inflight,
+            t.max_pool_bytes,
+        )?;
+        c.tenancy.tenants.insert(t.id, p);
         let key = hex::decode(&t.key)
             .ok()
             .filter(|k| k.len() >= 16)

@@ -33,6 +33,9 @@ pub struct ControlSettings {
     pub fuel: u64,
     /// Largest linear memory of a WebAssembly function.
     pub max_memory_bytes: usize,
+    /// Tenants' DRR weights and quotas, and whether anonymous data
+    /// connections are served (`docs/control.md`, "Tenants").
+    pub tenancy: offrac_core::Tenancy,
 }
 
 impl Default for ControlSettings {
@@ -46,6 +49,7 @@ impl Default for ControlSettings {
             max_module_bytes: lib.max_module_bytes,
             fuel: lib.limits.fuel,
             max_memory_bytes: lib.limits.max_memory,
+            tenancy: offrac_core::Tenancy::default(),
         }
     }
 }
@@ -92,8 +96,14 @@ impl Accelerator for SwapCell {
 pub enum Handled {
     /// Answer now: status, `detail`, payload.
     Answer(Status, u64, Vec<u8>),
-    /// An authenticated swap: for the driver's controller.
-    Swap { slot: usize, target: Target },
+    /// An authenticated swap asked by `tenant`: for the driver's controller.
+    Swap {
+        slot: usize,
+        target: Target,
+        tenant: u16,
+    },
+    /// An authenticated hello: the connection is `tenant`'s from now on.
+    Hello { tenant: u16 },
 }
 
 pub struct ControlPlane {
@@ -102,6 +112,9 @@ pub struct ControlPlane {
     cells: Vec<Arc<Mutex<Current>>>,
     state: FunctionState,
     state_dir: Option<PathBuf>,
+    /// The tenants that uploaded each module: only they see and swap it.
+    /// Kept in memory: after a restart a module is nobody's until uploaded again.
+    uploaders: HashMap<Digest, std::collections::BTreeSet<u16>>,
 }
 
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -109,6 +122,9 @@ struct SavedSlot {
     function: u8,
     /// The module's digest (hex) for a WebAssembly function.
     digest: Option<String>,
+    /// The tenant whose module it is (only its connections see it).
+    #[serde(default)]
+    tenant: Option<u16>,
 }
 
 fn err_json(msg: &str) -> Vec<u8> {
@@ -132,7 +148,54 @@ impl ControlPlane {
             cells: Vec::new(),
             state,
             state_dir: s.state_dir.clone(),
+            uploaders: s
+                .state_dir
+                .as_ref()
+                .and_then(|d| std::fs::read_to_string(d.join("owners.json")).ok())
+                .and_then(|t| {
+                    serde_json::from_str::<HashMap<String, std::collections::BTreeSet<u16>>>(&t)
+                        .ok()
+                })
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|(h, t)| Some((hex::decode(h).ok()?.try_into().ok()?, t)))
+                .collect(),
         })
+    }
+
+    /// Keep who uploaded which module for a restart.
+    fn save_uploaders(&self) {
+        let Some(dir) = &self.state_dir else {
+            return;
+        };
+        let by_hex: HashMap<String, &std::collections::BTreeSet<u16>> = self
+            .uploaders
+            .iter()
+            .map(|(d, t)| (hex_digest(d), t))
+            .collect();
+        let text = serde_json::to_string_pretty(&by_hex).unwrap_or_default();
+        let tmp = dir.join("owners.json.tmp");
+        let r =
+            std::fs::write(&tmp, text).and_then(|_| std::fs::rename(&tmp, dir.join("owners.json")));
+        if let Err(e) = r {
+            tracing::error!(error = %e, "cannot save the module owners");
+        }
+    }
+
+    /// The owners of the function ids the saved slot assignment serves
+    /// with tenants' modules.
+    pub fn saved_owners(&self) -> Vec<(u8, u16)> {
+        let Some(dir) = &self.state_dir else {
+            return Vec::new();
+        };
+        let Ok(text) = std::fs::read_to_string(dir.join("slots.json")) else {
+            return Vec::new();
+        };
+        let saved: Vec<SavedSlot> = serde_json::from_str(&text).unwrap_or_default();
+        saved
+            .iter()
+            .filter_map(|s| Some((s.function, s.tenant?)))
+            .collect()
     }
 
     /// The slot assignment saved by the last swap, if any and if it still
@@ -181,7 +244,7 @@ impl ControlPlane {
     }
 
     /// Save the slot assignment (after a swap) so a restart keeps it.
-    pub fn save_targets(&self, targets: &[Target]) {
+    pub fn save_targets(&self, targets: &[Target], owner_of: impl Fn(u8) -> Option<u16>) {
         let Some(dir) = &self.state_dir else {
             return;
         };
@@ -191,10 +254,12 @@ impl ControlPlane {
                 Target::Builtin(f) => SavedSlot {
                     function: *f,
                     digest: None,
+                    tenant: None,
                 },
                 Target::Wasm { function, digest } => SavedSlot {
                     function: *function,
                     digest: Some(hex_digest(digest)),
+                    tenant: owner_of(*function),
                 },
             })
             .collect();
@@ -247,12 +312,14 @@ impl ControlPlane {
     /// A complete control request, at wall-clock `now_ms`. `slots`: what each
     /// slot serves (and whether it is being swapped); `in_use`: whether a
     /// slot runs (or is being swapped to) a module.
+    /// `owner_of`: the tenant owning a function id (a module it swapped in).
     pub fn handle(
         &mut self,
         now_ms: u64,
         job: &Job,
         slots: &[(Target, bool)],
         in_use: impl Fn(&Digest) -> bool,
+        owner_of: impl Fn(u8) -> Option<u16>,
     ) -> Handled {
         let env = match Envelope::decode(&job.payload) {
             Ok(e) => e,
@@ -263,9 +330,16 @@ impl ControlPlane {
             return Handled::Answer(Status::Unauthorized, 0, err_json(&e.to_string()));
         }
         tracing::info!(tenant = env.tenant, op = env.op.name(), "control request");
+        let tenant = env.tenant;
+        let owns = |cp: &ControlPlane, d: &Digest| {
+            cp.uploaders.get(d).is_some_and(|t| t.contains(&tenant))
+        };
         match env.op {
+            Op::Hello => Handled::Hello { tenant },
             Op::Upload(bytes) => match self.library.upload(&bytes) {
                 Ok(d) => {
+                    self.uploaders.entry(d).or_default().insert(tenant);
+                    self.save_uploaders();
                     let body = serde_json::json!({ "digest": hex_digest(&d), "size": bytes.len() });
                     Handled::Answer(Status::Ok, 0, body.to_string().into_bytes())
                 }
@@ -280,8 +354,17 @@ impl ControlPlane {
                 Err(e) => Handled::Answer(Status::BadInput, 0, err_json(&e.to_string())),
             },
             Op::Swap { slot, target } => {
+                // Another tenant's function id, or a slot running another
+                // tenant's module, is not this tenant's to change.
+                let foreign = |f: u8| owner_of(f).is_some_and(|o| o != tenant);
+                let current = slots.get(slot as usize).map(|(t, _)| t.function());
+                if foreign(target.function()) || current.is_some_and(foreign) {
+                    let msg = "the function id or the slot's module belongs to another tenant";
+                    return Handled::Answer(Status::BadInput, 0, err_json(msg));
+                }
                 if let Target::Wasm { digest, .. } = target {
-                    if !self.library.contains(&digest) {
+                    // Another tenant's module is answered as a missing one.
+                    if !self.library.contains(&digest) || !owns(self, &digest) {
                         let msg = format!(
                             "no module with digest {} in the library",
                             hex_digest(&digest)
@@ -296,23 +379,40 @@ impl ControlPlane {
                 Handled::Swap {
                     slot: slot as usize,
                     target,
+                    tenant,
                 }
             }
             Op::List => {
                 let modules: Vec<serde_json::Value> = self
                     .library
                     .list()
+                    .filter(|(d, _)| owns(self, d))
                     .map(|(d, size)| serde_json::json!({ "digest": hex_digest(d), "size": size }))
                     .collect();
                 let slots: Vec<serde_json::Value> = slots
                     .iter()
                     .enumerate()
-                    .map(|(i, (t, swapping))| target_json(i, t, *swapping))
+                    .map(|(i, (t, swapping))| match t {
+                        Target::Wasm { function, .. } if owner_of(*function) != Some(tenant) => {
+                            serde_json::json!({ "slot": i, "kind": "another tenant's", "swapping": swapping })
+                        }
+                        _ => target_json(i, t, *swapping),
+                    })
                     .collect();
                 let body = serde_json::json!({ "modules": modules, "slots": slots });
                 Handled::Answer(Status::Ok, 0, body.to_string().into_bytes())
             }
             Op::Unload(d) => {
+                if !owns(self, &d) {
+                    let msg = format!("no module with digest {} in the library", hex_digest(&d));
+                    return Handled::Answer(Status::UnknownFunction, 0, err_json(&msg));
+                }
+                // Shared by other uploaders: only this tenant's claim goes.
+                if let Some(t) = self.uploaders.get_mut(&d).filter(|t| t.len() > 1) {
+                    t.remove(&tenant);
+                    self.save_uploaders();
+                    return Handled::Answer(Status::Ok, 0, Vec::new());
+                }
                 if in_use(&d) {
                     let msg = format!(
                         "module {} is run by a slot; swap it out first",
@@ -321,7 +421,11 @@ impl ControlPlane {
                     return Handled::Answer(Status::BadInput, 0, err_json(&msg));
                 }
                 match self.library.unload(&d) {
-                    Ok(()) => Handled::Answer(Status::Ok, 0, Vec::new()),
+                    Ok(()) => {
+                        self.uploaders.remove(&d);
+                        self.save_uploaders();
+                        Handled::Answer(Status::Ok, 0, Vec::new())
+                    }
                     Err(e @ LibraryError::Missing(_)) => {
                         Handled::Answer(Status::UnknownFunction, 0, err_json(&e.to_string()))
                     }

@@ -80,6 +80,10 @@ pub struct DriverConfig {
     pub swap_drain_timeout: Duration,
     /// The autoscaler (`docs/control.md`); `None`: slots stay as configured.
     pub autoscale: Option<AutoscaleSettings>,
+    /// Tenants' weights and quotas (`docs/control.md`, "Tenants").
+    pub tenancy: offrac_core::Tenancy,
+    /// Function ids served by tenants' modules at start (a saved assignment).
+    pub owners: Vec<(u8, u16)>,
 }
 
 impl DriverConfig {
@@ -100,6 +104,8 @@ impl DriverConfig {
             targets: Vec::new(),
             swap_drain_timeout: Duration::from_secs(1),
             autoscale: None,
+            tenancy: offrac_core::Tenancy::default(),
+            owners: Vec::new(),
         }
     }
 }
@@ -283,6 +289,10 @@ impl Driver {
             }
             None => None,
         };
+        engine.set_tenancy(cfg.tenancy.clone());
+        for &(f, t) in &cfg.owners {
+            engine.set_owner(f, Some(t));
+        }
         let targets = if cfg.targets.len() == cfg.slots.len() {
             cfg.targets.clone()
         } else {
@@ -435,6 +445,14 @@ impl Driver {
     /// `slot`'s function returned (its answer is about to be written).
     pub fn handle_slot_free(&mut self, now: Instant, slot: SlotId) {
         self.engine.handle_slot_done(now, slot);
+        self.pump(now);
+        self.swap_slot_freed(now, slot);
+    }
+
+    /// `slot`'s function returned after running `exec_ns` (as measured
+    /// around the call): the cost its tenant is charged in the slot's DRR.
+    pub fn handle_slot_finished(&mut self, now: Instant, slot: SlotId, exec_ns: u64) {
+        self.engine.handle_slot_finished(now, slot, Some(exec_ns));
         self.pump(now);
         self.swap_slot_freed(now, slot);
     }

@@ -146,7 +146,13 @@ impl Reactor {
             Some(cp) => {
                 let slots = self.driver.slot_targets();
                 let driver = &self.driver;
-                cp.handle(wall_ms, &job, &slots, |d| driver.module_in_use(d))
+                cp.handle(
+                    wall_ms,
+                    &job,
+                    &slots,
+                    |d| driver.module_in_use(d),
+                    |f| driver.function_owner(f),
+                )
             }
         };
         match handled {
@@ -164,9 +170,18 @@ impl Reactor {
                 self.driver.handle_control_answered(self.clock.now(), conn);
                 self.report_backlog(conn);
             }
-            Handled::Swap { slot, target } => {
+            Handled::Swap {
+                slot,
+                target,
+                tenant,
+            } => {
                 let now = self.clock.now();
-                self.driver.handle_swap(now, conn, job.header, slot, target);
+                self.driver
+                    .handle_swap(now, conn, job.header, slot, target, tenant);
+            }
+            Handled::Hello { tenant } => {
+                let now = self.clock.now();
+                self.driver.handle_hello(now, conn, job.header, tenant);
             }
         }
     }
@@ -332,7 +347,9 @@ impl Reactor {
             any = true;
             let now = self.clock.now();
             match done {
-                Done::SlotFree(slot) => self.driver.handle_slot_free(now, slot),
+                Done::SlotFree(slot, exec_ns) => {
+                    self.driver.handle_slot_finished(now, slot, exec_ns)
+                }
                 Done::Hop(slot, job) => self.driver.handle_hop_done(now, slot, *job),
                 Done::Answered(conn) => {
                     self.driver.handle_answered(now, conn);
@@ -667,12 +684,13 @@ impl Reactor {
                         // Short enough to run here: no thread hand-off, no wake-up.
                         // Nothing is read before the slot is freed below.
                         (Some(exec), true) => {
-                            let next = exec.execute(work, || {});
+                            let mut ran_ns = 0;
+                            let next = exec.execute(work, |ns| ran_ns = ns);
                             let now = self.clock.now();
                             match next {
                                 Some(job) => self.driver.handle_hop_done(now, slot, job),
                                 None => {
-                                    self.driver.handle_slot_free(now, slot);
+                                    self.driver.handle_slot_finished(now, slot, ran_ns);
                                     self.driver.handle_answered(now, conn);
                                     self.report_backlog(route.to);
                                 }
@@ -739,7 +757,8 @@ impl Reactor {
                 }
                 Io::SaveSlots { targets } => {
                     if let Some(cp) = &self.control {
-                        cp.save_targets(&targets);
+                        let driver = &self.driver;
+                        cp.save_targets(&targets, |f| driver.function_owner(f));
                     }
                 }
                 Io::StopAccepting => {

@@ -50,7 +50,9 @@ impl Work {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Done {
     /// The slot's function returned: the slot is free.
-    SlotFree(SlotId),
+    /// The slot is free; its function ran for this many ns (its tenant's
+    /// DRR charge).
+    SlotFree(SlotId, u64),
     /// The job's answer has been written (or dropped: the client was gone).
     Answered(ConnId),
     /// The slot ran a hop and is free; the job, advanced to its next hop,
@@ -101,7 +103,7 @@ impl Executor {
     /// (otherwise it can be refused BUSY although there is room).
     /// A successful hop that is not its chain's last writes nothing and does
     /// not call `release`: the job, advanced to its next hop, is returned.
-    pub fn execute(&mut self, work: Work, release: impl FnOnce()) -> Option<Job> {
+    pub fn execute(&mut self, work: Work, release: impl FnOnce(u64)) -> Option<Job> {
         let began = Instant::now();
         let Work {
             mut job,
@@ -113,7 +115,7 @@ impl Executor {
         if sender.as_ref().is_none_or(|o| o.is_closed())
             && endpoint.as_ref().is_none_or(|o| o.is_closed())
         {
-            release();
+            release(0);
             return None;
         }
         self.scratch.clear();
@@ -163,7 +165,7 @@ impl Executor {
         };
         let mut h = ResponseHeader::answer(&job.header, status, self.device, payload.len() as u32);
         job.time_answer(&mut h, self.device, queue_ns, exec_ns);
-        release();
+        release(exec_ns);
         // Decided now, not at dispatch: an endpoint closed meanwhile leaves
         // the answer to the sender (which relays it towards the caller).
         if let Some((out, to_endpoint, receipt_to)) = Work::destination(sender, endpoint, receipt) {
@@ -246,8 +248,8 @@ fn run(mut ctx: WorkerContext, rx: Receiver<Work>) {
         let slot = ctx.executor.slot;
         let conn = work.job.conn;
         let mut io_gone = false;
-        if let Some(next) = ctx.executor.execute(work, || {
-            io_gone = ctx.done.send(Done::SlotFree(slot)).is_err();
+        if let Some(next) = ctx.executor.execute(work, |exec_ns| {
+            io_gone = ctx.done.send(Done::SlotFree(slot, exec_ns)).is_err();
             ctx.waker.wake_if_sleeping();
         }) {
             // The next hop waits on the I/O thread: wake it.

@@ -84,7 +84,10 @@ fn upload(ctl: &mut Ctl, wat: &str) -> [u8; 32] {
 fn upload_swap_call_list_and_bad_modules() {
     let n = node_in(None);
     let mut ctl = Ctl::new(&n);
+    // Tenant 1's modules are for tenant 1's connections (a hello first).
     let mut c = Client::connect(&n.addr.to_string()).unwrap();
+    c.hello(1, &wire::encode(1, now_ms(), 1 << 40, &Op::Hello, KEY))
+        .unwrap();
     let add = upload(&mut ctl, ADD_WAT);
     // Function 130 is not served yet.
     assert_eq!(status(c.call(130, 1, b"ab")), Status::UnknownFunction);
@@ -276,6 +279,10 @@ fn the_library_and_slot_assignment_survive_a_restart() {
     };
     let n = node_in(Some(&dir));
     let mut c = Client::connect(&n.addr.to_string()).unwrap();
+    // Still tenant 1's module: hidden from an anonymous connection.
+    assert_eq!(status(c.call(150, 2, &[1, 2])), Status::UnknownFunction);
+    c.hello(1, &wire::encode(1, now_ms(), 1 << 41, &Op::Hello, KEY))
+        .unwrap();
     assert_eq!(c.call(150, 2, &[1, 2]).unwrap().payload, [3, 4]);
     let list = Ctl::new(&n).json(&Op::List);
     assert_eq!(list["slots"][2]["digest"], hex::encode(add));

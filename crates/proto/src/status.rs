@@ -23,10 +23,13 @@ pub enum Status {
     Trapped = 13,
     /// The slot's WebAssembly module used up its fuel and was stopped.
     FuelExhausted = 14,
+    /// The request's tenant is over one of its quotas (in-flight requests,
+    /// reassembly-pool bytes): retry once some of its requests are answered.
+    QuotaExceeded = 15,
 }
 
 impl Status {
-    pub const ALL: [Status; 15] = [
+    pub const ALL: [Status; 16] = [
         Status::Ok,
         Status::Busy,
         Status::UnknownFunction,
@@ -42,6 +45,7 @@ impl Status {
         Status::Unauthorized,
         Status::Trapped,
         Status::FuelExhausted,
+        Status::QuotaExceeded,
     ];
 
     pub fn from_code(code: u16) -> Option<Status> {
@@ -70,6 +74,7 @@ impl Status {
             Status::Unauthorized => "UNAUTHORIZED",
             Status::Trapped => "TRAPPED",
             Status::FuelExhausted => "FUEL_EXHAUSTED",
+            Status::QuotaExceeded => "QUOTA_EXCEEDED",
         }
     }
 }

@@ -14,6 +14,9 @@ use offrac_proto::{FunctionId, ResponseHeader, Status, HEADER_LEN};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
+/// Virtual time 0 as a wall clock (control envelopes carry wall-clock ms).
+const SIM_EPOCH_MS: u64 = 1_764_000_000_000;
+
 /// How long a job runs on its slot.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ExecModel {
@@ -91,6 +94,9 @@ pub struct WorldConfig {
     pub max_segment: usize,
     /// Seeds the segmentation (and nothing else).
     pub seed: u64,
+    /// Tenants' HMAC keys: the simulated control plane verifies hellos
+    /// with them ([`World::hello_envelope`] signs one on the virtual clock).
+    pub tenant_keys: HashMap<u16, Vec<u8>>,
 }
 
 impl WorldConfig {
@@ -118,6 +124,7 @@ impl WorldConfig {
             read_chunk: 64 * 1024,
             max_segment: 1500,
             seed,
+            tenant_keys: HashMap::new(),
         }
     }
 }
@@ -202,6 +209,8 @@ pub struct SimNode {
     /// Per function: (virtual execution time, runs), published to the
     /// driver as its `T_acc` estimates as the node's workers would.
     acc: std::collections::BTreeMap<u8, (f64, u64)>,
+    /// Verifies control envelopes (hellos) on the virtual wall clock.
+    auth: offrac_control::Authenticator,
 }
 
 impl SimNode {
@@ -210,6 +219,7 @@ impl SimNode {
             driver: Driver::new(cfg.engine.clone(), cfg.driver.clone())?,
             busy_ns: vec![0; cfg.engine.slots.len()],
             acc: Default::default(),
+            auth: offrac_control::Authenticator::new(cfg.tenant_keys.clone(), 30_000),
             cfg,
             by_conn: HashMap::new(),
             timer_at: None,
@@ -617,6 +627,50 @@ impl World {
         }
     }
 
+    /// The virtual wall clock of control envelopes, in ms.
+    pub fn wall_ms(&self) -> u64 {
+        SIM_EPOCH_MS + self.now / 1_000_000
+    }
+
+    /// A HELLO envelope of `tenant`, signed with `key` now (nonce `nonce`).
+    pub fn hello_envelope(&self, tenant: u16, key: &[u8], nonce: u64) -> Vec<u8> {
+        use offrac_control::{wire, Op};
+        wire::encode(tenant, self.wall_ms(), nonce, &Op::Hello, key)
+    }
+
+    /// The shell's control plane, reduced to what simulated clients send:
+    /// an authenticated hello; anything else is answered `UNSUPPORTED`.
+    fn control(&mut self, node: usize, job: Job) {
+        use offrac_control::{Envelope, Op};
+        let now = self.instant();
+        let wall = self.wall_ms();
+        let verdict = match Envelope::decode(&job.payload) {
+            Err(e) => Err((Status::Malformed, e.to_string())),
+            Ok(env) => match self.nodes[node].auth.verify(wall, &env, &job.payload) {
+                Err(e) => Err((Status::Unauthorized, e.to_string())),
+                Ok(()) if env.op == Op::Hello => Ok(env.tenant),
+                Ok(()) => Err((Status::Unsupported, "the simulator runs hellos only".into())),
+            },
+        };
+        match verdict {
+            Ok(tenant) => self.nodes[node]
+                .driver
+                .handle_hello(now, job.conn, job.header, tenant),
+            Err((status, msg)) => {
+                let h = ResponseHeader::answer(
+                    &job.header,
+                    status,
+                    self.nodes[node].cfg.engine.device_id,
+                    msg.len() as u32,
+                );
+                self.write(node, job.conn, &h, msg.as_bytes());
+                self.nodes[node]
+                    .driver
+                    .handle_control_answered(now, job.conn);
+            }
+        }
+    }
+
     fn apply(&mut self, node: usize) {
         while let Some(io) = self.nodes[node].driver.poll_io() {
             match io {
@@ -672,9 +726,9 @@ impl World {
                     }
                 }
                 Io::StopAccepting => {}
-                // The simulated clients send no control requests; swaps come
-                // from the autoscaler, and their install takes `install_ns`.
-                Io::Control { .. } | Io::SaveSlots { .. } => {}
+                Io::Control { job } => self.control(node, job),
+                // Swaps come from the autoscaler; their install takes `install_ns`.
+                Io::SaveSlots { .. } => {}
                 Io::Install { slot, .. } => {
                     let t = self.now + self.nodes[node].cfg.install_ns;
                     self.at(t, Ev::Installed(node, slot));
@@ -736,7 +790,9 @@ impl World {
             self.apply(node);
             return;
         }
-        self.nodes[node].driver.handle_slot_free(now, slot);
+        self.nodes[node]
+            .driver
+            .handle_slot_finished(now, slot, exec_ns);
         self.apply(node);
         let conn = job.conn;
         let mut h = ResponseHeader::answer(

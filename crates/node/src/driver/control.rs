@@ -15,6 +15,8 @@ pub(super) struct Waiter {
     header: RequestHeader,
     handed: u64,
     refused: u64,
+    /// The tenant that asked: a module it swaps in is its own.
+    tenant: u16,
 }
 
 /// The controller of a driver whose slots run `targets`.
@@ -56,8 +58,44 @@ impl Driver {
         self.handle_answered(now, conn);
     }
 
-    /// An authenticated swap of `slot` to `target`, asked by the control
-    /// request `header` on `conn` ([`Io::Control`]); answered when done.
+    /// An authenticated hello of `tenant` ([`Io::Control`]) on `conn`:
+    /// attribute the connection and answer `OK`, or `BAD_INPUT` if the
+    /// connection already belongs to another tenant.
+    pub fn handle_hello(&mut self, now: Instant, conn: ConnId, header: RequestHeader, tenant: u16) {
+        let (status, msg) = if self.engine.attribute(conn, tenant) {
+            (Status::Ok, String::new())
+        } else {
+            let was = self.engine.tenant_of(conn).unwrap_or_default();
+            (
+                Status::BadInput,
+                format!(
+                    "this connection belongs to tenant {was}; open another for tenant {tenant}"
+                ),
+            )
+        };
+        let mut h = ResponseHeader::answer(
+            &header,
+            status,
+            self.engine.config().device_id,
+            msg.len() as u32,
+        );
+        h.detail = tenant as u64;
+        self.out.push_back(Io::Send {
+            conn,
+            header: h,
+            payload: msg.into_bytes(),
+        });
+        self.handle_control_answered(now, conn);
+    }
+
+    /// Which tenant owns `function` (a module it swapped in), if any.
+    pub fn function_owner(&self, function: u8) -> Option<u16> {
+        self.engine.owner(function)
+    }
+
+    /// An authenticated swap of `slot` to `target`, asked by `tenant` with
+    /// the control request `header` on `conn` ([`Io::Control`]); answered
+    /// when done.
     pub fn handle_swap(
         &mut self,
         now: Instant,
@@ -65,6 +103,7 @@ impl Driver {
         header: RequestHeader,
         slot: usize,
         target: Target,
+        tenant: u16,
     ) {
         let token = self.next_swap_token;
         self.next_swap_token += 1;
@@ -75,6 +114,7 @@ impl Driver {
                 header,
                 handed: 0,
                 refused: 0,
+                tenant,
             },
         );
         let busy = self.engine.slots().get(slot).is_some_and(|q| q.is_busy());
@@ -145,6 +185,18 @@ impl Driver {
                     let (status, body) = match &outcome {
                         Ok(r) => {
                             changed = true;
+                            // A module is its tenant's; a built-in everyone's.
+                            if let Target::Wasm { .. } = r.previous {
+                                let f = r.previous.function();
+                                if !self.swaps.targets().any(|t| t.function() == f) {
+                                    self.engine.set_owner(f, None);
+                                }
+                            }
+                            let owner = match r.target {
+                                Target::Wasm { .. } => Some(w.tenant),
+                                Target::Builtin(_) => None,
+                            };
+                            self.engine.set_owner(r.target.function(), owner);
                             (w.handed, w.refused) = std::mem::take(&mut self.swap_counts[r.slot]);
                             let body = serde_json::json!({
                                 "slot": r.slot,

@@ -1,0 +1,246 @@
+//! Tenants over real loopback sockets (`docs/control.md`, "Tenants"): the
+//! authenticated hello, anonymous connections refused, a tenant's modules
+//! hidden from the others, quotas answered `QUOTA_EXCEEDED`, and the DRR
+//! share of a slot two tenants flood.
+
+use offrac_client::{Client, ClientError, FunctionId, RetryPolicy, Status};
+use offrac_control::examples::{compile_wat, ADD_WAT};
+use offrac_control::{wire, Op, Target, FN_CONTROL};
+use offrac_node::{start, NodeConfig, NodeHandle};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+const KEY1: &[u8] = b"0123456789abcdef";
+const KEY2: &[u8] = b"fedcba9876543210";
+static NONCE: AtomicU64 = AtomicU64::new(1);
+
+fn node(extra: &str, tenants: &str) -> NodeHandle {
+    let cfg = NodeConfig::parse(&format!(
+        r#"
+[metrics]
+listen = ""
+[[slots]]
+function = "spin"
+[[slots]]
+function = "echo"
+[control]
+{extra}
+[[control.tenants]]
+id = 1
+key = "{}"
+{tenants}
+[[control.tenants]]
+id = 2
+key = "{}"
+"#,
+        hex::encode(KEY1),
+        hex::encode(KEY2)
+    ))
+    .expect("config");
+    start(cfg, "127.0.0.1:0").expect("node starts")
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+fn envelope(tenant: u16, key: &[u8], op: &Op) -> Vec<u8> {
+    wire::encode(
+        tenant,
+        now_ms(),
+        NONCE.fetch_add(1, Ordering::Relaxed),
+        op,
+        key,
+    )
+}
+
+fn client(n: &NodeHandle) -> Client {
+    let mut c = Client::connect(&n.addr.to_string())
+        .unwrap()
+        .with_retry_policy(RetryPolicy::with_max_retries(0));
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    c
+}
+
+fn tenant_client(n: &NodeHandle, tenant: u16, key: &[u8]) -> Client {
+    let mut c = client(n);
+    c.hello(tenant, &envelope(tenant, key, &Op::Hello))
+        .expect("hello accepted");
+    c
+}
+
+fn status<T: std::fmt::Debug>(r: Result<T, ClientError>) -> Status {
+    r.expect_err("a refusal").status().expect("a status")
+}
+
+#[test]
+fn hello_attributes_and_anonymous_connections_are_refused() {
+    let n = node("anonymous = \"refuse\"", "");
+    let mut anon = client(&n);
+    assert_eq!(
+        status(anon.call(FunctionId::Echo, 0, b"x")),
+        Status::Unauthorized
+    );
+    // A forged, replayed or unknown-tenant hello is refused; the connection stays anonymous.
+    let forged = envelope(1, b"not the key at all", &Op::Hello);
+    assert_eq!(status(anon.hello(1, &forged)), Status::Unauthorized);
+    let good = envelope(1, KEY1, &Op::Hello);
+    assert_eq!(
+        status(anon.hello(9, &envelope(9, KEY1, &Op::Hello))),
+        Status::Unauthorized
+    );
+    anon.set_tenant(0);
+    assert_eq!(
+        status(anon.call(FunctionId::Echo, 0, b"x")),
+        Status::Unauthorized
+    );
+    let mut c = client(&n);
+    c.hello(1, &good).unwrap();
+    assert_eq!(c.call(FunctionId::Echo, 0, b"hi").unwrap().payload, b"hi");
+    let mut again = client(&n);
+    assert_eq!(status(again.hello(1, &good)), Status::Unauthorized); // replay
+                                                                     // A request naming another tenant than the connection's hello.
+    c.set_tenant(2);
+    assert_eq!(
+        status(c.call(FunctionId::Echo, 0, b"x")),
+        Status::Unauthorized
+    );
+    // A connection belongs to one tenant.
+    assert_eq!(
+        status(c.hello(2, &envelope(2, KEY2, &Op::Hello))),
+        Status::BadInput
+    );
+    c.set_tenant(1);
+    assert_eq!(c.call(FunctionId::Echo, 0, b"ok").unwrap().payload, b"ok");
+    n.shutdown().unwrap();
+}
+
+#[test]
+fn a_tenants_module_is_hidden_from_the_others() {
+    let n = node("", "");
+    let mut one = tenant_client(&n, 1, KEY1);
+    let module = compile_wat(ADD_WAT).unwrap();
+    let up = one
+        .call(FN_CONTROL, 0, &envelope(1, KEY1, &Op::Upload(module)))
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&up.payload).unwrap();
+    let digest: [u8; 32] = hex::decode(v["digest"].as_str().unwrap())
+        .unwrap()
+        .try_into()
+        .unwrap();
+    let target = Target::Wasm {
+        function: 140,
+        digest,
+    };
+    // Tenant 2 cannot swap in tenant 1's module: it is not in its library.
+    let mut two = tenant_client(&n, 2, KEY2);
+    let swap = Op::Swap { slot: 1, target };
+    assert_eq!(
+        status(two.call(FN_CONTROL, 0, &envelope(2, KEY2, &swap))),
+        Status::UnknownFunction
+    );
+    let list = two
+        .call(FN_CONTROL, 0, &envelope(2, KEY2, &Op::List))
+        .unwrap();
+    let list: serde_json::Value = serde_json::from_slice(&list.payload).unwrap();
+    assert_eq!(list["modules"].as_array().unwrap().len(), 0);
+    one.call(FN_CONTROL, 0, &envelope(1, KEY1, &swap)).unwrap();
+    assert_eq!(one.call(140, 1, b"ab").unwrap().payload, b"bc");
+    // Tenant 2 and anonymous callers see no function 140; the built-ins stay shared.
+    assert_eq!(status(two.call(140, 1, b"ab")), Status::UnknownFunction);
+    assert_eq!(
+        status(client(&n).call(140, 1, b"ab")),
+        Status::UnknownFunction
+    );
+    assert_eq!(two.call(FunctionId::Spin, 1, b"s").unwrap().payload, b"s");
+    // Nor may tenant 2 swap that slot away from tenant 1.
+    let away = Op::Swap {
+        slot: 1,
+        target: Target::Builtin(0),
+    };
+    assert_eq!(
+        status(two.call(FN_CONTROL, 0, &envelope(2, KEY2, &away))),
+        Status::BadInput
+    );
+    n.shutdown().unwrap();
+}
+
+#[test]
+fn quotas_are_answered_quota_exceeded_and_nothing_is_lost() {
+    let n = node("", "max_inflight = 4\nmax_pool_bytes = 100000");
+    let mut c = tenant_client(&n, 1, KEY1);
+    // Ten 20 ms requests pipelined: four are admitted, the rest refused at once.
+    for id in 0..10u64 {
+        c.send(id, FunctionId::Spin, 20_000, b"p").unwrap();
+    }
+    let mut by_status = std::collections::HashMap::new();
+    for _ in 0..10 {
+        let (h, _) = c.recv().unwrap();
+        *by_status.entry(h.status).or_insert(0) += 1;
+        if h.status == Status::QuotaExceeded {
+            assert_eq!(h.detail, 4);
+        }
+    }
+    assert_eq!(by_status.get(&Status::Ok), Some(&4), "{by_status:?}");
+    assert_eq!(
+        by_status.get(&Status::QuotaExceeded),
+        Some(&6),
+        "{by_status:?}"
+    );
+    // Reassembly bytes: one request larger than the tenant's pool quota.
+    let big = vec![7u8; 150_000];
+    assert_eq!(
+        status(c.call(FunctionId::Echo, 0, &big)),
+        Status::QuotaExceeded
+    );
+    // Tenant 2 has no quota, and tenant 1 is served again once answered.
+    let mut two = tenant_client(&n, 2, KEY2);
+    assert_eq!(
+        two.call(FunctionId::Echo, 0, &big).unwrap().payload.len(),
+        big.len()
+    );
+    assert_eq!(c.call(FunctionId::Echo, 0, b"ok").unwrap().payload, b"ok");
+    n.shutdown().unwrap();
+}
+
+/// Two tenants with weights 3 and 1 flood the one spin slot with 1 ms
+/// requests: execution time is shared 3:1, and each gets answers.
+#[test]
+fn a_shared_slot_is_shared_by_weight() {
+    let n = node("", "weight = 3");
+    let addr = n.addr.to_string();
+    let run = |tenant: u16, key: &'static [u8], clients: usize| {
+        let addr = addr.clone();
+        std::thread::spawn(move || {
+            let mut c = Client::connect(&addr).unwrap();
+            c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+            c.hello(tenant, &envelope(tenant, key, &Op::Hello)).unwrap();
+            let end = std::time::Instant::now() + Duration::from_millis(1500);
+            let (mut next, mut outstanding, mut exec_ns) = (0u64, 0, 0u64);
+            while std::time::Instant::now() < end || outstanding > 0 {
+                while outstanding < clients && std::time::Instant::now() < end {
+                    c.send(next, FunctionId::Spin, 1_000, b"x").unwrap();
+                    next += 1;
+                    outstanding += 1;
+                }
+                let (h, _) = c.recv().unwrap();
+                assert_eq!(h.status, Status::Ok);
+                outstanding -= 1;
+                exec_ns += h.exec_ns;
+            }
+            exec_ns
+        })
+    };
+    let heavy = run(1, KEY1, 8);
+    let light = run(2, KEY2, 8);
+    let (a, b) = (heavy.join().unwrap(), light.join().unwrap());
+    let share = a as f64 / (a + b) as f64;
+    assert!(
+        (0.65..=0.85).contains(&share),
+        "weight 3 of 4 got {share:.3} of the slot ({a} vs {b} ns)"
+    );
+    n.shutdown().unwrap();
+}
