@@ -45,7 +45,7 @@ QUICK = "--quick" in sys.argv
 ROUNDS = 1 if QUICK else 3
 SECONDS = 1 if QUICK else 3
 CONNECTIONS = 4
-SECRET = b"nica-jwt experiment key, 32 B..."
+SECRET = b"nica-jwt-experiment-key-32-bytes"
 CASES = ("direct", "node, valid", "node, invalid")
 FIELDS = ["case", "round", "requests", "rate", "p50_us", "p99_us", "non_2xx", "backend_requests"]
 

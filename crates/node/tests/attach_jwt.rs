@@ -321,7 +321,7 @@ fn bodies_keep_alive_and_every_response_framing_are_relayed() {
     }
     assert!(lines[0].starts_with("HTTP/1.1 200"), "{lines:?}");
     // A 401 to a POST whose body is sent: the body is skipped, the connection stays usable.
-    let denied = format!("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello");
+    let denied = "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello";
     r.get_mut().write_all(denied.as_bytes()).unwrap();
     assert_eq!(read_answer(&mut r).unwrap().status, 401);
     r.get_mut()
