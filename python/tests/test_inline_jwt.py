@@ -128,7 +128,7 @@ def test_curl_with_good_and_bad_tokens(start_node: Callable[..., Node], echo: Ba
         ), what
     missing = curl("-i", f"{url}/hello")
     assert missing.stdout.startswith("HTTP/1.1 401")
-    assert re.search(r'(?im)^www-authenticate: Bearer realm="offrac"\r$', missing.stdout)
+    assert re.search(r'(?im)^www-authenticate: Bearer realm="offrac"$', missing.stdout)
     assert echo.served() == before, "refused requests never reach the backend"
 
 
@@ -193,6 +193,7 @@ def test_wrk_through_the_node(start_node: Callable[..., Node], echo: Backend) ->
     assert "Non-2xx" not in good and "Socket errors" not in good, good
     total = re.search(r"(\d+) requests in", good)
     assert total is not None and int(total.group(1)) > 100, good
+    time.sleep(0.3)  # requests wrk abandoned at its deadline may still be reaching the backend
     before = echo.served()
     bad = run(hs256({"sub": "u", "exp": time.time() - 1}))
     refused = re.search(r"(\d+) requests in", bad)

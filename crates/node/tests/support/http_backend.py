@@ -1,8 +1,8 @@
 """A small HTTP/1.1 backend for the JWT gate's tests, on Python's standard ``http.server``
 (keep-alive, Content-Length and chunked answers). Usage: ``http_backend.py PORT``.
 
-- ``GET /count``: how many requests it has served before this one (to show refused requests
-  never reach it);
+- ``GET /count``: how many other requests it has served (to show refused requests never reach
+  it; ``/count`` itself is not counted);
 - ``POST /echo``: the body back, with the request's Authorization header in ``X-Auth``;
 - ``GET /chunked``: a chunked answer; ``GET /close``: an answer without length, ended by close;
 - ``GET /slow``: answers after two seconds; anything else: ``hello <path>``.
@@ -21,6 +21,9 @@ lock = threading.Lock()
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # Headers and body go out in two writes: without this, Nagle holds the body until the
+    # peer's delayed ACK (~40 ms per answer).
+    disable_nagle_algorithm = True
 
     def log_message(self, format: str, *args: object) -> None:
         pass
@@ -42,10 +45,13 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(body)
 
     def do_GET(self) -> None:
-        n = self._count()
         if self.path == "/count":
+            with lock:
+                n = served
             self._send(str(n).encode())
-        elif self.path == "/chunked":
+            return
+        self._count()
+        if self.path == "/chunked":
             self.send_response(200)
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
