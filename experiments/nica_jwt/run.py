@@ -93,7 +93,7 @@ def wrk(url: str, token: str) -> dict[str, Any]:
     ).stdout
 
     def grab(pattern: str) -> str:
-        m = re.search(pattern, out)
+        m = re.search(pattern, out, re.MULTILINE)
         if m is None:
             raise RuntimeError(f"wrk output without {pattern!r}:\n{out}")
         return m.group(1)
@@ -102,8 +102,8 @@ def wrk(url: str, token: str) -> dict[str, Any]:
     return {
         "requests": int(grab(r"(\d+) requests in")),
         "rate": float(grab(r"Requests/sec:\s+([\d.]+)")),
-        "p50_us": micros(grab(r"50%\s+(\S+)")),
-        "p99_us": micros(grab(r"99%\s+(\S+)")),
+        "p50_us": micros(grab(r"^\s+50%\s+(\S+)")),
+        "p99_us": micros(grab(r"^\s+99%\s+(\S+)")),
         "non_2xx": int(non2xx.group(1)) if non2xx else 0,
     }
 
