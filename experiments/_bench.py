@@ -41,7 +41,8 @@ class Server:
         line = self.proc.stdout.readline()
         if not line:
             raise RuntimeError(f"{name}: server exited before listening")
-        self.addr: str = json.loads(line)["addr"]
+        self.info: dict[str, Any] = json.loads(line)
+        self.addr: str = self.info["addr"]
 
     def __enter__(self) -> Server:
         return self

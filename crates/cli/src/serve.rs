@@ -18,6 +18,7 @@ pub struct Args {
     #[arg(long, env = "OFFRAC_SHUTDOWN_GRACE_MS")]
     shutdown_grace_ms: Option<u64>,
     /// Front a real server (repeatable): "listen=HOST:PORT,function=memcached_cache,backend=HOST:PORT[,capacity_bytes=N]"
+    /// or "listen=HOST:PORT,function=jwt,backend=HOST:PORT,secret_file=PATH[,issuer=S,audience=S]"
     /// (the keys of an [[attach]] entry, docs/inline.md).
     #[arg(long, value_name = "SPEC")]
     attach: Vec<String>,

@@ -347,6 +347,9 @@ fn a_bad_attach_config_is_named() {
         "listen=127.0.0.1:0,function=memcached_cache,backend=127.0.0.1:1,capacity_bytes=1000",
     )
     .unwrap();
-    assert_eq!(c.settings.capacity_bytes, 1000);
+    let offrac_node::attach::AttachFunction::MemcachedCache(s) = c.function else {
+        panic!("memcached_cache expected")
+    };
+    assert_eq!(s.capacity_bytes, 1000);
     assert!(offrac_node::attach::AttachConfig::from_spec("listen").is_err());
 }

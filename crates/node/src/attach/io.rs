@@ -1,9 +1,9 @@
 //! The attach listener's thin driver: one thread, one mio poll, every client
-//! connection paired with its own backend connection. It moves bytes between
-//! the sockets and the sans-IO [`Machine`] and passes the time in; nothing
-//! here decides anything.
+//! connection paired with one backend connection at a time (opened when the
+//! machine has bytes for the backend). It moves bytes between the sockets and
+//! an [`InlineMachine`] and passes the time in; nothing here decides anything.
 
-use super::machine::Machine;
+use super::inline::{InlineMachine, Now};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 use std::io::{ErrorKind, Read, Write};
@@ -15,13 +15,15 @@ use std::time::{Duration, Instant};
 pub const LISTENER: Token = Token(usize::MAX - 1);
 pub const WAKER: Token = Token(usize::MAX - 2);
 const READ_CHUNK: usize = 64 * 1024;
-/// Reads from one client per turn of the loop, so a flooding client cannot starve the others.
+/// Reads from one connection per turn of the loop, so a flooding client
+/// (or backend) cannot starve the others.
 const READS_PER_TURN: usize = 8;
 
 struct Pair {
     client: Option<TcpStream>,
-    backend: TcpStream,
+    backend: Option<TcpStream>,
     client_readable: bool,
+    backend_readable: bool,
     /// Registered for writability: only while bytes wait for room (an
     /// edge-triggered EPOLLOUT would otherwise wake the loop after every write).
     client_w: bool,
@@ -42,17 +44,17 @@ fn interest(poll: &Poll, s: &mut TcpStream, token: Token, registered: &mut bool,
     }
 }
 
-pub struct Driver {
+pub struct Driver<M> {
     pub poll: Poll,
     pub listener: TcpListener,
-    pub machine: Machine,
+    pub machine: M,
     pub backend: SocketAddr,
     pub max_connections: usize,
     pub stop: Arc<AtomicBool>,
     pairs: Vec<Option<Pair>>,
     open: usize,
     buf: Vec<u8>,
-    /// Clients left with bytes to read when their turn ended: served next turn.
+    /// Connections left with bytes to read when their turn ended: served next turn.
     again: Vec<usize>,
 }
 
@@ -76,11 +78,31 @@ fn write_some(s: &mut TcpStream, out: &mut Vec<u8>) -> bool {
     true
 }
 
-impl Driver {
+/// What one read of a socket gave.
+enum Got {
+    Bytes(usize),
+    Eof,
+    Failed,
+    Empty,
+}
+
+fn read_once(s: &mut TcpStream, buf: &mut [u8]) -> Got {
+    loop {
+        return match s.read(buf) {
+            Ok(0) => Got::Eof,
+            Ok(n) => Got::Bytes(n),
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) if would_block(&e) => Got::Empty,
+            Err(_) => Got::Failed,
+        };
+    }
+}
+
+impl<M: InlineMachine> Driver<M> {
     pub fn new(
         poll: Poll,
         listener: TcpListener,
-        machine: Machine,
+        machine: M,
         backend: SocketAddr,
         max_connections: usize,
         stop: Arc<AtomicBool>,
@@ -116,29 +138,29 @@ impl Driver {
                 tracing::error!(error = %e, "attach: poll failed; the listener stops");
                 return;
             }
-            let now = Instant::now();
+            let now = Now::read();
             touched.clear();
             touched.append(&mut self.again);
             for ev in events.iter() {
                 match ev.token() {
-                    LISTENER => self.accept(now),
+                    LISTENER => self.accept(),
                     WAKER => {}
                     Token(t) => {
                         let id = t / 2;
-                        if t % 2 == 0 {
-                            if let Some(Some(p)) = self.pairs.get_mut(id) {
+                        if let Some(Some(p)) = self.pairs.get_mut(id) {
+                            if t % 2 == 0 {
                                 p.client_readable = true;
+                            } else {
+                                p.backend_readable = true;
                             }
-                        } else {
-                            self.read_backend(id, now);
                         }
                         touched.push(id);
                     }
                 }
             }
-            if now.duration_since(last_tick) >= Duration::from_millis(10) {
+            if now.mono.duration_since(last_tick) >= Duration::from_millis(10) {
                 touched.extend(self.machine.tick(now));
-                last_tick = now;
+                last_tick = now.mono;
             }
             touched.sort_unstable();
             touched.dedup();
@@ -148,9 +170,9 @@ impl Driver {
         }
     }
 
-    fn accept(&mut self, now: Instant) {
+    fn accept(&mut self) {
         loop {
-            let (client, _) = match self.listener.accept() {
+            let (mut client, _) = match self.listener.accept() {
                 Ok(c) => c,
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(e) if would_block(&e) => return,
@@ -166,80 +188,98 @@ impl Driver {
                 );
                 continue;
             }
-            if let Err(e) = self.pair(client, now) {
-                tracing::warn!(error = %e, "attach: cannot set up a backend connection");
+            let _ = client.set_nodelay(true);
+            let id = self.machine.open();
+            let both = Interest::READABLE | Interest::WRITABLE;
+            if let Err(e) = self
+                .poll
+                .registry()
+                .register(&mut client, Token(2 * id), both)
+            {
+                tracing::warn!(error = %e, "attach: cannot register a client");
+                self.machine.remove(id, Now::read());
+                continue;
             }
+            if self.pairs.len() <= id {
+                self.pairs.resize_with(id + 1, || None);
+            }
+            self.pairs[id] = Some(Pair {
+                client: Some(client),
+                backend: None,
+                client_readable: true,
+                backend_readable: false,
+                client_w: true,
+                backend_w: false,
+            });
+            self.open += 1;
         }
     }
 
-    fn pair(&mut self, mut client: TcpStream, _now: Instant) -> std::io::Result<()> {
-        let mut backend = TcpStream::connect(self.backend)?;
-        let _ = client.set_nodelay(true);
-        let _ = backend.set_nodelay(true);
-        let id = self.machine.open();
+    /// Opens the pair's backend connection (non-blocking; a refusal shows up
+    /// as a failed read or write). False if it could not even start.
+    fn connect_backend(&mut self, id: usize) -> bool {
+        let Some(Some(p)) = self.pairs.get_mut(id) else {
+            return false;
+        };
+        let Ok(mut b) = TcpStream::connect(self.backend) else {
+            return false;
+        };
+        let _ = b.set_nodelay(true);
         let both = Interest::READABLE | Interest::WRITABLE;
-        let reg = self
+        if self
             .poll
             .registry()
-            .register(&mut client, Token(2 * id), both)
-            .and_then(|()| {
-                self.poll
-                    .registry()
-                    .register(&mut backend, Token(2 * id + 1), both)
-            });
-        if let Err(e) = reg {
-            self.machine.remove(id, Instant::now());
-            return Err(e);
+            .register(&mut b, Token(2 * id + 1), both)
+            .is_err()
+        {
+            return false;
         }
-        if self.pairs.len() <= id {
-            self.pairs.resize_with(id + 1, || None);
-        }
-        self.pairs[id] = Some(Pair {
-            client: Some(client),
-            backend,
-            client_readable: true,
-            client_w: false,
-            backend_w: true,
-        });
-        self.open += 1;
-        Ok(())
+        p.backend = Some(b);
+        p.backend_readable = true;
+        p.backend_w = true;
+        true
     }
 
-    fn read_backend(&mut self, id: usize, now: Instant) {
-        let Some(Some(p)) = self.pairs.get_mut(id) else {
-            return;
-        };
-        loop {
-            match p.backend.read(&mut self.buf) {
-                Ok(0) => {
-                    self.machine.backend_failed(id, now);
-                    return;
-                }
-                Ok(n) => self.machine.backend_input(id, &self.buf[..n], now),
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) if would_block(&e) => return,
-                Err(_) => {
-                    self.machine.backend_failed(id, now);
-                    return;
-                }
+    fn drop_backend(&mut self, id: usize) {
+        if let Some(Some(p)) = self.pairs.get_mut(id) {
+            if let Some(mut b) = p.backend.take() {
+                let _ = self.poll.registry().deregister(&mut b);
             }
+            p.backend_readable = false;
+            p.backend_w = false;
         }
     }
 
     /// Moves bytes for one pair until nothing more can move, then closes it if it is done.
-    fn service(&mut self, id: usize, now: Instant) {
+    fn service(&mut self, id: usize, now: Now) {
         let mut reads = 0;
         loop {
+            if !matches!(self.pairs.get(id), Some(Some(_))) {
+                return;
+            }
+            let mut progress = false;
+            if self.machine.take_backend_reset(id) {
+                self.drop_backend(id);
+            }
+            let to_backend = self.machine.backend_out(id).is_some_and(|o| !o.is_empty());
+            let has_backend = matches!(self.pairs.get(id), Some(Some(p)) if p.backend.is_some());
+            if to_backend && !has_backend && !self.connect_backend(id) {
+                self.machine.backend_failed(id, now);
+                progress = true;
+            }
             let Some(Some(p)) = self.pairs.get_mut(id) else {
                 return;
             };
-            let mut progress = false;
-            if let Some(out) = self.machine.backend_out(id) {
-                if !out.is_empty() && !write_some(&mut p.backend, out) {
+            if let (Some(b), Some(out)) = (p.backend.as_mut(), self.machine.backend_out(id)) {
+                if !out.is_empty() && !write_some(b, out) {
+                    self.drop_backend(id);
                     self.machine.backend_failed(id, now);
                     progress = true;
                 }
             }
+            let Some(Some(p)) = self.pairs.get_mut(id) else {
+                return;
+            };
             if let (Some(c), Some(out)) = (p.client.as_mut(), self.machine.client_out(id)) {
                 let before = out.len();
                 if before > 0 {
@@ -252,38 +292,66 @@ impl Driver {
                 }
             }
             self.machine.resume(id, now);
-            let Some(Some(p)) = self.pairs.get_mut(id) else {
-                return;
-            };
-            while p.client_readable && self.machine.wants_client_input(id) {
-                if reads == READS_PER_TURN {
-                    self.again.push(id);
+            // The backend first: its answers free room the client's requests wait for.
+            while reads < READS_PER_TURN && self.machine.wants_backend_input(id) {
+                let Some(Some(p)) = self.pairs.get_mut(id) else {
+                    return;
+                };
+                let Some(b) = p.backend.as_mut().filter(|_| p.backend_readable) else {
                     break;
-                }
+                };
                 reads += 1;
-                let Some(c) = p.client.as_mut() else { break };
-                match c.read(&mut self.buf) {
-                    Ok(0) => {
-                        p.client_readable = false;
-                        self.machine.client_closed(id);
+                match read_once(b, &mut self.buf) {
+                    Got::Bytes(n) => {
+                        self.machine.backend_input(id, &self.buf[..n], now);
                         progress = true;
                     }
-                    Ok(n) => {
+                    Got::Empty => p.backend_readable = false,
+                    Got::Eof => {
+                        self.drop_backend(id);
+                        self.machine.backend_eof(id, now);
+                        progress = true;
+                    }
+                    Got::Failed => {
+                        self.drop_backend(id);
+                        self.machine.backend_failed(id, now);
+                        progress = true;
+                    }
+                }
+            }
+            while reads < READS_PER_TURN && self.machine.wants_client_input(id) {
+                let Some(Some(p)) = self.pairs.get_mut(id) else {
+                    return;
+                };
+                let Some(c) = p.client.as_mut().filter(|_| p.client_readable) else {
+                    break;
+                };
+                reads += 1;
+                match read_once(c, &mut self.buf) {
+                    Got::Bytes(n) => {
                         self.machine.client_input(id, &self.buf[..n], now);
                         progress = true;
                     }
-                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                    Err(e) if would_block(&e) => p.client_readable = false,
-                    Err(_) => {
+                    Got::Empty => p.client_readable = false,
+                    Got::Eof => {
+                        p.client_readable = false;
+                        self.machine.client_eof(id, now);
+                        progress = true;
+                    }
+                    Got::Failed => {
                         p.client_readable = false;
                         self.machine.client_closed(id);
                         progress = true;
                     }
                 }
             }
-            let pending_out = self.machine.client_out(id).is_some_and(|o| !o.is_empty())
-                || self.machine.backend_out(id).is_some_and(|o| !o.is_empty());
-            if !progress || !pending_out {
+            if reads >= READS_PER_TURN {
+                if self.readable_left(id) {
+                    self.again.push(id);
+                }
+                break;
+            }
+            if !progress {
                 break;
             }
         }
@@ -294,17 +362,20 @@ impl Driver {
         let want_b = self.machine.backend_out(id).is_some_and(|o| !o.is_empty());
         let want_c = self.machine.client_out(id).is_some_and(|o| !o.is_empty());
         if let Some(Some(p)) = self.pairs.get_mut(id) {
-            interest(
-                &self.poll,
-                &mut p.backend,
-                Token(2 * id + 1),
-                &mut p.backend_w,
-                want_b,
-            );
+            if let Some(b) = p.backend.as_mut() {
+                interest(&self.poll, b, Token(2 * id + 1), &mut p.backend_w, want_b);
+            }
             if let Some(c) = p.client.as_mut() {
                 interest(&self.poll, c, Token(2 * id), &mut p.client_w, want_c);
             }
         }
+    }
+
+    /// Whether the pair still has unread bytes the machine wants.
+    fn readable_left(&self, id: usize) -> bool {
+        matches!(self.pairs.get(id), Some(Some(p))
+            if (p.client_readable && p.client.is_some() && self.machine.wants_client_input(id))
+                || (p.backend_readable && p.backend.is_some() && self.machine.wants_backend_input(id)))
     }
 
     fn drop_client(&mut self, id: usize) {
@@ -317,13 +388,15 @@ impl Driver {
         self.machine.client_closed(id);
     }
 
-    fn close(&mut self, id: usize, now: Instant) {
+    fn close(&mut self, id: usize, now: Now) {
         if let Some(slot) = self.pairs.get_mut(id) {
             if let Some(mut p) = slot.take() {
                 if let Some(mut c) = p.client.take() {
                     let _ = self.poll.registry().deregister(&mut c);
                 }
-                let _ = self.poll.registry().deregister(&mut p.backend);
+                if let Some(mut b) = p.backend.take() {
+                    let _ = self.poll.registry().deregister(&mut b);
+                }
                 self.open -= 1;
             }
         }

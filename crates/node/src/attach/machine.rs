@@ -15,6 +15,7 @@
 //! was forwarded or answered while the miss was in flight.
 
 use super::cache::{Cache, Item};
+use super::inline::Now;
 use super::reply::{frame_len, parse_get, write_value, Frame, GetReply, ReplyError};
 use super::text::{Key, Request, RequestParser};
 use slab::Slab;
@@ -699,6 +700,59 @@ impl Machine {
                 }
             }
         }
+    }
+}
+
+/// The driver's view: memcached's connection is one for the client's whole
+/// life, so its closing (or failing) fails the client connection.
+impl super::inline::InlineMachine for Machine {
+    fn open(&mut self) -> usize {
+        Machine::open(self)
+    }
+    fn wants_client_input(&self, id: usize) -> bool {
+        Machine::wants_client_input(self, id)
+    }
+    fn wants_backend_input(&self, _id: usize) -> bool {
+        true
+    }
+    fn client_input(&mut self, id: usize, bytes: &[u8], now: Now) {
+        Machine::client_input(self, id, bytes, now.mono)
+    }
+    fn client_eof(&mut self, id: usize, _now: Now) {
+        Machine::client_closed(self, id)
+    }
+    fn client_closed(&mut self, id: usize) {
+        Machine::client_closed(self, id)
+    }
+    fn backend_input(&mut self, id: usize, bytes: &[u8], now: Now) {
+        Machine::backend_input(self, id, bytes, now.mono)
+    }
+    fn backend_eof(&mut self, id: usize, now: Now) {
+        Machine::backend_failed(self, id, now.mono)
+    }
+    fn backend_failed(&mut self, id: usize, now: Now) {
+        Machine::backend_failed(self, id, now.mono)
+    }
+    fn take_backend_reset(&mut self, _id: usize) -> bool {
+        false
+    }
+    fn resume(&mut self, id: usize, now: Now) {
+        Machine::resume(self, id, now.mono)
+    }
+    fn client_out(&mut self, id: usize) -> Option<&mut Vec<u8>> {
+        Machine::client_out(self, id)
+    }
+    fn backend_out(&mut self, id: usize) -> Option<&mut Vec<u8>> {
+        Machine::backend_out(self, id)
+    }
+    fn finished(&self, id: usize) -> bool {
+        Machine::finished(self, id)
+    }
+    fn tick(&mut self, now: Now) -> Vec<usize> {
+        Machine::tick(self, now.mono)
+    }
+    fn remove(&mut self, id: usize, now: Now) {
+        Machine::remove(self, id, now.mono)
     }
 }
 

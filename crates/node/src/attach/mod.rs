@@ -3,12 +3,16 @@
 //! server, a function attached to that address sees every request, answers
 //! those it can and forwards the rest to the server, relaying its answers.
 //!
-//! One function so far, `memcached_cache`: a look-through cache in front of
-//! a stock memcached (text protocol over TCP). Its decisions live in the
-//! sans-IO [`machine::Machine`] (over [`text`], [`reply`] and [`cache`]); one
-//! thread per attached address drives it (`io.rs`). See docs/inline.md.
+//! Two functions: `memcached_cache`, a look-through cache in front of a
+//! stock memcached (text protocol over TCP; the sans-IO [`machine::Machine`]
+//! over [`text`], [`reply`] and [`cache`]), and `jwt`, an HS256 JWT verifier
+//! in front of an unmodified HTTP/1.1 server ([`http::Gate`]). Both implement
+//! [`inline::InlineMachine`]; one thread per attached address drives its
+//! machine (`io.rs`). See docs/inline.md.
 
 pub mod cache;
+pub mod http;
+pub mod inline;
 mod io;
 pub mod machine;
 pub mod reply;
@@ -23,20 +27,22 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-/// The functions an address can be attached to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The functions an address can be attached to, with their settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AttachFunction {
     /// Look-through cache in front of memcached (text protocol).
-    MemcachedCache,
+    MemcachedCache(Settings),
+    /// HS256 JWT verifier in front of an HTTP/1.1 server.
+    Jwt(http::GateSettings),
 }
 
 impl AttachFunction {
-    pub const NAMES: &'static str = "memcached_cache";
+    pub const NAMES: &'static str = "memcached_cache, jwt";
 
-    pub fn from_name(s: &str) -> Option<Self> {
-        match s {
-            "memcached_cache" => Some(AttachFunction::MemcachedCache),
-            _ => None,
+    pub fn name(&self) -> &'static str {
+        match self {
+            AttachFunction::MemcachedCache(_) => "memcached_cache",
+            AttachFunction::Jwt(_) => "jwt",
         }
     }
 }
@@ -51,7 +57,6 @@ pub struct AttachConfig {
     pub backend: String,
     /// Client connections at once (each with its own backend connection).
     pub max_connections: usize,
-    pub settings: Settings,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -62,6 +67,20 @@ pub enum AttachConfigError {
     BadAddr { field: &'static str, value: String },
     #[error("{0} must be at least 1")]
     Zero(&'static str),
+    #[error("{field} does not apply to function {function:?}")]
+    NotFor {
+        field: &'static str,
+        function: &'static str,
+    },
+    #[error("function \"jwt\" needs exactly one of secret and secret_file")]
+    NoSecret,
+    #[error("secret_file {path:?}: {source}")]
+    SecretFile {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("the HS256 secret must not be empty")]
+    EmptySecret,
     #[error("--attach {spec:?}: {message}")]
     BadSpec { spec: String, message: String },
 }
@@ -73,25 +92,28 @@ pub struct RawAttach {
     listen: String,
     function: String,
     backend: String,
-    #[serde(default = "default_capacity")]
-    capacity_bytes: usize,
-    #[serde(default = "default_max_value")]
-    max_value_bytes: usize,
     #[serde(default = "default_timeout")]
     backend_timeout_ms: u64,
-    /// 0: items are kept until evicted or invalidated.
-    #[serde(default)]
-    max_age_ms: u64,
     #[serde(default = "default_max_connections")]
     max_connections: usize,
+    // memcached_cache
+    capacity_bytes: Option<usize>,
+    max_value_bytes: Option<usize>,
+    /// 0: items are kept until evicted or invalidated.
+    max_age_ms: Option<u64>,
+    // jwt
+    /// The HS256 key, as the bytes of this string.
+    secret: Option<String>,
+    /// A file holding the HS256 key (its bytes; one trailing newline dropped).
+    secret_file: Option<String>,
+    issuer: Option<String>,
+    audience: Option<String>,
+    leeway_s: Option<u64>,
+    require_exp: Option<bool>,
+    max_header_bytes: Option<usize>,
+    max_body_bytes: Option<usize>,
 }
 
-fn default_capacity() -> usize {
-    Settings::default().capacity_bytes
-}
-fn default_max_value() -> usize {
-    Settings::default().max_value_bytes
-}
 fn default_timeout() -> u64 {
     Settings::default().backend_timeout.as_millis() as u64
 }
@@ -113,36 +135,123 @@ fn host_port(field: &'static str, value: &str) -> Result<(), AttachConfigError> 
     }
 }
 
+fn at_least_one(name: &'static str, v: usize) -> Result<usize, AttachConfigError> {
+    if v == 0 {
+        Err(AttachConfigError::Zero(name))
+    } else {
+        Ok(v)
+    }
+}
+
 impl RawAttach {
+    /// Fields that belong to the other function, if any is set.
+    fn foreign_field(&self, function: &'static str) -> Result<(), AttachConfigError> {
+        let set: &[(&'static str, bool)] = if function == "jwt" {
+            &[
+                ("capacity_bytes", self.capacity_bytes.is_some()),
+                ("max_value_bytes", self.max_value_bytes.is_some()),
+                ("max_age_ms", self.max_age_ms.is_some()),
+            ]
+        } else {
+            &[
+                ("secret", self.secret.is_some()),
+                ("secret_file", self.secret_file.is_some()),
+                ("issuer", self.issuer.is_some()),
+                ("audience", self.audience.is_some()),
+                ("leeway_s", self.leeway_s.is_some()),
+                ("require_exp", self.require_exp.is_some()),
+                ("max_header_bytes", self.max_header_bytes.is_some()),
+                ("max_body_bytes", self.max_body_bytes.is_some()),
+            ]
+        };
+        match set.iter().find(|(_, on)| *on) {
+            Some((field, _)) => Err(AttachConfigError::NotFor { field, function }),
+            None => Ok(()),
+        }
+    }
+
+    fn memcached(&self, backend_timeout: Duration) -> Result<Settings, AttachConfigError> {
+        let d = Settings::default();
+        Ok(Settings {
+            capacity_bytes: at_least_one(
+                "capacity_bytes",
+                self.capacity_bytes.unwrap_or(d.capacity_bytes),
+            )?,
+            max_value_bytes: at_least_one(
+                "max_value_bytes",
+                self.max_value_bytes.unwrap_or(d.max_value_bytes),
+            )?,
+            backend_timeout,
+            max_age: self
+                .max_age_ms
+                .filter(|&ms| ms > 0)
+                .map(Duration::from_millis),
+            ..d
+        })
+    }
+
+    fn jwt(&self, backend_timeout: Duration) -> Result<http::GateSettings, AttachConfigError> {
+        let secret = match (&self.secret, &self.secret_file) {
+            (Some(s), None) => s.as_bytes().to_vec(),
+            (None, Some(path)) => {
+                let mut b =
+                    std::fs::read(path).map_err(|source| AttachConfigError::SecretFile {
+                        path: path.clone(),
+                        source,
+                    })?;
+                if b.last() == Some(&b'\n') {
+                    b.pop();
+                }
+                b
+            }
+            _ => return Err(AttachConfigError::NoSecret),
+        };
+        if secret.is_empty() {
+            return Err(AttachConfigError::EmptySecret);
+        }
+        let d = http::GateSettings::new(secret.clone());
+        Ok(http::GateSettings {
+            policy: http::Policy {
+                secret,
+                issuer: self.issuer.clone(),
+                audience: self.audience.clone(),
+                leeway_s: self.leeway_s.unwrap_or(d.policy.leeway_s),
+                require_exp: self.require_exp.unwrap_or(d.policy.require_exp),
+            },
+            max_header_bytes: at_least_one(
+                "max_header_bytes",
+                self.max_header_bytes.unwrap_or(d.max_header_bytes),
+            )?,
+            max_body_bytes: self.max_body_bytes.unwrap_or(d.max_body_bytes),
+            backend_timeout,
+            ..d
+        })
+    }
+
     pub fn validate(self) -> Result<AttachConfig, AttachConfigError> {
-        let function = AttachFunction::from_name(&self.function)
-            .ok_or_else(|| AttachConfigError::UnknownFunction(self.function.clone()))?;
         host_port("listen", &self.listen)?;
         host_port("backend", &self.backend)?;
-        for (name, v) in [
-            ("capacity_bytes", self.capacity_bytes),
-            ("max_value_bytes", self.max_value_bytes),
-            ("max_connections", self.max_connections),
-        ] {
-            if v == 0 {
-                return Err(AttachConfigError::Zero(name));
-            }
-        }
+        at_least_one("max_connections", self.max_connections)?;
         if self.backend_timeout_ms == 0 {
             return Err(AttachConfigError::Zero("backend_timeout_ms"));
         }
+        let timeout = Duration::from_millis(self.backend_timeout_ms);
+        let function = match self.function.as_str() {
+            "memcached_cache" => {
+                self.foreign_field("memcached_cache")?;
+                AttachFunction::MemcachedCache(self.memcached(timeout)?)
+            }
+            "jwt" => {
+                self.foreign_field("jwt")?;
+                AttachFunction::Jwt(self.jwt(timeout)?)
+            }
+            other => return Err(AttachConfigError::UnknownFunction(other.to_string())),
+        };
         Ok(AttachConfig {
             listen: self.listen,
             function,
             backend: self.backend,
             max_connections: self.max_connections,
-            settings: Settings {
-                capacity_bytes: self.capacity_bytes,
-                max_value_bytes: self.max_value_bytes,
-                backend_timeout: Duration::from_millis(self.backend_timeout_ms),
-                max_age: (self.max_age_ms > 0).then(|| Duration::from_millis(self.max_age_ms)),
-                ..Settings::default()
-            },
         })
     }
 }
@@ -160,9 +269,12 @@ impl AttachConfig {
             let (k, v) = part
                 .split_once('=')
                 .ok_or_else(|| bad(format!("{part:?} is not key=value")))?;
-            let value = match v.parse::<i64>() {
-                Ok(n) => toml::Value::Integer(n),
-                Err(_) => toml::Value::String(v.to_string()),
+            let value = if let Ok(n) = v.parse::<i64>() {
+                toml::Value::Integer(n)
+            } else if let Ok(b) = v.parse::<bool>() {
+                toml::Value::Boolean(b)
+            } else {
+                toml::Value::String(v.to_string())
             };
             table.insert(k.trim().to_string(), value);
         }
@@ -213,6 +325,16 @@ fn resolve(what: &str) -> std::io::Result<SocketAddr> {
 
 /// Listen on `cfg.listen` and serve it on a thread of its own.
 pub fn start(cfg: &AttachConfig) -> std::io::Result<AttachHandle> {
+    match &cfg.function {
+        AttachFunction::MemcachedCache(s) => spawn(cfg, Machine::new(s.clone())),
+        AttachFunction::Jwt(s) => spawn(cfg, http::Gate::new(s.clone())),
+    }
+}
+
+fn spawn<M: inline::InlineMachine + Send + 'static>(
+    cfg: &AttachConfig,
+    machine: M,
+) -> std::io::Result<AttachHandle> {
     let listen = resolve(&cfg.listen)?;
     let backend = resolve(&cfg.backend)?;
     let (poll, listener, waker) = io::bind(listen)?;
@@ -221,7 +343,7 @@ pub fn start(cfg: &AttachConfig) -> std::io::Result<AttachHandle> {
     let driver = io::Driver::new(
         poll,
         listener,
-        Machine::new(cfg.settings.clone()),
+        machine,
         backend,
         cfg.max_connections,
         stop.clone(),
@@ -229,7 +351,8 @@ pub fn start(cfg: &AttachConfig) -> std::io::Result<AttachHandle> {
     let thread = std::thread::Builder::new()
         .name("offrac-attach".into())
         .spawn(move || driver.run())?;
-    tracing::info!(%addr, %backend, function = "memcached_cache", "attached function listening");
+    let function = cfg.function.name();
+    tracing::info!(%addr, %backend, function, "attached function listening");
     Ok(AttachHandle {
         addr,
         stop,
