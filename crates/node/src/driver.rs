@@ -14,6 +14,7 @@
 //! both are zero, so every request the node received whole is answered before
 //! the close.
 
+mod collective;
 mod control;
 mod links;
 
@@ -76,6 +77,8 @@ pub struct DriverConfig {
     pub targets: Vec<offrac_control::Target>,
     /// How long a swap waits for the slot's running request before rolling back.
     pub swap_drain_timeout: Duration,
+    /// Collectives across the device table (`docs/collectives.md`).
+    pub collectives: offrac_collective::Config,
 }
 
 impl DriverConfig {
@@ -95,6 +98,7 @@ impl DriverConfig {
             metrics_addr: None,
             targets: Vec::new(),
             swap_drain_timeout: Duration::from_secs(1),
+            collectives: offrac_collective::Config::default(),
         }
     }
 }
@@ -227,6 +231,9 @@ pub struct Driver {
     next_swap_token: u64,
     /// Per slot: requests its last swap handed to a replica / refused.
     swap_counts: Vec<(u64, u64)>,
+    /// Collectives (`driver/collective.rs`) and the calls waiting for them.
+    collectives: offrac_collective::Collectives,
+    calls: collective::Calls,
 }
 
 impl Driver {
@@ -261,6 +268,7 @@ impl Driver {
             .map(|(i, l)| l.connect_io(i))
             .collect();
         let engine = Engine::new(engine)?;
+        let collectives = collective::machine(engine.config().device_id, cfg.collectives.clone());
         let targets = if cfg.targets.len() == cfg.slots.len() {
             cfg.targets.clone()
         } else {
@@ -274,6 +282,8 @@ impl Driver {
             swap_waiters: FxHashMap::default(),
             next_swap_token: 0,
             swap_counts: vec![(0, 0); cfg.slots.len()],
+            collectives,
+            calls: collective::Calls::default(),
             estimates: Default::default(),
             link_stats: LinkStats {
                 connects: links.len() as u64,
@@ -459,6 +469,10 @@ impl Driver {
         }
         self.link_timeouts(now);
         self.swap_timeouts(now);
+        if self.collectives.poll_timeout().is_some_and(|t| t <= now) {
+            self.collectives.handle_timeout(now);
+            self.collective_outs(now);
+        }
         while let Some(&Reverse((t, conn))) = self.lingering.peek() {
             if t > now {
                 break;
@@ -502,6 +516,7 @@ impl Driver {
             linger,
             self.link_timeout(),
             self.swap_timeout(),
+            self.collectives.poll_timeout(),
         ]
         .into_iter()
         .flatten()
@@ -649,6 +664,9 @@ impl Driver {
                     }
                 }
                 Action::Forward { job } => self.forward(now, job),
+                Action::Control { job } if job.function() == offrac_proto::FN_COLLECTIVE => {
+                    self.collective_request(now, job);
+                }
                 Action::Control { job } => {
                     if let Some(c) = self.conns.get_mut(&job.conn) {
                         c.answering += 1;
