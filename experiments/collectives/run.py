@@ -86,7 +86,9 @@ def latency(lines: list[dict[str, object]], nbytes: int) -> float:
     return statistics.median(slowest)
 
 
-def run_offrac(hosts: Hosts, n: int, op: str, reps: int, sizes: list[int]) -> list[dict[str, object]]:
+def run_offrac(
+    hosts: Hosts, n: int, op: str, reps: int, sizes: list[int], first_tag: int
+) -> list[dict[str, object]]:
     members = ",".join(str(i) for i in range(n))
     size_arg = ",".join(map(str, sizes))
     env = {**os.environ, "PYTHONPATH": str(REPO / "python")}
@@ -109,6 +111,8 @@ def run_offrac(hosts: Hosts, n: int, op: str, reps: int, sizes: list[int]) -> li
                 members,
                 "--device",
                 str(i),
+                "--first-tag",
+                str(first_tag),
             ],
             stdout=subprocess.PIPE,
             text=True,
@@ -197,7 +201,7 @@ def main() -> None:
                 nodes = start_nodes(hosts, n, tmp)
                 try:
                     for op in a.ops.split(","):
-                        ours = run_offrac(hosts, n, op, a.reps, sizes)
+                        ours = run_offrac(hosts, n, op, a.reps, sizes, first_tag=1 + 1_000_000 * len(rows))
                         theirs = run_mpi(hosts, n, op, a.reps, sizes, tmp)
                         for s in sizes:
                             lo, lm = latency(ours, s), latency(theirs, s)

@@ -29,7 +29,7 @@ def run_offrac(a: argparse.Namespace) -> None:
     from offrac.collectives import Communicator
 
     members = [int(m) for m in a.members.split(",")]
-    with Communicator(a.addr, members, device=a.device, timeout=60, first_tag=1) as comm:
+    with Communicator(a.addr, members, device=a.device, timeout=60, first_tag=a.first_tag) as comm:
         for nbytes in a.sizes:
             x = operands(a.op, nbytes, comm.rank)
             times = []
@@ -93,6 +93,7 @@ def main() -> None:
     p.add_argument("--addr", default="")
     p.add_argument("--members", default="")
     p.add_argument("--device", type=int, default=0)
+    p.add_argument("--first-tag", type=int, default=1)
     a = p.parse_args()
     run_offrac(a) if a.mode == "offrac" else run_mpi(a)
 

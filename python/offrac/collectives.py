@@ -120,7 +120,10 @@ def encode_call(
 class Communicator:
     """The ranks ``members`` (device ids; rank = position in increasing id order), seen
     from the node at ``address`` (this rank's node, device ``device`` — asked from the
-    node when not given). ``timeout``: each collective's deadline, in seconds."""
+    node when not given). ``timeout``: each collective's deadline, in seconds. ``first_tag``:
+    the tag of the first call (every rank the same); a node refuses a tag used on the same
+    members in the last 30 s, so a new communicator on the same members starts past the
+    tags of the previous one."""
 
     def __init__(
         self,

@@ -6,6 +6,7 @@ Needs root and iproute2 (as CI has); ``OFFRAC_ALLOW_NO_NETNS=1`` skips instead o
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -24,6 +25,9 @@ from conftest import Node
 
 PORT = 7100
 N = 4
+# Every collective on a communicator needs a tag no recent one used: each on_ranks call
+# starts its communicators at a fresh base.
+_TAGS = itertools.count(1000, 1000)
 
 
 @pytest.fixture(scope="module")
@@ -89,8 +93,10 @@ def on_ranks(
 ) -> list[Any]:
     """Run ``fn(comm)`` on every member at once (a thread per rank); results or exceptions."""
 
+    first = next(_TAGS)
+
     def run(d: int) -> Any:
-        with Communicator(cluster[d].address, members, device=d, timeout=timeout) as comm:
+        with Communicator(cluster[d].address, members, device=d, timeout=timeout, first_tag=first) as comm:
             try:
                 return fn(comm)
             except OffracError as e:
@@ -181,10 +187,10 @@ def test_mismatched_sizes_fail_every_rank_with_a_clear_error(cluster: list[Node]
 def test_bad_calls_are_refused(cluster: list[Node]) -> None:
     with (
         pytest.raises(UnreachableError, match="device 9 is not in"),
-        Communicator(cluster[0].address, [0, 9], device=0) as c,
+        Communicator(cluster[0].address, [0, 9], device=0, first_tag=next(_TAGS)) as c,
     ):
         c.allreduce(np.ones(4, np.float32))
-    with Communicator(cluster[0].address, [0, 1, 2], device=0) as c:
+    with Communicator(cluster[0].address, [0, 1, 2], device=0, first_tag=next(_TAGS)) as c:
         with pytest.raises(BadInputError, match="ring cannot run gather"):
             c.gather(np.ones(4, np.float32), algorithm=Algorithm.RING)
         with pytest.raises(BadInputError, match="power-of-two"):
