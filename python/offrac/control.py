@@ -103,7 +103,7 @@ class Controller:
         function: int | None = None,
     ) -> dict[str, Any]:
         """Make ``slot`` run a built-in (``builtin=`` name or id) or a library module
-        (``wasm=`` digest, served as ``function=`` 128..=251). Returns the node's report:
+        (``wasm=`` digest, served as ``function=`` 128..=250). Returns the node's report:
         ``{"slot", "previous", "target", "total_ns", "drain_ns", "install_ns",
         "handed_to_replica", "refused_busy"}``."""
         if (builtin is None) == (wasm is None):
@@ -113,7 +113,7 @@ class Controller:
             body = struct.pack("<HBB", slot, fid, 0)
         else:
             if function is None:
-                raise ValueError("wasm= needs function= (128..=251)")
+                raise ValueError("wasm= needs function= (128..=250)")
             body = struct.pack("<HBB", slot, function, 1) + _digest_bytes(str(wasm))
         report: dict[str, Any] = json.loads(self.request(OP_SWAP, body))
         return report

@@ -2,6 +2,7 @@
 
 mod bench;
 mod call;
+mod collective;
 mod config;
 mod ctl;
 mod ctl_bench;
@@ -51,6 +52,9 @@ enum Command {
     Provision(provision::Args),
     /// Named pipelines and cluster members in the cluster store (etcd).
     Pipeline(pipeline::Args),
+    /// One rank's call of a collective (bcast, reduce, allreduce, gather, scatter) on its
+    /// own node; every rank runs it with the same tag (docs/collectives.md).
+    Collective(collective::Args),
     /// Control requests: upload a WebAssembly module, swap a slot's function, list, unload;
     /// bench-swap measures swap times (docs/control.md).
     Ctl(ctl::Args),
@@ -93,6 +97,7 @@ fn main() -> ExitCode {
         Command::Pipeline(a) => pipeline::run(a),
         Command::Provision(a) => provision::run(a),
         Command::Ctl(a) => ctl::run(a),
+        Command::Collective(a) => collective::run(a),
         Command::Completions { shell } => {
             let mut cmd = <Cli as clap::CommandFactory>::command();
             clap_complete::generate(shell, &mut cmd, "offrac", &mut std::io::stdout());

@@ -23,7 +23,7 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 /// Function ids a WebAssembly module may be served under.
-pub const WASM_FUNCTIONS: std::ops::RangeInclusive<u8> = 128..=251;
+pub const WASM_FUNCTIONS: std::ops::RangeInclusive<u8> = 128..=250;
 
 /// The controller's clock: nanoseconds on the driver's monotonic clock.
 pub type Nanos = u64;

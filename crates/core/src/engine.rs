@@ -9,11 +9,18 @@ use crate::{
 };
 use offrac_proto::{
     HeaderError, RequestHeader, ResponseHeader, Status, DEVICE_SELF, EXT_LEN, FLAG_HOP_EXT,
-    FN_CONTROL, FN_DESCRIBE, FN_REGISTER_REPLY, HEADER_LEN, REQUEST_ID_NONE, VERSION,
+    FN_COLLECTIVE, FN_CONTROL, FN_DESCRIBE, FN_REGISTER_REPLY, HEADER_LEN, REQUEST_ID_NONE,
+    VERSION,
 };
 use rustc_hash::FxHashMap;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
+
+/// Functions the driver answers itself (control requests, collectives):
+/// reassembled like any request, never run by a slot.
+fn node_function(f: u8) -> bool {
+    f == FN_CONTROL || f == FN_COLLECTIVE
+}
 
 /// The driver's name for a connection.
 pub type ConnId = u64;
@@ -42,8 +49,9 @@ pub enum Action {
     /// its answer — the one relayed back, or an error if the hop cannot be
     /// reached — is the driver's to give.
     Forward { job: Job },
-    /// A complete control request (function [`FN_CONTROL`]): the driver's
-    /// control plane answers it. The engine no longer holds it.
+    /// A complete control request (function [`FN_CONTROL`]) or collective
+    /// (function [`FN_COLLECTIVE`]): the driver's control plane or its
+    /// collectives answer it. The engine no longer holds it.
     Control { job: Job },
 }
 
@@ -864,13 +872,13 @@ impl Engine {
                     ),
                 });
             }
-            if hop.function == FN_CONTROL {
+            if node_function(hop.function) {
                 if h.hop_count != 1 {
                     return Err(HopError {
                         hop: i,
                         status: Status::BadInput,
                         detail: 0,
-                        message: "a control request is a single hop".into(),
+                        message: "a control or collective request is a single hop".into(),
                     });
                 }
                 return Ok(());
@@ -960,7 +968,7 @@ impl Engine {
     /// A complete request the slots do not run: forwarded, or a control
     /// request for the driver.
     fn leave(&mut self, job: Job) {
-        if job.function() == FN_CONTROL && self.runs_here(&job) {
+        if node_function(job.function()) && self.runs_here(&job) {
             self.settle(job.conn, job.tenant);
             self.actions.push_back(Action::Control { job });
         } else {
@@ -1042,7 +1050,7 @@ impl Engine {
         let gone = |e: &Engine, job: &Job| {
             let f = job.function();
             e.runs_here(job)
-                && f != FN_CONTROL
+                && !node_function(f)
                 && e.selector.hosts(f).is_empty()
                 && !e.reconfiguring(f)
         };
@@ -1284,7 +1292,7 @@ impl Engine {
         let mut i = 0;
         while i < self.small.len() {
             let (f, cost) = (self.small[i].function(), self.small[i].cost());
-            if !self.runs_here(&self.small[i]) || f == FN_CONTROL {
+            if !self.runs_here(&self.small[i]) || node_function(f) {
                 let job = self.small.remove(i).expect("index in range");
                 self.small_bytes -= cost;
                 self.leave(job);
@@ -1305,7 +1313,7 @@ impl Engine {
             let mut i = 0;
             while let Some(job) = self.pool.ready(b).get(i) {
                 let (f, cost, tenant) = (job.function(), job.cost(), job.tenant);
-                if !self.runs_here(job) || f == FN_CONTROL {
+                if !self.runs_here(job) || node_function(f) {
                     let job = self.take_pool(b, i).expect("index in range");
                     self.leave(job);
                     continue;

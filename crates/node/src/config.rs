@@ -35,6 +35,8 @@ pub enum ConfigError {
     BadControl(String),
     #[error("[autoscale]: {0}")]
     BadAutoscale(String),
+    #[error("[collectives]: {0}")]
+    BadCollectives(String),
     #[error(transparent)]
     Engine(#[from] offrac_core::ConfigError),
     #[error("[[attach]]: {0}")]
@@ -139,6 +141,56 @@ fn autoscale_settings(
         period: Duration::from_millis(raw.period_ms),
         spare,
     }))
+    collectives: Option<RawCollectives>,
+}
+
+/// `[collectives]`: thresholds and limits of collectives (`docs/collectives.md`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCollectives {
+    eager_max_bytes: Option<usize>,
+    segment_bytes: Option<usize>,
+    ring_min_bytes: Option<usize>,
+    tree_min_ranks: Option<usize>,
+    tree_min_bytes: Option<usize>,
+    timeout_ms: Option<u64>,
+    max_timeout_ms: Option<u64>,
+    early_max_bytes: Option<usize>,
+    max_work_bytes: Option<usize>,
+}
+
+fn collective_settings(
+    raw: Option<RawCollectives>,
+    max_payload: u64,
+) -> Result<offrac_collective::Config, ConfigError> {
+    let mut c = offrac_collective::Config::default();
+    let Some(r) = raw else {
+        c.segment_bytes = c.segment_bytes.min(max_payload as usize - 64);
+        return Ok(c);
+    };
+    let t = &mut c.thresholds;
+    t.ring_min_bytes = r.ring_min_bytes.unwrap_or(t.ring_min_bytes);
+    t.tree_min_ranks = r.tree_min_ranks.unwrap_or(t.tree_min_ranks);
+    t.tree_min_bytes = r.tree_min_bytes.unwrap_or(t.tree_min_bytes);
+    c.eager_max_bytes = r.eager_max_bytes.unwrap_or(c.eager_max_bytes);
+    c.segment_bytes = r
+        .segment_bytes
+        .unwrap_or(c.segment_bytes.min(max_payload as usize - 64));
+    if let Some(ms) = r.timeout_ms {
+        c.default_timeout = Duration::from_millis(ms);
+    }
+    if let Some(ms) = r.max_timeout_ms {
+        c.max_timeout = Duration::from_millis(ms);
+    }
+    c.early_max_bytes = r.early_max_bytes.unwrap_or(c.early_max_bytes);
+    c.max_work_bytes = r.max_work_bytes.unwrap_or(c.max_work_bytes);
+    if c.segment_bytes < 4 || c.segment_bytes as u64 + 64 > max_payload {
+        return Err(ConfigError::BadCollectives(format!(
+            "segment_bytes {} must be at least 4 and fit a request with its 64-byte descriptor (max_payload {max_payload})",
+            c.segment_bytes
+        )));
+    }
+    Ok(c)
 }
 
 /// `[control]`: the control plane (`docs/control.md`).
@@ -420,6 +472,8 @@ pub struct NodeConfig {
     pub control: crate::ControlSettings,
     /// The autoscaler, when `[autoscale]` is given.
     pub autoscale: Option<crate::driver::AutoscaleSettings>,
+    /// Collectives across the device table: thresholds and limits.
+    pub collectives: offrac_collective::Config,
 }
 
 /// Reads a MapId key file: one hex key per line (`a73ee510` or
@@ -590,6 +644,7 @@ impl NodeConfig {
             }
         }
         engine.validate()?;
+        let collectives = collective_settings(raw.collectives, engine.max_payload)?;
         let metrics_listen = Some(raw.metrics.listen).filter(|s| !s.is_empty());
         let autoscale = autoscale_settings(raw.autoscale, &slot_settings)?;
         Ok(NodeConfig {
@@ -619,6 +674,7 @@ impl NodeConfig {
                 .collect::<Result<_, _>>()?,
             control: control_settings(raw.control)?,
             autoscale,
+            collectives,
         })
     }
 

@@ -15,6 +15,7 @@
 //! the close.
 
 mod autoscale;
+mod collective;
 mod control;
 mod links;
 
@@ -84,6 +85,8 @@ pub struct DriverConfig {
     pub tenancy: offrac_core::Tenancy,
     /// Function ids served by tenants' modules at start (a saved assignment).
     pub owners: Vec<(u8, u16)>,
+    /// Collectives across the device table (`docs/collectives.md`).
+    pub collectives: offrac_collective::Config,
 }
 
 impl DriverConfig {
@@ -106,6 +109,7 @@ impl DriverConfig {
             autoscale: None,
             tenancy: offrac_core::Tenancy::default(),
             owners: Vec::new(),
+            collectives: offrac_collective::Config::default(),
         }
     }
 }
@@ -242,6 +246,9 @@ pub struct Driver {
     swap_counts: Vec<(u64, u64)>,
     /// The autoscaler (`driver/autoscale.rs`), when configured.
     autoscale: Option<autoscale::AutoscaleState>,
+    /// Collectives (`driver/collective.rs`) and the calls waiting for them.
+    collectives: offrac_collective::Collectives,
+    calls: collective::Calls,
 }
 
 impl Driver {
@@ -293,6 +300,7 @@ impl Driver {
         for &(f, t) in &cfg.owners {
             engine.set_owner(f, Some(t));
         }
+        let collectives = collective::machine(engine.config().device_id, cfg.collectives.clone());
         let targets = if cfg.targets.len() == cfg.slots.len() {
             cfg.targets.clone()
         } else {
@@ -307,6 +315,8 @@ impl Driver {
             next_swap_token: 0,
             swap_counts: vec![(0, 0); cfg.slots.len()],
             autoscale,
+            collectives,
+            calls: collective::Calls::default(),
             estimates: Default::default(),
             link_stats: LinkStats {
                 connects: links.len() as u64,
@@ -501,6 +511,10 @@ impl Driver {
         self.link_timeouts(now);
         self.swap_timeouts(now);
         self.autoscale_tick(now);
+        if self.collectives.poll_timeout().is_some_and(|t| t <= now) {
+            self.collectives.handle_timeout(now);
+            self.collective_outs(now);
+        }
         while let Some(&Reverse((t, conn))) = self.lingering.peek() {
             if t > now {
                 break;
@@ -545,6 +559,7 @@ impl Driver {
             self.link_timeout(),
             self.swap_timeout(),
             self.autoscale_timeout(),
+            self.collectives.poll_timeout(),
         ]
         .into_iter()
         .flatten()
@@ -696,6 +711,9 @@ impl Driver {
                     }
                 }
                 Action::Forward { job } => self.forward(now, job),
+                Action::Control { job } if job.function() == offrac_proto::FN_COLLECTIVE => {
+                    self.collective_request(now, job);
+                }
                 Action::Control { job } => {
                     if let Some(c) = self.conns.get_mut(&job.conn) {
                         c.answering += 1;

@@ -45,6 +45,11 @@ pub const FN_DESCRIBE: u8 = 0xFD;
 /// (`docs/protocol.md`, "Control requests"; `docs/control.md`). Handed to
 /// the node's control plane, never to a slot.
 pub const FN_CONTROL: u8 = 0xFC;
+/// Control function: a collective (`docs/collectives.md`): a client's call
+/// on its own node, or a message between the nodes of a communicator; the
+/// payload starts with a 64-byte collective descriptor. Handled by the
+/// node's collectives, never by a slot.
+pub const FN_COLLECTIVE: u8 = 0xFB;
 /// Request id of a response that answers no request the node could identify
 /// (a wrong magic, or a stall before the id's bytes arrived). Clients must not
 /// use it for requests; a response carrying it is about the connection.

@@ -63,16 +63,18 @@ struct Forwarded {
 pub(super) struct Link {
     device: u8,
     addr: String,
-    state: LinkState,
+    pub(super) state: LinkState,
     backoff: Duration,
     forwarded: FxHashMap<u64, Forwarded>,
+    /// Collective messages sent and not acknowledged yet (`driver/collective.rs`).
+    pub(super) collective: FxHashMap<u64, offrac_collective::Key>,
     /// Forwarded while connecting: written when the link comes up.
-    waiting: VecDeque<(RequestHeader, Vec<u8>)>,
+    pub(super) waiting: VecDeque<(RequestHeader, Vec<u8>)>,
     /// Payload bytes of the forwarded requests not answered yet.
     bytes: usize,
     /// Response bytes not yet parsed.
     rx: Vec<u8>,
-    next_id: u64,
+    pub(super) next_id: u64,
 }
 
 /// Counters of the links, for metrics and tests.
@@ -98,6 +100,7 @@ impl Link {
             state: LinkState::Connecting,
             backoff: min_backoff,
             forwarded: FxHashMap::default(),
+            collective: FxHashMap::default(),
             waiting: VecDeque::new(),
             bytes: 0,
             rx: Vec::new(),
@@ -204,6 +207,7 @@ impl Driver {
         l.waiting.clear();
         l.rx.clear();
         l.bytes = 0;
+        l.collective.clear();
         let mut lost: Vec<(u64, Forwarded)> = l.forwarded.drain().collect();
         lost.sort_unstable_by_key(|(id, _)| *id);
         self.out.push_back(Io::CloseLink { link });
@@ -211,6 +215,8 @@ impl Driver {
             let msg = maybe_delivered(&f, msg);
             self.fail_forwarded(now, f, Status::Unreachable, device as u64, &msg);
         }
+        self.collectives.handle_peer_down(now, device, msg);
+        self.collective_outs(now);
     }
 
     /// The connection of `link` is open: write what waited for it.
@@ -270,6 +276,7 @@ impl Driver {
         }
         l.rx.extend_from_slice(data);
         let mut answers = Vec::new();
+        let mut refused = Vec::new();
         let mut at = 0;
         let mut broken = false;
         while l.rx.len() - at >= HEADER_LEN {
@@ -312,13 +319,25 @@ impl Driver {
                     l.bytes -= f.bytes;
                     answers.push((f, h, payload));
                 }
-                None => self.link_stats.late += 1,
+                None => match l.collective.remove(&h.request_id) {
+                    Some(key) if h.status != Status::Ok => {
+                        let why = String::from_utf8_lossy(&payload).into_owned();
+                        refused.push((key, l.device, why));
+                    }
+                    Some(_) => {}
+                    None => self.link_stats.late += 1,
+                },
             }
         }
         l.rx.drain(..at);
         for (f, h, payload) in answers {
             self.relay(now, f, h, payload);
         }
+        for (key, device, why) in refused {
+            let why = format!("it refused a collective message: {why}");
+            self.collectives.handle_send_failed(now, key, device, &why);
+        }
+        self.collective_outs(now);
         if broken {
             self.handle_link_down(now, link);
         }

@@ -1,0 +1,153 @@
+//! `offrac collective`: one rank's call of a collective on its own node
+//! (docs/collectives.md). Every rank runs the same command against its node
+//! with the same tag; each prints its own result, one value per line.
+
+use crate::CliError;
+use offrac_client::{Client, FunctionCode};
+use offrac_collective::{Algorithm, Descriptor, Dtype, Kind, Members, Op, RedOp};
+use offrac_proto::FN_COLLECTIVE;
+use std::time::Duration;
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Collective {
+    Bcast,
+    Reduce,
+    Allreduce,
+    Gather,
+    Scatter,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Type {
+    Float32,
+    Int32,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Reduction {
+    Sum,
+    Max,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Algo {
+    Auto,
+    OneToAll,
+    Tree,
+    Ring,
+    RecursiveDoubling,
+}
+
+#[derive(clap::Args)]
+pub struct Args {
+    collective: Collective,
+    /// This rank's node.
+    #[arg(long, default_value = "127.0.0.1:7000")]
+    addr: String,
+    /// The communicator: comma-separated device ids (ranks in increasing id order).
+    #[arg(long, value_delimiter = ',', required = true)]
+    members: Vec<u8>,
+    /// Names this collective: the same on every rank, a new one per collective.
+    #[arg(long)]
+    tag: u64,
+    #[arg(long, value_enum, default_value = "float32")]
+    dtype: Type,
+    /// Reduction of reduce and allreduce.
+    #[arg(long = "op", value_enum, default_value = "sum")]
+    reduction: Reduction,
+    /// Rank of the root (bcast, reduce, gather, scatter).
+    #[arg(long, default_value_t = 0)]
+    root: u8,
+    #[arg(long, value_enum, default_value = "auto")]
+    algorithm: Algo,
+    /// Elements per rank, for ranks that give no input (a bcast's or scatter's non-roots).
+    #[arg(long)]
+    count: Option<u32>,
+    /// The collective's deadline.
+    #[arg(long, default_value_t = 10_000)]
+    timeout_ms: u32,
+    /// This rank's input values (a scatter's root: all ranks' blocks, in rank order).
+    #[arg(allow_hyphen_values = true)]
+    values: Vec<String>,
+}
+
+pub fn run(a: Args) -> Result<(), CliError> {
+    let dtype = match a.dtype {
+        Type::Float32 => Dtype::F32,
+        Type::Int32 => Dtype::I32,
+    };
+    let mut input = Vec::with_capacity(a.values.len() * 4);
+    for v in &a.values {
+        let bad = || CliError::Usage(format!("{v:?} is not a {} value", dtype.name()));
+        match dtype {
+            Dtype::F32 => input.extend(v.parse::<f32>().map_err(|_| bad())?.to_le_bytes()),
+            Dtype::I32 => input.extend(v.parse::<i32>().map_err(|_| bad())?.to_le_bytes()),
+        }
+    }
+    let op = match a.collective {
+        Collective::Bcast => Op::Broadcast,
+        Collective::Reduce => Op::Reduce,
+        Collective::Allreduce => Op::AllReduce,
+        Collective::Gather => Op::Gather,
+        Collective::Scatter => Op::Scatter,
+    };
+    let n = {
+        let mut m = a.members.clone();
+        m.sort_unstable();
+        m.dedup();
+        m.len() as u32
+    };
+    let given = a.values.len() as u32;
+    let count = match (op, a.count) {
+        (_, Some(c)) => c,
+        (Op::Scatter, None) if given % n.max(1) == 0 => given / n.max(1),
+        (Op::Scatter, None) => {
+            return Err(CliError::Usage(format!(
+                "scatter's root gives {given} values, not a multiple of {n} ranks"
+            )))
+        }
+        (_, None) if given > 0 => given,
+        _ => return Err(CliError::Usage("give the values, or --count".into())),
+    };
+    let desc = Descriptor {
+        kind: Kind::Call,
+        op,
+        dtype,
+        redop: match (op.reduces(), a.reduction) {
+            (false, _) => RedOp::None,
+            (true, Reduction::Sum) => RedOp::Sum,
+            (true, Reduction::Max) => RedOp::Max,
+        },
+        root: a.root,
+        algorithm: match a.algorithm {
+            Algo::Auto => Algorithm::Auto,
+            Algo::OneToAll => Algorithm::OneToAll,
+            Algo::Tree => Algorithm::Tree,
+            Algo::Ring => Algorithm::Ring,
+            Algo::RecursiveDoubling => Algorithm::RecursiveDoubling,
+        },
+        src: 0,
+        tag: a.tag,
+        count,
+        step: 0,
+        offset: 0,
+        timeout_ms: a.timeout_ms,
+        members: Members::of(&a.members),
+    };
+    let mut payload = desc.encode().to_vec();
+    payload.extend_from_slice(&input);
+    let wait = Duration::from_millis(a.timeout_ms as u64) + Duration::from_secs(5);
+    let mut client = Client::connect_timeout(&a.addr, wait)?;
+    client.set_retry_policy(offrac_client::RetryPolicy::NONE);
+    let reply = client.call(FunctionCode(FN_COLLECTIVE), 0, &payload)?;
+    let mut out = String::new();
+    for w in reply.payload.chunks_exact(4) {
+        let b = [w[0], w[1], w[2], w[3]];
+        match dtype {
+            Dtype::F32 => out.push_str(&format!("{}\n", f32::from_le_bytes(b))),
+            Dtype::I32 => out.push_str(&format!("{}\n", i32::from_le_bytes(b))),
+        }
+    }
+    print!("{out}");
+    Ok(())
+}

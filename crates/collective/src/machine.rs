@@ -1,0 +1,856 @@
+//! The collectives of one node as a sans-IO state machine: calls from local
+//! clients and messages from the other ranks' nodes go in with the current
+//! time; messages to send and answers to give come out of [`Collectives::poll`];
+//! [`Collectives::poll_timeout`] says when time matters next. No sockets,
+//! threads or clock reads.
+//!
+//! A collective runs its rank's [`Plan`] step by step: on entering a step it
+//! sends its transfers — at once if they are small (eager: the receiver
+//! keeps what comes before its own call), else only after the receiver said
+//! `Ready` for that step (rendezvous: large data is never held early) — and
+//! it leaves the step when every receive of the step is complete. Any
+//! failure (a mismatched call, a peer that went down or refused a message,
+//! the deadline) ends the collective with an error at this rank and an
+//! `Abort` to every other member, so no rank waits for one that gave up.
+
+use crate::plan::{self, Combine, Plan, Thresholds};
+use crate::reduce::combine;
+use crate::wire::{Algorithm, Descriptor, Kind, Members, WireError};
+use offrac_core::Instant;
+use rustc_hash::{FxHashMap, FxHashSet};
+use std::collections::VecDeque;
+use std::time::Duration;
+
+/// The driver's handle for a call, given back with its answer.
+pub type CallId = u64;
+
+/// A collective: its tag within its communicator.
+pub type Key = (u64, Members);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    pub thresholds: Thresholds,
+    /// Transfers up to this many bytes are sent eagerly; larger ones wait
+    /// for the receiver's `Ready` (rendezvous).
+    pub eager_max_bytes: usize,
+    /// Largest data segment in one message (it goes through the receiver's
+    /// reassembly pool: keep it at most the pool's buffer size).
+    pub segment_bytes: usize,
+    /// Deadline of a call that names none, and the longest one allowed.
+    pub default_timeout: Duration,
+    pub max_timeout: Duration,
+    /// Eager data held for collectives this node has not been called for yet.
+    pub early_max_bytes: usize,
+    /// How long such data (and the memory of a finished tag) is kept.
+    pub early_ttl: Duration,
+    /// Largest work buffer of one collective.
+    pub max_work_bytes: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            thresholds: Thresholds::default(),
+            eager_max_bytes: 64 << 10,
+            segment_bytes: 1 << 20,
+            default_timeout: Duration::from_secs(10),
+            max_timeout: Duration::from_secs(300),
+            early_max_bytes: 64 << 20,
+            early_ttl: Duration::from_secs(30),
+            max_work_bytes: 1 << 30,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailKind {
+    /// A bad or mismatched call (status `BAD_INPUT`).
+    BadInput,
+    /// A member is not in the device table, or its link went down (`UNREACHABLE`).
+    Unreachable,
+    /// The deadline passed (`TIMEOUT`).
+    Timeout,
+    /// Too large for this node (`TOO_LARGE`).
+    TooLarge,
+    /// No room for early data, or the tag is busy (`BUSY`).
+    Busy,
+}
+
+impl FailKind {
+    fn code(self) -> u32 {
+        match self {
+            FailKind::BadInput => 1,
+            FailKind::Unreachable => 2,
+            FailKind::Timeout => 3,
+            FailKind::TooLarge => 4,
+            FailKind::Busy => 5,
+        }
+    }
+    fn from_code(c: u32) -> FailKind {
+        match c {
+            2 => FailKind::Unreachable,
+            3 => FailKind::Timeout,
+            4 => FailKind::TooLarge,
+            5 => FailKind::Busy,
+            _ => FailKind::BadInput,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    pub kind: FailKind,
+    /// The device the failure is about, if one.
+    pub device: Option<u8>,
+    pub message: String,
+}
+
+impl Failure {
+    fn new(kind: FailKind, device: Option<u8>, message: String) -> Failure {
+        Failure {
+            kind,
+            device,
+            message,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Out {
+    /// Send `message` (a descriptor and its body) to `device` as a request
+    /// for function 251; if the device cannot take it, report
+    /// [`Collectives::handle_send_failed`] with `key`.
+    Send {
+        device: u8,
+        key: Key,
+        message: Vec<u8>,
+    },
+    /// The answer to a call: this rank's output, or why it failed.
+    Done {
+        call: CallId,
+        algorithm: Algorithm,
+        result: Result<Vec<u8>, Failure>,
+    },
+}
+
+#[derive(Debug)]
+struct Running {
+    call: CallId,
+    desc: Descriptor,
+    devices: Vec<u8>,
+    rank: usize,
+    plan: Plan,
+    work: Vec<u8>,
+    step: usize,
+    entered: bool,
+    /// Per receive of the current step: bytes arrived.
+    got: Vec<usize>,
+    /// Per send of the current step: sent yet.
+    sent: Vec<bool>,
+    /// Per send of the current step waiting for its receiver's `Ready`: its
+    /// bytes as they were on entering the step, when the step's receives
+    /// overwrite them meanwhile (recursive doubling).
+    held: Vec<Option<Vec<u8>>>,
+    /// `Ready` seen from (rank, step).
+    ready: FxHashSet<(usize, u32)>,
+    /// Messages for later steps.
+    stash: Vec<(Descriptor, Vec<u8>)>,
+    deadline: Instant,
+    timeout: Duration,
+}
+
+/// Messages for a collective not called here yet.
+#[derive(Debug, Default)]
+struct Early {
+    first_at: Option<Instant>,
+    msgs: Vec<(Descriptor, Vec<u8>)>,
+    bytes: usize,
+    abort: Option<Failure>,
+}
+
+/// Counters, for metrics and tests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub completed: u64,
+    pub failed: u64,
+    pub sent_messages: u64,
+    pub sent_bytes: u64,
+    pub rendezvous: u64,
+}
+
+pub struct Collectives {
+    me: u8,
+    cfg: Config,
+    running: FxHashMap<Key, Running>,
+    early: FxHashMap<Key, Early>,
+    early_bytes: usize,
+    /// Tags that ended here, until when their late messages are dropped.
+    finished: FxHashMap<Key, Instant>,
+    out: VecDeque<Out>,
+    stats: Stats,
+}
+
+impl Collectives {
+    pub fn new(me: u8, cfg: Config) -> Collectives {
+        Collectives {
+            me,
+            cfg,
+            running: FxHashMap::default(),
+            early: FxHashMap::default(),
+            early_bytes: 0,
+            finished: FxHashMap::default(),
+            out: VecDeque::new(),
+            stats: Stats::default(),
+        }
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+
+    /// Collectives running here.
+    pub fn running(&self) -> usize {
+        self.running.len()
+    }
+
+    pub fn poll(&mut self) -> Option<Out> {
+        self.out.pop_front()
+    }
+
+    /// A local client's call (`payload`: descriptor then input).
+    /// `reachable(device)`: the device is in this node's device table.
+    pub fn handle_call(
+        &mut self,
+        now: Instant,
+        call: CallId,
+        payload: &[u8],
+        reachable: impl Fn(u8) -> bool,
+    ) {
+        match self.start(now, call, payload, reachable) {
+            Ok(key) => self.progress(now, key),
+            Err(f) => {
+                self.stats.failed += 1;
+                self.out.push_back(Out::Done {
+                    call,
+                    algorithm: Algorithm::Auto,
+                    result: Err(f),
+                });
+            }
+        }
+    }
+
+    fn start(
+        &mut self,
+        now: Instant,
+        call: CallId,
+        payload: &[u8],
+        reachable: impl Fn(u8) -> bool,
+    ) -> Result<Key, Failure> {
+        let bad = |m: String| Failure::new(FailKind::BadInput, None, m);
+        let (mut d, input) = Descriptor::decode(payload).map_err(|e| bad(e.to_string()))?;
+        if d.kind != Kind::Call {
+            return Err(bad(format!(
+                "a client sends calls (kind 1), not kind {}",
+                d.kind as u8
+            )));
+        }
+        let Some(rank) = d.members.rank_of(self.me) else {
+            return Err(bad(format!(
+                "this node (device {}) is not a member of the communicator",
+                self.me
+            )));
+        };
+        let devices = d.members.devices();
+        let n = devices.len();
+        if let Some(&gone) = devices.iter().find(|&&x| x != self.me && !reachable(x)) {
+            return Err(Failure::new(
+                FailKind::Unreachable,
+                Some(gone),
+                format!("member device {gone} is not in this node's device table"),
+            ));
+        }
+        if d.count == 0 {
+            return Err(bad("a collective of 0 elements".into()));
+        }
+        if d.root as usize >= n {
+            return Err(bad(format!(
+                "root rank {} but the communicator has {n} ranks",
+                d.root
+            )));
+        }
+        let elem = d.dtype.size();
+        let len = d.count as usize * elem;
+        if d.algorithm == Algorithm::Auto {
+            d.algorithm = plan::choose(d.op, n, len, &self.cfg.thresholds);
+        } else if let Some(why) = plan::unsupported(d.op, d.algorithm, n) {
+            return Err(bad(why));
+        }
+        let p = plan::plan(d.op, d.algorithm, n, rank, d.root as usize, len, elem);
+        if p.work_len > self.cfg.max_work_bytes {
+            return Err(Failure::new(
+                FailKind::TooLarge,
+                None,
+                format!(
+                    "{} of {} bytes exceeds this node's limit of {} bytes per collective",
+                    d.op.name(),
+                    p.work_len,
+                    self.cfg.max_work_bytes
+                ),
+            ));
+        }
+        let want = p.input.len();
+        // A broadcast's non-root may pass its buffer (ignored), as MPI does.
+        let ignored = want == 0 && d.op == crate::wire::Op::Broadcast && input.len() == len;
+        if input.len() != want && !ignored {
+            return Err(bad(format!(
+                "rank {rank} of {} of {} {} (root {}) gives {} input bytes, expected {want}",
+                d.op.name(),
+                d.count,
+                d.dtype.name(),
+                d.root,
+                input.len()
+            )));
+        }
+        let key = (d.tag, d.members);
+        if self.running.contains_key(&key) {
+            return Err(Failure::new(
+                FailKind::Busy,
+                None,
+                format!("tag {} is already running on this communicator", d.tag),
+            ));
+        }
+        if self.finished.contains_key(&key) {
+            return Err(bad(format!(
+                "tag {} was used recently on this communicator; use a new tag",
+                d.tag
+            )));
+        }
+        let timeout = match d.timeout_ms {
+            0 => self.cfg.default_timeout,
+            ms => Duration::from_millis(ms as u64).min(self.cfg.max_timeout),
+        };
+        let mut work = vec![0u8; p.work_len];
+        if !ignored {
+            work[p.input.clone()].copy_from_slice(input);
+        }
+        let mut run = Running {
+            call,
+            desc: d,
+            devices,
+            rank,
+            plan: p,
+            work,
+            step: 0,
+            entered: false,
+            got: Vec::new(),
+            sent: Vec::new(),
+            held: Vec::new(),
+            ready: FxHashSet::default(),
+            stash: Vec::new(),
+            deadline: now + timeout,
+            timeout,
+        };
+        if let Some(e) = self.early.remove(&key) {
+            self.early_bytes -= e.bytes;
+            if let Some(f) = e.abort {
+                return Err(f);
+            }
+            for (m, body) in e.msgs {
+                if let Err(f) = matches(&run, &m) {
+                    self.abort_others(&run, &f);
+                    return Err(f);
+                }
+                run.stash.push((m, body));
+            }
+        }
+        self.running.insert(key, run);
+        Ok(key)
+    }
+
+    /// A message from another rank's node. An error means the message
+    /// itself is malformed (answer the sender `BAD_INPUT`).
+    pub fn handle_message(&mut self, now: Instant, payload: &[u8]) -> Result<(), WireError> {
+        let (d, body) = Descriptor::decode(payload)?;
+        if d.kind == Kind::Call {
+            return Err(WireError::Kind(d.kind as u8));
+        }
+        let key = (d.tag, d.members);
+        if self.finished.contains_key(&key) {
+            return Ok(()); // late: the collective ended here (e.g. it failed)
+        }
+        let Some(run) = self.running.get_mut(&key) else {
+            self.keep_early(now, key, d, body);
+            return Ok(());
+        };
+        if let Err(f) = matches(run, &d) {
+            self.fail(now, key, f, true);
+            return Ok(());
+        }
+        if d.kind == Kind::Abort {
+            let f = abort_failure(run, &d, body);
+            self.fail(now, key, f, false);
+            return Ok(());
+        }
+        let step = d.step as usize;
+        if step > run.step || (step == run.step && !run.entered) {
+            run.stash.push((d, body.to_vec()));
+            return Ok(());
+        }
+        let res = if step < run.step {
+            Err(Failure::new(
+                FailKind::BadInput,
+                run.devices.get(d.src as usize).copied(),
+                format!(
+                    "rank {} sent step {step} after this rank left it (now at step {})",
+                    d.src, run.step
+                ),
+            ))
+        } else {
+            apply(run, &self.cfg, &mut self.out, &mut self.stats, &d, body)
+        };
+        match res {
+            Ok(()) => self.progress(now, key),
+            Err(f) => self.fail(now, key, f, true),
+        }
+        Ok(())
+    }
+
+    /// A message of `key` to `device` could not be delivered (its link is
+    /// down or it answered an error): the collective fails.
+    pub fn handle_send_failed(&mut self, now: Instant, key: Key, device: u8, why: &str) {
+        if self.running.contains_key(&key) {
+            let f = Failure::new(
+                FailKind::Unreachable,
+                Some(device),
+                format!("cannot deliver to device {device}: {why}"),
+            );
+            self.fail(now, key, f, true);
+        }
+    }
+
+    /// The link to `device` went down: every collective it is a member of fails.
+    pub fn handle_peer_down(&mut self, now: Instant, device: u8, why: &str) {
+        let keys: Vec<Key> = self
+            .running
+            .iter()
+            .filter(|(_, r)| r.devices.contains(&device))
+            .map(|(k, _)| *k)
+            .collect();
+        for key in keys {
+            let rank = self.running[&key].devices.iter().position(|&x| x == device);
+            let f = Failure::new(
+                FailKind::Unreachable,
+                Some(device),
+                format!(
+                    "device {device} (rank {}) went down during the collective: {why}",
+                    rank.unwrap_or(0)
+                ),
+            );
+            self.fail(now, key, f, true);
+        }
+    }
+
+    /// Time passed: deadlines, and early data and finished tags to forget.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let late: Vec<Key> = self
+            .running
+            .iter()
+            .filter(|(_, r)| r.deadline <= now)
+            .map(|(k, _)| *k)
+            .collect();
+        for key in late {
+            let r = &self.running[&key];
+            let waiting: Vec<String> = r
+                .plan
+                .steps
+                .get(r.step)
+                .map(|s| {
+                    s.recvs
+                        .iter()
+                        .zip(&r.got)
+                        .filter(|(t, &g)| g < t.range.len())
+                        .map(|(t, _)| format!("{} (device {})", t.peer, r.devices[t.peer]))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let f = Failure::new(
+                FailKind::Timeout,
+                None,
+                format!(
+                    "{} tag {} did not finish within {} ms: at step {} of {}, waiting for rank(s) [{}]",
+                    r.desc.op.name(),
+                    r.desc.tag,
+                    r.timeout.as_millis(),
+                    r.step,
+                    r.plan.steps.len(),
+                    waiting.join(", ")
+                ),
+            );
+            self.fail(now, key, f, true);
+        }
+        let ttl = self.cfg.early_ttl;
+        let mut freed = 0;
+        self.early.retain(|_, e| {
+            let keep = e.first_at.is_some_and(|t| t + ttl > now);
+            if !keep {
+                freed += e.bytes;
+            }
+            keep
+        });
+        self.early_bytes -= freed;
+        self.finished.retain(|_, &mut until| until > now);
+    }
+
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let ttl = self.cfg.early_ttl;
+        let deadlines = self.running.values().map(|r| r.deadline);
+        let early = self
+            .early
+            .values()
+            .filter_map(|e| e.first_at.map(|t| t + ttl));
+        let finished = self.finished.values().copied();
+        deadlines.chain(early).chain(finished).min()
+    }
+
+    fn keep_early(&mut self, now: Instant, key: Key, d: Descriptor, body: &[u8]) {
+        let e = self.early.entry(key).or_default();
+        e.first_at.get_or_insert(now);
+        if e.abort.is_some() {
+            return;
+        }
+        if d.kind == Kind::Abort {
+            let from = d.members.devices().get(d.src as usize).copied();
+            e.abort = Some(Failure::new(
+                FailKind::from_code(d.offset),
+                from,
+                format!(
+                    "rank {} (device {}) failed the collective: {}",
+                    d.src,
+                    from.unwrap_or(0),
+                    String::from_utf8_lossy(body)
+                ),
+            ));
+            self.early_bytes -= e.bytes;
+            e.msgs.clear();
+            e.bytes = 0;
+            return;
+        }
+        if self.early_bytes + body.len() > self.cfg.early_max_bytes {
+            // No room: the sender is told, and the tag fails here when called.
+            let f = Failure::new(
+                FailKind::Busy,
+                Some(self.me),
+                format!(
+                    "device {} holds {} bytes of data for collectives not called there yet (early_max_bytes)",
+                    self.me, self.early_bytes
+                ),
+            );
+            self.early_bytes -= e.bytes;
+            e.msgs.clear();
+            e.bytes = 0;
+            if let Some(src) = d.members.devices().get(d.src as usize) {
+                let me = d.members.rank_of(self.me).unwrap_or(0) as u8;
+                let mut m = d;
+                m.timeout_ms = 0;
+                let msg = m.message(Kind::Abort, me, 0, f.kind.code(), f.message.as_bytes());
+                self.out.push_back(Out::Send {
+                    device: *src,
+                    key,
+                    message: msg,
+                });
+            }
+            e.abort = Some(f);
+            return;
+        }
+        e.bytes += body.len();
+        self.early_bytes += body.len();
+        e.msgs.push((d, body.to_vec()));
+    }
+
+    /// Run `key` as far as its messages allow.
+    fn progress(&mut self, now: Instant, key: Key) {
+        loop {
+            let Some(r) = self.running.get_mut(&key) else {
+                return;
+            };
+            if r.step == r.plan.steps.len() {
+                let r = self.running.remove(&key).expect("running");
+                self.finished.insert(key, now + self.cfg.early_ttl);
+                self.stats.completed += 1;
+                let out = if r.plan.output == (0..r.work.len()) {
+                    r.work
+                } else {
+                    r.work[r.plan.output.clone()].to_vec()
+                };
+                self.out.push_back(Out::Done {
+                    call: r.call,
+                    algorithm: r.desc.algorithm,
+                    result: Ok(out),
+                });
+                return;
+            }
+            if !r.entered {
+                if let Err(f) = enter(r, &self.cfg, &mut self.out, &mut self.stats) {
+                    return self.fail(now, key, f, true);
+                }
+            }
+            let step = &r.plan.steps[r.step];
+            let received = step
+                .recvs
+                .iter()
+                .zip(&r.got)
+                .all(|(t, &g)| g == t.range.len());
+            if !(received && r.sent.iter().all(|&s| s)) {
+                return;
+            }
+            r.step += 1;
+            r.entered = false;
+        }
+    }
+
+    /// End `key` with `f` here; tell the other members (`tell`) so none waits.
+    fn fail(&mut self, now: Instant, key: Key, f: Failure, tell: bool) {
+        let Some(r) = self.running.remove(&key) else {
+            return;
+        };
+        if tell {
+            self.abort_others(&r, &f);
+        }
+        self.finished.insert(key, now + self.cfg.early_ttl);
+        self.stats.failed += 1;
+        self.out.push_back(Out::Done {
+            call: r.call,
+            algorithm: r.desc.algorithm,
+            result: Err(f),
+        });
+    }
+
+    fn abort_others(&mut self, r: &Running, f: &Failure) {
+        let key = (r.desc.tag, r.desc.members);
+        for (i, &device) in r.devices.iter().enumerate() {
+            if i != r.rank {
+                let message = r.desc.message(
+                    Kind::Abort,
+                    r.rank as u8,
+                    0,
+                    f.kind.code(),
+                    f.message.as_bytes(),
+                );
+                self.out.push_back(Out::Send {
+                    device,
+                    key,
+                    message,
+                });
+            }
+        }
+    }
+}
+
+/// Whether message `m` belongs to the same collective as this rank's call.
+fn matches(r: &Running, m: &Descriptor) -> Result<(), Failure> {
+    let d = &r.desc;
+    let n = r.devices.len();
+    if m.src as usize >= n || m.src as usize == r.rank {
+        return Err(Failure::new(
+            FailKind::BadInput,
+            None,
+            format!("message from rank {} in a communicator of {n}", m.src),
+        ));
+    }
+    if m.kind == Kind::Abort {
+        return Ok(());
+    }
+    let same = (m.op, m.dtype, m.redop, m.root, m.count, m.algorithm)
+        == (d.op, d.dtype, d.redop, d.root, d.count, d.algorithm);
+    if same {
+        return Ok(());
+    }
+    let desc = |x: &Descriptor| {
+        format!(
+            "{} of {} {} (root {}, {}{})",
+            x.op.name(),
+            x.count,
+            x.dtype.name(),
+            x.root,
+            x.algorithm.name(),
+            match x.redop {
+                crate::wire::RedOp::Sum => ", sum",
+                crate::wire::RedOp::Max => ", max",
+                crate::wire::RedOp::None => "",
+            }
+        )
+    };
+    Err(Failure::new(
+        FailKind::BadInput,
+        r.devices.get(m.src as usize).copied(),
+        format!(
+            "mismatched calls for tag {}: rank {} called {}, rank {} called {}",
+            d.tag,
+            m.src,
+            desc(m),
+            r.rank,
+            desc(d)
+        ),
+    ))
+}
+
+fn abort_failure(r: &Running, d: &Descriptor, body: &[u8]) -> Failure {
+    let from = r.devices[d.src as usize];
+    Failure::new(
+        FailKind::from_code(d.offset),
+        Some(from),
+        format!(
+            "rank {} (device {from}) failed the collective: {}",
+            d.src,
+            String::from_utf8_lossy(body)
+        ),
+    )
+}
+
+/// Enter the current step: ask for large receives, send what may go now,
+/// take the messages that came early.
+fn enter(
+    r: &mut Running,
+    cfg: &Config,
+    out: &mut VecDeque<Out>,
+    stats: &mut Stats,
+) -> Result<(), Failure> {
+    r.entered = true;
+    let step = &r.plan.steps[r.step];
+    r.got = vec![0; step.recvs.len()];
+    r.sent = vec![false; step.sends.len()];
+    r.held = step
+        .sends
+        .iter()
+        .map(|t| {
+            let waits = t.range.len() > cfg.eager_max_bytes;
+            let overwritten = step
+                .recvs
+                .iter()
+                .any(|q| q.range.start < t.range.end && t.range.start < q.range.end);
+            (waits && overwritten).then(|| r.work[t.range.clone()].to_vec())
+        })
+        .collect();
+    let key = (r.desc.tag, r.desc.members);
+    for t in &step.recvs {
+        if t.range.len() > cfg.eager_max_bytes {
+            stats.rendezvous += 1;
+            out.push_back(Out::Send {
+                device: r.devices[t.peer],
+                key,
+                message: r
+                    .desc
+                    .message(Kind::Ready, r.rank as u8, r.step as u32, 0, &[]),
+            });
+        }
+    }
+    try_sends(r, cfg, out, stats);
+    let now_step = r.step as u32;
+    let (mine, later): (Vec<_>, Vec<_>) = std::mem::take(&mut r.stash)
+        .into_iter()
+        .partition(|(d, _)| d.step == now_step);
+    r.stash = later;
+    for (d, body) in mine {
+        apply(r, cfg, out, stats, &d, &body)?;
+    }
+    Ok(())
+}
+
+/// Send the current step's transfers that may go: eager ones, and
+/// rendezvous ones whose receiver is ready.
+fn try_sends(r: &mut Running, cfg: &Config, out: &mut VecDeque<Out>, stats: &mut Stats) {
+    let step = &r.plan.steps[r.step];
+    let key = (r.desc.tag, r.desc.members);
+    for (i, t) in step.sends.iter().enumerate() {
+        if r.sent[i] {
+            continue;
+        }
+        let len = t.range.len();
+        if len > cfg.eager_max_bytes && !r.ready.contains(&(t.peer, r.step as u32)) {
+            continue;
+        }
+        r.sent[i] = true;
+        let held = r.held[i].take();
+        let seg = cfg.segment_bytes.max(4);
+        let mut at = t.range.start;
+        while at < t.range.end {
+            let end = (at + seg).min(t.range.end);
+            let bytes = match &held {
+                Some(h) => &h[at - t.range.start..end - t.range.start],
+                None => &r.work[at..end],
+            };
+            let message = r
+                .desc
+                .message(Kind::Data, r.rank as u8, r.step as u32, at as u32, bytes);
+            stats.sent_messages += 1;
+            stats.sent_bytes += (end - at) as u64;
+            out.push_back(Out::Send {
+                device: r.devices[t.peer],
+                key,
+                message,
+            });
+            at = end;
+        }
+    }
+}
+
+/// A message for the current (entered) step.
+fn apply(
+    r: &mut Running,
+    cfg: &Config,
+    out: &mut VecDeque<Out>,
+    stats: &mut Stats,
+    d: &Descriptor,
+    body: &[u8],
+) -> Result<(), Failure> {
+    let src = d.src as usize;
+    match d.kind {
+        Kind::Ready => {
+            r.ready.insert((src, d.step));
+            try_sends(r, cfg, out, stats);
+            Ok(())
+        }
+        Kind::Data => {
+            let at = d.offset as usize;
+            let end = at + body.len();
+            let step = &r.plan.steps[r.step];
+            let hit = step
+                .recvs
+                .iter()
+                .position(|t| t.peer == src && t.range.start <= at && end <= t.range.end);
+            let Some(i) = hit else {
+                return Err(Failure::new(
+                    FailKind::BadInput,
+                    r.devices.get(src).copied(),
+                    format!(
+                        "rank {src} sent bytes {at}..{end} in step {}, which this rank does not expect from it",
+                        r.step
+                    ),
+                ));
+            };
+            let combine_now = if r.step >= r.plan.copy_from {
+                Combine::Copy
+            } else {
+                r.plan.combine
+            };
+            match combine_now {
+                Combine::Copy => r.work[at..end].copy_from_slice(body),
+                Combine::Reduce => combine(r.desc.dtype, r.desc.redop, &mut r.work[at..end], body),
+            }
+            r.got[i] += body.len();
+            if r.got[i] > step.recvs[i].range.len() {
+                return Err(Failure::new(
+                    FailKind::BadInput,
+                    r.devices.get(src).copied(),
+                    format!("rank {src} sent more than expected in step {}", r.step),
+                ));
+            }
+            Ok(())
+        }
+        Kind::Abort | Kind::Call => Ok(()),
+    }
+}

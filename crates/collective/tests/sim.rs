@@ -1,0 +1,458 @@
+//! Seeded simulations of several ranks' state machines exchanging messages
+//! in random order, with random call times, thresholds and segment sizes:
+//! results against a straightforward reference; faults (a rank killed
+//! mid-collective, mismatched calls) end every other rank in an error
+//! before its deadline.
+
+use offrac_collective::{
+    Algorithm, Collectives, Config, Descriptor, Dtype, FailKind, Kind, Members, Op, Out, RedOp,
+    Thresholds,
+};
+use offrac_core::Instant;
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+struct Call {
+    op: Op,
+    dtype: Dtype,
+    redop: RedOp,
+    root: u8,
+    count: u32,
+    algorithm: Algorithm,
+}
+
+fn payload(c: &Call, tag: u64, devices: &[u8], input: &[u8]) -> Vec<u8> {
+    let d = Descriptor {
+        kind: Kind::Call,
+        op: c.op,
+        dtype: c.dtype,
+        redop: c.redop,
+        root: c.root,
+        algorithm: c.algorithm,
+        src: 0,
+        tag,
+        count: c.count,
+        step: 0,
+        offset: 0,
+        timeout_ms: 2000,
+        members: Members::of(devices),
+    };
+    let mut p = d.encode().to_vec();
+    p.extend_from_slice(input);
+    p
+}
+
+/// Rank r's input: small integers, so float sums are exact in any order.
+fn input_of(c: &Call, n: usize, r: usize, rng: &mut Rng) -> Vec<u8> {
+    let elems = match (c.op, r == c.root as usize) {
+        (Op::Broadcast, false) => 0,
+        (Op::Scatter, true) => n * c.count as usize,
+        (Op::Scatter, false) => 0,
+        _ => c.count as usize,
+    };
+    (0..elems)
+        .flat_map(|_| {
+            let v = rng.below(2001) as i32 - 1000;
+            match c.dtype {
+                Dtype::F32 => (v as f32 * 0.25).to_le_bytes(),
+                Dtype::I32 => v.to_le_bytes(),
+            }
+        })
+        .collect()
+}
+
+fn reference(c: &Call, inputs: &[Vec<u8>], r: usize) -> Vec<u8> {
+    let root = c.root as usize;
+    let reduce = |acc: &mut Vec<u8>, x: &[u8]| {
+        offrac_collective::reduce::combine(c.dtype, c.redop, acc, x);
+    };
+    match c.op {
+        Op::Broadcast => inputs[root].clone(),
+        Op::AllReduce | Op::Reduce => {
+            if c.op == Op::Reduce && r != root {
+                return Vec::new();
+            }
+            let mut acc = inputs[0].clone();
+            for x in &inputs[1..] {
+                reduce(&mut acc, x);
+            }
+            acc
+        }
+        Op::Gather if r == root => inputs.concat(),
+        Op::Gather => Vec::new(),
+        Op::Scatter => {
+            let len = c.count as usize * 4;
+            inputs[root][r * len..(r + 1) * len].to_vec()
+        }
+    }
+}
+
+/// When a rank was answered, and what.
+type Answer = (u64, Result<Vec<u8>, offrac_collective::Failure>);
+
+struct World {
+    ranks: Vec<Collectives>,
+    devices: Vec<u8>,
+    alive: Vec<bool>,
+    /// (deliver at, to rank, from rank, message)
+    wire: Vec<(u64, usize, usize, Vec<u8>)>,
+    done: Vec<Option<Answer>>,
+    now: u64,
+}
+
+impl World {
+    fn new(n: usize, cfg: &Config, rng: &mut Rng) -> World {
+        // Sparse device ids: ranks follow device order, not positions.
+        let mut devices: Vec<u8> = Vec::new();
+        while devices.len() < n {
+            let d = rng.below(250) as u8;
+            if !devices.contains(&d) {
+                devices.push(d);
+            }
+        }
+        devices.sort_unstable();
+        World {
+            ranks: devices
+                .iter()
+                .map(|&d| Collectives::new(d, cfg.clone()))
+                .collect(),
+            devices,
+            alive: vec![true; n],
+            wire: Vec::new(),
+            done: (0..n).map(|_| None).collect(),
+            now: 0,
+        }
+    }
+
+    fn t(&self) -> Instant {
+        Instant::from_nanos(self.now)
+    }
+
+    fn drain(&mut self, r: usize, rng: &mut Rng) {
+        while let Some(o) = self.ranks[r].poll() {
+            match o {
+                Out::Send {
+                    device, message, ..
+                } => {
+                    let to = self.devices.iter().position(|&d| d == device).unwrap();
+                    let at = self.now + 1_000 + rng.below(50_000);
+                    self.wire.push((at, to, r, message));
+                }
+                Out::Done { result, .. } => {
+                    assert!(self.done[r].is_none(), "rank {r} answered twice");
+                    self.done[r] = Some((self.now, result));
+                }
+            }
+        }
+    }
+
+    /// Deliver messages in time order (ties and near-ties shuffle the order).
+    fn run(&mut self, rng: &mut Rng, calls: &mut Vec<(u64, usize, Vec<u8>)>, until: u64) {
+        loop {
+            let next_msg = self.wire.iter().map(|w| w.0).min();
+            let next_call = calls.iter().map(|c| c.0).min();
+            let next_timeout = self
+                .ranks
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| self.alive[*i])
+                .filter_map(|(_, r)| r.poll_timeout())
+                .map(|t| t.as_nanos())
+                .min();
+            let Some(t) = [next_msg, next_call, next_timeout]
+                .into_iter()
+                .flatten()
+                .min()
+            else {
+                return;
+            };
+            if t > until {
+                return;
+            }
+            self.now = self.now.max(t);
+            if next_call == Some(t) {
+                let i = calls.iter().position(|c| c.0 == t).unwrap();
+                let (_, r, p) = calls.swap_remove(i);
+                if self.alive[r] {
+                    let now = self.t();
+                    self.ranks[r].handle_call(now, r as u64, &p, |_| true);
+                    self.drain(r, rng);
+                }
+            } else if next_msg == Some(t) {
+                let i = self.wire.iter().position(|w| w.0 == t).unwrap();
+                let (_, to, _from, m) = self.wire.swap_remove(i);
+                if self.alive[to] {
+                    let now = self.t();
+                    self.ranks[to].handle_message(now, &m).unwrap();
+                    self.drain(to, rng);
+                }
+            } else {
+                for r in 0..self.ranks.len() {
+                    if self.alive[r] {
+                        let now = self.t();
+                        self.ranks[r].handle_timeout(now);
+                        self.drain(r, rng);
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn random_call(rng: &mut Rng, n: usize) -> Call {
+    let op = [
+        Op::Broadcast,
+        Op::Reduce,
+        Op::AllReduce,
+        Op::Gather,
+        Op::Scatter,
+    ][rng.below(5) as usize];
+    let redop = if op.reduces() {
+        [RedOp::Sum, RedOp::Max][rng.below(2) as usize]
+    } else {
+        RedOp::None
+    };
+    let algorithm = match (op, rng.below(3)) {
+        (_, 0) => Algorithm::Auto,
+        (Op::Broadcast | Op::Reduce, 1) => Algorithm::Tree,
+        (Op::AllReduce, 1) => Algorithm::Ring,
+        (Op::AllReduce, 2) if n.is_power_of_two() => Algorithm::RecursiveDoubling,
+        (Op::AllReduce, _) => Algorithm::Ring,
+        _ => Algorithm::OneToAll,
+    };
+    Call {
+        op,
+        dtype: [Dtype::F32, Dtype::I32][rng.below(2) as usize],
+        redop,
+        root: rng.below(n as u64) as u8,
+        count: 1 + rng.below(3000) as u32,
+        algorithm,
+    }
+}
+
+fn random_config(rng: &mut Rng) -> Config {
+    Config {
+        thresholds: Thresholds {
+            ring_min_bytes: 1 << rng.below(16),
+            tree_min_ranks: 2 + rng.below(4) as usize,
+            tree_min_bytes: 1 << rng.below(16),
+        },
+        eager_max_bytes: 1 << (2 + rng.below(14)),
+        segment_bytes: 4 << rng.below(12),
+        ..Config::default()
+    }
+}
+
+#[test]
+fn results_match_the_reference_seed_by_seed() {
+    for seed in 0..300u64 {
+        let mut rng = Rng(seed);
+        let n = 1 + rng.below(6) as usize;
+        let cfg = random_config(&mut rng);
+        let mut w = World::new(n, &cfg, &mut rng);
+        let c = random_call(&mut rng, n);
+        let inputs: Vec<Vec<u8>> = (0..n).map(|r| input_of(&c, n, r, &mut rng)).collect();
+        let tag = rng.next();
+        let mut calls: Vec<(u64, usize, Vec<u8>)> = (0..n)
+            .map(|r| {
+                (
+                    rng.below(200_000),
+                    r,
+                    payload(&c, tag, &w.devices, &inputs[r]),
+                )
+            })
+            .collect();
+        w.run(&mut rng, &mut calls, u64::MAX);
+        // Reference inputs: a broadcast's non-roots give nothing.
+        for r in 0..n {
+            let (at, res) = w.done[r]
+                .take()
+                .unwrap_or_else(|| panic!("seed {seed}: rank {r} got no answer"));
+            let out =
+                res.unwrap_or_else(|f| panic!("seed {seed} {:?} n={n}: rank {r}: {f:?}", c.op));
+            assert!(
+                out == reference(&c, &inputs, r),
+                "seed {seed} {:?} {:?} n={n} rank {r}",
+                c.op,
+                c.algorithm
+            );
+            assert!(
+                at < 2_000_000_000,
+                "seed {seed}: finished only at the deadline"
+            );
+        }
+        for r in &w.ranks {
+            assert_eq!(r.running(), 0);
+        }
+    }
+}
+
+#[test]
+fn a_rank_killed_mid_collective_fails_every_other_rank_before_the_deadline() {
+    for seed in 0..200u64 {
+        let mut rng = Rng(1000 + seed);
+        let n = 2 + rng.below(5) as usize;
+        let mut cfg = random_config(&mut rng);
+        cfg.segment_bytes = 64; // many messages: the kill lands mid-transfer
+        let mut w = World::new(n, &cfg, &mut rng);
+        let mut c = random_call(&mut rng, n);
+        c.count = 500 + rng.below(2000) as u32;
+        let inputs: Vec<Vec<u8>> = (0..n).map(|r| input_of(&c, n, r, &mut rng)).collect();
+        let mut calls: Vec<(u64, usize, Vec<u8>)> = (0..n)
+            .map(|r| (rng.below(10_000), r, payload(&c, 9, &w.devices, &inputs[r])))
+            .collect();
+        let kill_at = 20_000 + rng.below(300_000);
+        w.run(&mut rng, &mut calls, kill_at);
+        let victim = rng.below(n as u64) as usize;
+        w.alive[victim] = false;
+        // Half the seeds: the links notice (peer down); else only the deadline does.
+        let noticed = seed % 2 == 0;
+        if noticed {
+            for r in 0..n {
+                if r != victim {
+                    let now = w.t();
+                    w.ranks[r].handle_peer_down(now, w.devices[victim], "connection reset");
+                    w.drain(r, &mut rng);
+                }
+            }
+        }
+        w.run(&mut rng, &mut calls, u64::MAX);
+        for r in (0..n).filter(|&r| r != victim) {
+            let Some((at, res)) = &w.done[r] else {
+                panic!("seed {seed}: rank {r} hangs after rank {victim} died");
+            };
+            // Ranks that finished before the kill keep their result.
+            if let Err(f) = res {
+                assert!(
+                    *at <= 2_000_010_000,
+                    "seed {seed}: error after the deadline"
+                );
+                if noticed && *at > kill_at {
+                    assert!(*at < kill_at + 1_000_000, "seed {seed}: slow error {f:?}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn mismatched_calls_fail_every_rank_with_a_clear_error() {
+    for seed in 0..100u64 {
+        let mut rng = Rng(5000 + seed);
+        let n = 2 + rng.below(4) as usize;
+        let cfg = Config::default();
+        let mut w = World::new(n, &cfg, &mut rng);
+        let c = Call {
+            op: Op::AllReduce,
+            dtype: Dtype::F32,
+            redop: RedOp::Sum,
+            root: 0,
+            count: 100,
+            algorithm: Algorithm::Auto,
+        };
+        let odd = rng.below(n as u64) as usize;
+        let wrong = Call { count: 101, ..c };
+        let mut calls: Vec<(u64, usize, Vec<u8>)> = (0..n)
+            .map(|r| {
+                let call = if r == odd { &wrong } else { &c };
+                let input = input_of(call, n, r, &mut rng);
+                (rng.below(100_000), r, payload(call, 4, &w.devices, &input))
+            })
+            .collect();
+        w.run(&mut rng, &mut calls, u64::MAX);
+        let mut named = false;
+        for r in 0..n {
+            let (at, res) = w.done[r].as_ref().expect("answered");
+            let f = res.as_ref().expect_err("a mismatch must fail");
+            assert_eq!(f.kind, FailKind::BadInput, "seed {seed}: {f:?}");
+            assert!(
+                *at < 1_000_000_000,
+                "seed {seed}: mismatch found only by the deadline"
+            );
+            named |= f.message.contains("mismatched") && f.message.contains("101");
+        }
+        assert!(named, "seed {seed}: no rank named the mismatch");
+    }
+}
+
+#[test]
+fn bad_calls_are_refused_at_once() {
+    let mut m = Collectives::new(3, Config::default());
+    let c = Call {
+        op: Op::AllReduce,
+        dtype: Dtype::I32,
+        redop: RedOp::Sum,
+        root: 0,
+        count: 4,
+        algorithm: Algorithm::Auto,
+    };
+    let now = Instant::from_nanos(0);
+    let cases: Vec<(Vec<u8>, &str, FailKind)> = vec![
+        (
+            payload(&c, 1, &[1, 3], &[0; 12]),
+            "gives 12 input bytes, expected 16",
+            FailKind::BadInput,
+        ),
+        (
+            payload(&c, 1, &[1, 2], &[0; 16]),
+            "not a member",
+            FailKind::BadInput,
+        ),
+        (
+            payload(&c, 1, &[3, 9], &[0; 16]),
+            "device 9 is not in",
+            FailKind::Unreachable,
+        ),
+        (
+            payload(&Call { root: 2, ..c }, 1, &[1, 3], &[0; 16]),
+            "root rank 2",
+            FailKind::BadInput,
+        ),
+        (
+            payload(
+                &Call {
+                    algorithm: Algorithm::RecursiveDoubling,
+                    ..c
+                },
+                1,
+                &[1, 3, 5],
+                &[0; 16],
+            ),
+            "power-of-two",
+            FailKind::BadInput,
+        ),
+        (
+            vec![1, 2, 3],
+            "shorter than its 64-byte descriptor",
+            FailKind::BadInput,
+        ),
+    ];
+    for (i, (p, want, kind)) in cases.into_iter().enumerate() {
+        m.handle_call(now, i as u64, &p, |d| d != 9);
+        match m.poll() {
+            Some(Out::Done {
+                call,
+                result: Err(f),
+                ..
+            }) => {
+                assert_eq!(call, i as u64);
+                assert_eq!(f.kind, kind, "{f:?}");
+                assert!(f.message.contains(want), "{}: want {want}", f.message);
+            }
+            o => panic!("case {i}: {o:?}"),
+        }
+    }
+    assert_eq!(m.running(), 0);
+}

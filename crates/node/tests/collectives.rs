@@ -1,0 +1,185 @@
+//! Collectives across three nodes on real loopback sockets, one client per
+//! rank (docs/collectives.md): results against a plain sum, a mismatched
+//! call, a node that shuts down while the others wait for it.
+
+use offrac_client::{Client, ClientError, RetryPolicy, Status};
+use offrac_collective::{Algorithm, Descriptor, Dtype, Kind, Members, Op, RedOp};
+use offrac_node::{start, NodeConfig, NodeHandle};
+use offrac_proto::FN_COLLECTIVE;
+use std::time::{Duration, Instant};
+
+const N: usize = 3;
+
+fn cluster() -> Vec<NodeHandle> {
+    let ports: Vec<std::net::SocketAddr> = (0..N)
+        .map(|_| {
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .expect("a free port")
+        })
+        .collect();
+    let nodes: Vec<NodeHandle> = (0..N)
+        .map(|me| {
+            let devices: String = (0..N)
+                .filter(|&j| j != me)
+                .map(|j| format!("[[devices]]\nid = {j}\naddr = \"{}\"\n", ports[j]))
+                .collect();
+            // Small thresholds: the test sizes take both protocols and several segments.
+            let text = format!(
+                "device_id = {me}\n[metrics]\nlisten = \"\"\n[collectives]\neager_max_bytes = 1024\nsegment_bytes = 16384\n{devices}"
+            );
+            start(NodeConfig::parse(&text).expect("config"), &ports[me].to_string())
+                .expect("node starts")
+        })
+        .collect();
+    for n in &nodes {
+        let mut c = Client::connect(&n.addr.to_string()).unwrap();
+        let t = Instant::now();
+        loop {
+            let d = c.describe().unwrap();
+            let peers = d["peers"].as_array().unwrap();
+            if peers.iter().all(|p| p["up"] == true) {
+                break;
+            }
+            assert!(t.elapsed() < Duration::from_secs(5), "links never came up");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    nodes
+}
+
+fn call(
+    node: &NodeHandle,
+    tag: u64,
+    count: u32,
+    algorithm: Algorithm,
+    input: &[i32],
+    timeout_ms: u32,
+) -> Result<Vec<i32>, ClientError> {
+    let d = Descriptor {
+        kind: Kind::Call,
+        op: Op::AllReduce,
+        dtype: Dtype::I32,
+        redop: RedOp::Sum,
+        root: 0,
+        algorithm,
+        src: 0,
+        tag,
+        count,
+        step: 0,
+        offset: 0,
+        timeout_ms,
+        members: Members::of(&[0, 1, 2]),
+    };
+    let mut payload = d.encode().to_vec();
+    payload.extend(input.iter().flat_map(|x| x.to_le_bytes()));
+    let mut c = Client::connect(&node.addr.to_string())?;
+    c.set_retry_policy(RetryPolicy::NONE);
+    let r = c.call(FN_COLLECTIVE, 0, &payload)?;
+    Ok(r.payload
+        .chunks_exact(4)
+        .map(|w| i32::from_le_bytes(w.try_into().unwrap()))
+        .collect())
+}
+
+fn input(rank: usize, n: usize) -> Vec<i32> {
+    (0..n)
+        .map(|i| (i as i32 % 1000) * (rank as i32 + 1) - 7)
+        .collect()
+}
+
+#[test]
+fn allreduce_across_three_nodes_then_failures_end_in_errors() {
+    let nodes = cluster();
+    // Ring and one-to-all-sized: 3 × 100 000 elements (rendezvous, many segments), and 10.
+    for (tag, count) in [(1u64, 100_000usize), (2, 10)] {
+        let got: Vec<Vec<i32>> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..N)
+                .map(|r| {
+                    let node = &nodes[r];
+                    s.spawn(move || {
+                        call(
+                            node,
+                            tag,
+                            count as u32,
+                            Algorithm::Ring,
+                            &input(r, count),
+                            5000,
+                        )
+                    })
+                })
+                .collect();
+            hs.into_iter()
+                .map(|h| h.join().unwrap().expect("allreduce"))
+                .collect()
+        });
+        let want: Vec<i32> = (0..count)
+            .map(|i| (0..N).map(|r| input(r, count)[i]).sum())
+            .collect();
+        for g in &got {
+            assert_eq!(g, &want);
+        }
+    }
+
+    // A mismatched count: every rank gets BAD_INPUT, one names the mismatch.
+    let errs: Vec<ClientError> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..N)
+            .map(|r| {
+                let node = &nodes[r];
+                let count = if r == 1 { 51 } else { 50 };
+                s.spawn(move || {
+                    call(
+                        node,
+                        3,
+                        count,
+                        Algorithm::Auto,
+                        &input(r, count as usize),
+                        5000,
+                    )
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| h.join().unwrap().unwrap_err())
+            .collect()
+    });
+    assert!(
+        errs.iter().all(|e| e.status() == Some(Status::BadInput)),
+        "{errs:?}"
+    );
+    assert!(
+        errs.iter().any(|e| e.to_string().contains("mismatched")),
+        "{errs:?}"
+    );
+
+    // Node 2 goes away while ranks 0 and 1 wait for it: both fail at once
+    // (their links to it close), far before the 20 s deadline.
+    let mut nodes = nodes;
+    let gone = nodes.pop().unwrap();
+    let t = Instant::now();
+    let errs: Vec<ClientError> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..2)
+            .map(|r| {
+                let node = &nodes[r];
+                s.spawn(move || call(node, 4, 1000, Algorithm::Auto, &input(r, 1000), 20_000))
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(200));
+        gone.shutdown().unwrap();
+        hs.into_iter()
+            .map(|h| h.join().unwrap().unwrap_err())
+            .collect()
+    });
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        t.elapsed()
+    );
+    for e in &errs {
+        assert_eq!(e.status(), Some(Status::Unreachable), "{e}");
+        assert!(e.to_string().contains("device 2"), "{e}");
+    }
+    for n in nodes {
+        n.shutdown().unwrap();
+    }
+}

@@ -1,0 +1,253 @@
+"""Collectives across offrac nodes (``docs/collectives.md``), with mpi4py-like names.
+
+Each rank talks to its own node; the nodes of the communicator move the data between
+them. Every rank calls the same collectives in the same order (as with MPI): the
+communicator numbers its calls, and that number (the tag) matches the calls up.
+
+>>> from offrac.collectives import Communicator, SUM
+>>> comm = Communicator("10.0.0.1:7000", members=[0, 1, 2, 3])   # doctest: +SKIP
+>>> comm.allreduce(np.arange(4, dtype=np.float32), op=SUM)        # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from enum import IntEnum
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from .client import Client
+from .errors import error_for_response
+from .protocol import Status
+
+__all__ = [
+    "FN_COLLECTIVE",
+    "MAX",
+    "SUM",
+    "Algorithm",
+    "Communicator",
+    "ReduceOp",
+    "encode_call",
+]
+
+FN_COLLECTIVE = 251
+DESCRIPTOR_LEN = 64
+
+
+class _Kind(IntEnum):
+    CALL = 1
+
+
+class _Op(IntEnum):
+    BCAST = 1
+    REDUCE = 2
+    ALLREDUCE = 3
+    GATHER = 4
+    SCATTER = 5
+
+
+class ReduceOp(IntEnum):
+    SUM = 1
+    MAX = 2
+
+
+SUM = ReduceOp.SUM
+MAX = ReduceOp.MAX
+
+
+class Algorithm(IntEnum):
+    """Forced algorithm of a call (``AUTO``: the node picks by size and rank count)."""
+
+    AUTO = 0
+    ONE_TO_ALL = 1
+    TREE = 2
+    RING = 3
+    RECURSIVE_DOUBLING = 4
+
+
+_DTYPES: dict[np.dtype[Any], int] = {np.dtype(np.float32): 1, np.dtype(np.int32): 2}
+
+
+def _dtype_code(dtype: npt.DTypeLike) -> int:
+    d = np.dtype(dtype)
+    if d not in _DTYPES:
+        raise TypeError(f"collectives take float32 or int32 arrays, not {d}")
+    return _DTYPES[d]
+
+
+def _members_mask(members: Sequence[int]) -> bytes:
+    mask = bytearray(32)
+    for d in members:
+        if not 0 <= d <= 254:
+            raise ValueError(f"device id {d} is out of range 0..=254")
+        mask[d // 8] |= 1 << (d % 8)
+    return bytes(mask)
+
+
+def encode_call(
+    op: int,
+    dtype_code: int,
+    redop: int,
+    root: int,
+    algorithm: int,
+    tag: int,
+    count: int,
+    timeout_ms: int,
+    members: Sequence[int],
+) -> bytes:
+    """The 64-byte descriptor of a call (``docs/protocol.md``, "Collectives")."""
+    return struct.pack(
+        "<BBBBBBBBQIIII",
+        _Kind.CALL,
+        op,
+        dtype_code,
+        redop,
+        root,
+        algorithm,
+        0,
+        0,
+        tag,
+        count,
+        0,
+        0,
+        timeout_ms,
+    ) + _members_mask(members)
+
+
+class Communicator:
+    """The ranks ``members`` (device ids; rank = position in increasing id order), seen
+    from the node at ``address`` (this rank's node, device ``device`` — asked from the
+    node when not given). ``timeout``: each collective's deadline, in seconds. ``first_tag``:
+    the tag of the first call (every rank the same); a node refuses a tag used on the same
+    members in the last 30 s, so a new communicator on the same members starts past the
+    tags of the previous one."""
+
+    def __init__(
+        self,
+        address: str | Client,
+        members: Sequence[int],
+        *,
+        device: int | None = None,
+        timeout: float = 10.0,
+        first_tag: int = 1,
+    ) -> None:
+        self._own = not isinstance(address, Client)
+        self.client = Client(address, timeout=timeout + 5) if isinstance(address, str) else address
+        self.members = sorted(set(members))
+        if device is None:
+            device = int(self.client.describe()["device"])
+        if device not in self.members:
+            raise ValueError(f"device {device} is not one of the members {self.members}")
+        self.device = device
+        self.rank = self.members.index(device)
+        self.size = len(self.members)
+        self.timeout_ms = max(1, int(timeout * 1000))
+        self.tag = first_tag
+        self.last_algorithm: Algorithm | None = None
+
+    def close(self) -> None:
+        if self._own:
+            self.client.close()
+
+    def __enter__(self) -> Communicator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(
+        self,
+        op: _Op,
+        data: npt.NDArray[Any] | None,
+        dtype: npt.DTypeLike,
+        count: int,
+        redop: int = 0,
+        root: int = 0,
+        algorithm: Algorithm = Algorithm.AUTO,
+    ) -> npt.NDArray[Any]:
+        tag = self.tag
+        self.tag += 1
+        code = _dtype_code(dtype)
+        desc = encode_call(op, code, redop, root, algorithm, tag, count, self.timeout_ms, self.members)
+        body = b"" if data is None else np.ascontiguousarray(data, dtype=dtype).tobytes()
+        header, payload = self.client.call_raw(
+            FN_COLLECTIVE, desc + body, 0, timeout=self.timeout_ms / 1000 + 5
+        )
+        if header.status != Status.OK:
+            raise error_for_response(header, payload)
+        self.last_algorithm = Algorithm(header.detail)
+        return np.frombuffer(bytearray(payload), dtype=np.dtype(dtype))
+
+    def allreduce(
+        self, data: npt.ArrayLike, op: ReduceOp = SUM, *, algorithm: Algorithm = Algorithm.AUTO
+    ) -> npt.NDArray[Any]:
+        """Every rank gets the element-wise reduction of every rank's ``data``."""
+        a = np.asarray(data)
+        return self._call(_Op.ALLREDUCE, a, a.dtype, a.size, op, 0, algorithm).reshape(a.shape)
+
+    def reduce(
+        self,
+        data: npt.ArrayLike,
+        op: ReduceOp = SUM,
+        root: int = 0,
+        *,
+        algorithm: Algorithm = Algorithm.AUTO,
+    ) -> npt.NDArray[Any] | None:
+        """The root gets the reduction; other ranks get None."""
+        a = np.asarray(data)
+        out = self._call(_Op.REDUCE, a, a.dtype, a.size, op, root, algorithm)
+        return out.reshape(a.shape) if self.rank == root else None
+
+    def bcast(
+        self,
+        data: npt.ArrayLike | None,
+        root: int = 0,
+        *,
+        count: int | None = None,
+        dtype: npt.DTypeLike = None,
+        algorithm: Algorithm = Algorithm.AUTO,
+    ) -> npt.NDArray[Any]:
+        """Every rank gets the root's ``data``. Other ranks pass an array of the same
+        size and type (ignored) or ``count=`` and ``dtype=``."""
+        if data is not None:
+            a = np.asarray(data)
+            send = a if self.rank == root else None
+            return self._call(_Op.BCAST, send, a.dtype, a.size, 0, root, algorithm).reshape(a.shape)
+        if self.rank == root or count is None or dtype is None:
+            raise ValueError("the root passes data; other ranks pass data or count= and dtype=")
+        return self._call(_Op.BCAST, None, dtype, count, 0, root, algorithm)
+
+    def gather(
+        self, data: npt.ArrayLike, root: int = 0, *, algorithm: Algorithm = Algorithm.AUTO
+    ) -> npt.NDArray[Any] | None:
+        """The root gets every rank's ``data`` stacked in rank order (shape ``(size, *data.shape)``)."""
+        a = np.asarray(data)
+        out = self._call(_Op.GATHER, a, a.dtype, a.size, 0, root, algorithm)
+        return out.reshape((self.size, *a.shape)) if self.rank == root else None
+
+    def scatter(
+        self,
+        data: npt.ArrayLike | None,
+        root: int = 0,
+        *,
+        count: int | None = None,
+        dtype: npt.DTypeLike = None,
+    ) -> npt.NDArray[Any]:
+        """Rank r gets block r of the root's ``data`` (its first axis has ``size`` blocks);
+        other ranks pass ``count=`` (elements per block) and ``dtype=``."""
+        if self.rank == root:
+            if data is None:
+                raise ValueError("the root passes the data to scatter")
+            a = np.asarray(data)
+            if a.shape[0] != self.size:
+                raise ValueError(
+                    f"the root's data has {a.shape[0]} blocks, the communicator {self.size} ranks"
+                )
+            out = self._call(_Op.SCATTER, a, a.dtype, a[0].size, 0, root)
+            return out.reshape(a.shape[1:])
+        if count is None or dtype is None:
+            raise ValueError("ranks other than the root pass count= and dtype=")
+        return self._call(_Op.SCATTER, None, dtype, count, 0, root)
