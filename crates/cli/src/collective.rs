@@ -100,7 +100,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
     let given = a.values.len() as u32;
     let count = match (op, a.count) {
         (_, Some(c)) => c,
-        (Op::Scatter, None) if given % n.max(1) == 0 => given / n.max(1),
+        (Op::Scatter, None) if given.is_multiple_of(n.max(1)) => given / n.max(1),
         (Op::Scatter, None) => {
             return Err(CliError::Usage(format!(
                 "scatter's root gives {given} values, not a multiple of {n} ranks"

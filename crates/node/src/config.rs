@@ -85,6 +85,7 @@ struct Raw {
     attach: Vec<crate::attach::RawAttach>,
     control: Option<RawControl>,
     autoscale: Option<RawAutoscale>,
+    collectives: Option<RawCollectives>,
 }
 
 /// `[autoscale]`: the autoscaler (`docs/control.md`); spare slots are the
@@ -141,7 +142,6 @@ fn autoscale_settings(
         period: Duration::from_millis(raw.period_ms),
         spare,
     }))
-    collectives: Option<RawCollectives>,
 }
 
 /// `[collectives]`: thresholds and limits of collectives (`docs/collectives.md`).
