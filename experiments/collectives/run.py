@@ -46,7 +46,8 @@ def node_config(hosts: Hosts, me: int, n: int) -> str:
     devices = "".join(f'[[devices]]\nid = {j}\naddr = "{hosts.ip(j)}:{PORT}"\n' for j in range(n) if j != me)
     return (
         f'device_id = {me}\nmax_payload = {40 << 20}\n[metrics]\nlisten = ""\n'
-        f"[pool]\nbuffers = 8\nbuffer_bytes = {40 << 20}\n[selector]\nslot_queue_bytes = {40 << 20}\n{devices}"
+        f"[pool]\nbuffers = 8\nbuffer_bytes = {40 << 20}\n"
+        f"[selector]\nslot_queue_bytes = {40 << 20}\n{devices}"
     )
 
 
