@@ -135,17 +135,17 @@ class Communicator:
         first_tag: int = 1,
     ) -> None:
         self._own = not isinstance(address, Client)
-        self.client = Client(address, timeout=timeout + 5) if isinstance(address, str) else address
-        self.members = sorted(set(members))
+        self.client: Client = Client(address, timeout=timeout + 5) if isinstance(address, str) else address
+        self.members: list[int] = sorted(set(members))
         if device is None:
             device = int(self.client.describe()["device"])
         if device not in self.members:
             raise ValueError(f"device {device} is not one of the members {self.members}")
-        self.device = device
-        self.rank = self.members.index(device)
-        self.size = len(self.members)
-        self.timeout_ms = max(1, int(timeout * 1000))
-        self.tag = first_tag
+        self.device: int = device
+        self.rank: int = self.members.index(device)
+        self.size: int = len(self.members)
+        self.timeout_ms: int = max(1, int(timeout * 1000))
+        self.tag: int = first_tag
         self.last_algorithm: Algorithm | None = None
 
     def close(self) -> None:
