@@ -152,6 +152,48 @@ fn load(
         .collect()
 }
 
+/// One client calling echo back to back until `stop`: each call's latency, µs.
+fn echo_latencies(addr: String, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Vec<f64>> {
+    std::thread::spawn(move || {
+        let mut out = Vec::new();
+        let Ok(mut client) = Client::connect(&addr) else {
+            return out;
+        };
+        while !stop.load(Ordering::Relaxed) {
+            let t = Instant::now();
+            if client.call(FunctionId::Echo.id(), 0, b"ping").is_err() {
+                break;
+            }
+            out.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+        out
+    })
+}
+
+/// Echo's latencies while `during` runs (or for `idle` when it is `None`):
+/// what an upload's compile costs the node's other clients.
+fn echo_beside(
+    addr: &str,
+    during: Option<&mut dyn FnMut() -> Result<(), CliError>>,
+    idle: Duration,
+) -> Result<Vec<f64>, CliError> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let h = echo_latencies(addr.to_string(), stop.clone());
+    std::thread::sleep(Duration::from_millis(50));
+    let r = match during {
+        Some(f) => f(),
+        None => {
+            std::thread::sleep(idle);
+            Ok(())
+        }
+    };
+    stop.store(true, Ordering::Relaxed);
+    let v = h
+        .join()
+        .map_err(|_| CliError::Usage("the echo thread panicked".into()))?;
+    r.map(|_| v)
+}
+
 fn under_load(
     ctl: &mut Ctl,
     addr: &str,
@@ -211,6 +253,17 @@ pub fn run(a: BenchArgs) -> Result<(), CliError> {
         let d = crate::ctl::parse_digest(v["digest"].as_str().unwrap_or(""))?;
         digests.push((d, t.elapsed()));
     }
+    // A third large module uploaded beside an echo client: the compile runs
+    // off the I/O thread, so echo should hardly notice (compare it alone).
+    let large_c = wat(&examples::large_wat(a.large_functions + 2))?;
+    let mut upload_c = || -> Result<(), CliError> {
+        ctl.request(&Op::Upload(large_c.clone()))?;
+        Ok(())
+    };
+    let upload_start = Instant::now();
+    let mut echo_upload = echo_beside(&addr, Some(&mut upload_c), Duration::ZERO)?;
+    let upload_c_ms = upload_start.elapsed().as_secs_f64() * 1e3;
+    let mut echo_alone = echo_beside(&addr, None, Duration::from_millis(upload_c_ms as u64))?;
     let w = |function: u8, i: usize| Target::Wasm {
         function,
         digest: digests[i].0,
@@ -290,9 +343,20 @@ pub fn run(a: BenchArgs) -> Result<(), CliError> {
             "other_status": c.other, "lost": c.lost, "delayed_over_1ms": c.slow,
         })
     };
+    let echo_json = |v: &mut Vec<f64>| {
+        serde_json::json!({
+            "calls": v.len(), "p50_us": pct(v, 50.0), "p99_us": pct(v, 99.0),
+            "max_us": pct(v, 100.0),
+        })
+    };
     let out = serde_json::json!({
         "swap": rows,
         "upload_ms": {"small": upload_ms[0], "large": upload_ms[2]},
+        "echo_beside_upload": {
+            "upload_ms": upload_c_ms,
+            "during": echo_json(&mut echo_upload),
+            "alone": echo_json(&mut echo_alone),
+        },
         "under_load": [load_json("echo, replica serving", with_replica, t1), load_json("logit, no replica", no_replica, t2)],
     });
     if a.json {
@@ -331,6 +395,21 @@ pub fn run(a: BenchArgs) -> Result<(), CliError> {
         "upload (validate + compile + store): small {:.1} ms, large {:.1} ms",
         upload_ms[0], upload_ms[2]
     );
+    let e = &out["echo_beside_upload"];
+    let f = |v: &serde_json::Value| v.as_f64().unwrap_or(f64::NAN);
+    for (name, v) in [
+        ("during a large upload", &e["during"]),
+        ("alone", &e["alone"]),
+    ] {
+        println!(
+            "echo on another connection, {name} ({:.0} ms): {} calls, p50 {:.1} µs, p99 {:.1} µs, max {:.1} µs",
+            f(&e["upload_ms"]),
+            v["calls"],
+            f(&v["p50_us"]),
+            f(&v["p99_us"]),
+            f(&v["max_us"])
+        );
+    }
     for l in out["under_load"].as_array().into_iter().flatten() {
         println!("under load, {}: {} swaps (p50 {:.1} µs, p99 {:.1} µs); requests sent {}, ok {}, refused BUSY {}, UNKNOWN_FUNCTION {}, other {}, lost {}, answered after > 1 ms {}",
             l["case"].as_str().unwrap_or(""), l["swaps"],

@@ -16,7 +16,9 @@ pub use auth::{AuthError, Authenticator};
 pub use autoscale::{
     AutoscaleConfig, AutoscaleError, Autoscaler, Decision, FunctionLoad, SlotRole,
 };
-pub use library::{digest_of, hex_digest, Library, LibraryConfig, LibraryError};
+pub use library::{
+    digest_of, hex_digest, Compiler, Library, LibraryConfig, LibraryError, Prepared,
+};
 pub use swap::{Command, SwapController, SwapError, SwapReport, WASM_FUNCTIONS};
 pub use wasm::{WasmError, WasmFunction, WasmLimits};
 pub use wire::{Digest, Envelope, Op, Target, WireError, FN_CONTROL};

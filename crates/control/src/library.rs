@@ -51,9 +51,24 @@ pub struct Entry {
 }
 
 pub struct Library {
+    compiler: Compiler,
+    modules: BTreeMap<Digest, Entry>,
+}
+
+/// The expensive half of an upload — check, compile, store — with no access
+/// to the library's table, so a node can run it off its I/O thread
+/// ([`Library::compiler`], then [`Library::admit`] the result).
+#[derive(Clone)]
+pub struct Compiler {
     cfg: LibraryConfig,
     engine: Engine,
-    modules: BTreeMap<Digest, Entry>,
+}
+
+/// A module checked, compiled and stored by a [`Compiler`], not yet in the
+/// library's table.
+pub struct Prepared {
+    pub digest: Digest,
+    entry: Entry,
 }
 
 /// The digest's text form (lower-case hex).
@@ -72,11 +87,13 @@ impl Library {
     /// skipped with a warning: the library never serves what it cannot check).
     pub fn open(cfg: LibraryConfig) -> Result<Library, LibraryError> {
         let mut lib = Library {
-            engine: wasm::engine(),
+            compiler: Compiler {
+                engine: wasm::engine(),
+                cfg,
+            },
             modules: BTreeMap::new(),
-            cfg,
         };
-        if let Some(dir) = lib.modules_dir() {
+        if let Some(dir) = lib.compiler.modules_dir() {
             std::fs::create_dir_all(&dir)?;
             let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)?
                 .filter_map(|e| e.ok().map(|e| e.path()))
@@ -90,7 +107,7 @@ impl Library {
                     tracing::warn!(path = %p.display(), "module file is not named by its digest; skipped");
                     continue;
                 }
-                match lib.compile(&bytes) {
+                match lib.compiler.compile(&bytes) {
                     Ok(module) => {
                         lib.modules.insert(
                             d,
@@ -109,50 +126,33 @@ impl Library {
         Ok(lib)
     }
 
-    fn modules_dir(&self) -> Option<PathBuf> {
-        self.cfg.dir.as_ref().map(|d| d.join("modules"))
-    }
-
     pub fn config(&self) -> &LibraryConfig {
-        &self.cfg
+        &self.compiler.cfg
     }
 
-    fn compile(&self, bytes: &[u8]) -> Result<Module, LibraryError> {
-        if bytes.len() > self.cfg.max_module_bytes {
-            return Err(LibraryError::TooLarge {
-                size: bytes.len(),
-                max: self.cfg.max_module_bytes,
-            });
-        }
-        let module = wasm::compile(&self.engine, bytes).map_err(LibraryError::Invalid)?;
-        wasm::check(&self.engine, &module, self.cfg.limits)?;
-        Ok(module)
+    /// A handle that checks, compiles and stores uploads on any thread.
+    pub fn compiler(&self) -> Compiler {
+        self.compiler.clone()
     }
 
-    /// Validate, compile and store `bytes`; its digest. Uploading a module
-    /// that is already there is a no-op.
+    /// Put a module prepared by [`Library::compiler`] in the table; its
+    /// digest. Admitting one that is already there is a no-op.
+    pub fn admit(&mut self, prepared: Prepared) -> Digest {
+        self.modules
+            .entry(prepared.digest)
+            .or_insert(prepared.entry);
+        prepared.digest
+    }
+
+    /// Validate, compile and store `bytes`, on the caller's thread; its
+    /// digest. Uploading a module that is already there is a no-op.
     pub fn upload(&mut self, bytes: &[u8]) -> Result<Digest, LibraryError> {
         let d = digest_of(bytes);
         if self.modules.contains_key(&d) {
             return Ok(d);
         }
-        let module = self.compile(bytes)?;
-        if let Some(dir) = self.modules_dir() {
-            // Written under a temporary name, then renamed: a crash leaves no
-            // half module under a digest's name.
-            let path = dir.join(format!("{}.wasm", hex_digest(&d)));
-            let tmp = dir.join(format!("{}.tmp", hex_digest(&d)));
-            std::fs::write(&tmp, bytes)?;
-            std::fs::rename(&tmp, &path)?;
-        }
-        self.modules.insert(
-            d,
-            Entry {
-                module,
-                size: bytes.len(),
-            },
-        );
-        Ok(d)
+        let prepared = self.compiler.prepare(bytes)?;
+        Ok(self.admit(prepared))
     }
 
     /// Remove a module (the caller checks that no slot runs it).
@@ -160,7 +160,7 @@ impl Library {
         self.modules
             .remove(d)
             .ok_or_else(|| LibraryError::Missing(hex_digest(d)))?;
-        if let Some(dir) = self.modules_dir() {
+        if let Some(dir) = self.compiler.modules_dir() {
             let path = dir.join(format!("{}.wasm", hex_digest(d)));
             match std::fs::remove_file(path) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
@@ -180,7 +180,11 @@ impl Library {
             .modules
             .get(d)
             .ok_or_else(|| LibraryError::Missing(hex_digest(d)))?;
-        Ok(WasmFunction::new(&self.engine, &e.module, self.cfg.limits)?)
+        Ok(WasmFunction::new(
+            &self.compiler.engine,
+            &e.module,
+            self.compiler.cfg.limits,
+        )?)
     }
 
     /// (digest, size) of every module, by digest.
@@ -189,6 +193,46 @@ impl Library {
     }
 
     pub fn dir(&self) -> Option<&Path> {
-        self.cfg.dir.as_deref()
+        self.compiler.cfg.dir.as_deref()
+    }
+}
+
+impl Compiler {
+    fn modules_dir(&self) -> Option<PathBuf> {
+        self.cfg.dir.as_ref().map(|d| d.join("modules"))
+    }
+
+    fn compile(&self, bytes: &[u8]) -> Result<Module, LibraryError> {
+        if bytes.len() > self.cfg.max_module_bytes {
+            return Err(LibraryError::TooLarge {
+                size: bytes.len(),
+                max: self.cfg.max_module_bytes,
+            });
+        }
+        let module = wasm::compile(&self.engine, bytes).map_err(LibraryError::Invalid)?;
+        wasm::check(&self.engine, &module, self.cfg.limits)?;
+        Ok(module)
+    }
+
+    /// Check, compile and store `bytes` (the slow part of an upload: a large
+    /// module takes about a second), ready for [`Library::admit`].
+    pub fn prepare(&self, bytes: &[u8]) -> Result<Prepared, LibraryError> {
+        let digest = digest_of(bytes);
+        let module = self.compile(bytes)?;
+        if let Some(dir) = self.modules_dir() {
+            // Written under a temporary name, then renamed: a crash leaves no
+            // half module under a digest's name.
+            let path = dir.join(format!("{}.wasm", hex_digest(&digest)));
+            let tmp = dir.join(format!("{}.tmp", hex_digest(&digest)));
+            std::fs::write(&tmp, bytes)?;
+            std::fs::rename(&tmp, &path)?;
+        }
+        Ok(Prepared {
+            digest,
+            entry: Entry {
+                module,
+                size: bytes.len(),
+            },
+        })
     }
 }

@@ -19,6 +19,9 @@ pub struct TenantPolicy {
     /// Most reassembly-pool bytes its requests hold, partial or complete
     /// (`None`: no limit beyond the pool's own).
     pub max_pool_bytes: Option<u64>,
+    /// Most slots its WebAssembly modules may occupy, checked when it swaps
+    /// one in (`None`: no limit).
+    pub max_slots: Option<u32>,
 }
 
 impl Default for TenantPolicy {
@@ -27,6 +30,7 @@ impl Default for TenantPolicy {
             weight: 1,
             max_inflight: None,
             max_pool_bytes: None,
+            max_slots: None,
         }
     }
 }

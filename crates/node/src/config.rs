@@ -224,6 +224,7 @@ struct RawTenant {
     weight: Option<u32>,
     max_inflight: Option<u32>,
     max_pool_bytes: Option<u64>,
+    max_slots: Option<u32>,
 }
 
 fn control_settings(raw: Option<RawControl>) -> Result<crate::ControlSettings, ConfigError> {
@@ -254,6 +255,7 @@ fn control_settings(raw: Option<RawControl>) -> Result<crate::ControlSettings, C
             weight: w.unwrap_or(1),
             max_inflight: i,
             max_pool_bytes: p,
+            max_slots: None,
         })
     };
     c.tenancy.anonymous = policy(
@@ -269,7 +271,13 @@ fn control_settings(raw: Option<RawControl>) -> Result<crate::ControlSettings, C
             t.max_inflight,
             t.max_pool_bytes,
         )?;
-        c.tenancy.tenants.insert(t.id, p);
+        c.tenancy.tenants.insert(
+            t.id,
+            offrac_core::TenantPolicy {
+                max_slots: t.max_slots,
+                ..p
+            },
+        );
         let key = hex::decode(&t.key)
             .ok()
             .filter(|k| k.len() >= 16)

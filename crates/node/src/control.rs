@@ -7,8 +7,8 @@
 
 use offrac_accel::{AccelError, Accelerator, FunctionState};
 use offrac_control::{
-    hex_digest, Authenticator, Digest, Envelope, Library, LibraryConfig, LibraryError, Op, Target,
-    WasmError, WasmFunction, WasmLimits,
+    digest_of, hex_digest, Authenticator, Compiler, Digest, Envelope, Library, LibraryConfig,
+    LibraryError, Op, Prepared, Target, WasmError, WasmFunction, WasmLimits,
 };
 use offrac_core::Job;
 use offrac_proto::{FunctionId, Status};
@@ -104,6 +104,32 @@ pub enum Handled {
     },
     /// An authenticated hello: the connection is `tenant`'s from now on.
     Hello { tenant: u16 },
+    /// An upload to check and compile off the I/O thread
+    /// ([`Upload::prepare`]), then [`ControlPlane::finish_upload`].
+    Compile(Upload),
+}
+
+/// Uploads being compiled at once, at most (queued behind one compile
+/// thread): bounds the memory they hold to this many modules.
+pub const MAX_COMPILING: usize = 4;
+
+/// An authenticated upload of a module the library does not have yet.
+pub struct Upload {
+    pub tenant: u16,
+    bytes: Vec<u8>,
+    compiler: Compiler,
+}
+
+impl Upload {
+    /// The slow part (about a second for a large module): check, compile,
+    /// store. Runs on any thread.
+    pub fn prepare(&self) -> Result<Prepared, LibraryError> {
+        self.compiler.prepare(&self.bytes)
+    }
+
+    pub fn size(&self) -> usize {
+        self.bytes.len()
+    }
 }
 
 pub struct ControlPlane {
@@ -115,6 +141,8 @@ pub struct ControlPlane {
     /// The tenants that uploaded each module: only they see and swap it.
     /// Kept in memory: after a restart a module is nobody's until uploaded again.
     uploaders: HashMap<Digest, std::collections::BTreeSet<u16>>,
+    /// Uploads handed out by [`Handled::Compile`] and not yet finished.
+    compiling: usize,
 }
 
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -160,6 +188,7 @@ impl ControlPlane {
                 .into_iter()
                 .filter_map(|(h, t)| Some((hex::decode(h).ok()?.try_into().ok()?, t)))
                 .collect(),
+            compiling: 0,
         })
     }
 
@@ -309,6 +338,38 @@ impl ControlPlane {
         Ok(())
     }
 
+    /// The answer to an upload that was [`Handled::Compile`]: `prepared`
+    /// is what [`Upload::prepare`] gave.
+    pub fn finish_upload(
+        &mut self,
+        tenant: u16,
+        size: usize,
+        prepared: Result<Prepared, LibraryError>,
+    ) -> (Status, u64, Vec<u8>) {
+        self.compiling = self.compiling.saturating_sub(1);
+        match prepared {
+            Ok(p) => {
+                let d = self.library.admit(p);
+                self.claim(tenant, d, size)
+            }
+            Err(e @ LibraryError::TooLarge { .. }) => (
+                Status::TooLarge,
+                self.library.config().max_module_bytes as u64,
+                err_json(&e.to_string()),
+            ),
+            Err(e @ LibraryError::Io(_)) => (Status::Internal, 0, err_json(&e.to_string())),
+            Err(e) => (Status::BadInput, 0, err_json(&e.to_string())),
+        }
+    }
+
+    /// Module `d` (of `size` bytes) is in the library: `tenant` may use it.
+    fn claim(&mut self, tenant: u16, d: Digest, size: usize) -> (Status, u64, Vec<u8>) {
+        self.uploaders.entry(d).or_default().insert(tenant);
+        self.save_uploaders();
+        let body = serde_json::json!({ "digest": hex_digest(&d), "size": size });
+        (Status::Ok, 0, body.to_string().into_bytes())
+    }
+
     /// A complete control request, at wall-clock `now_ms`. `slots`: what each
     /// slot serves (and whether it is being swapped); `in_use`: whether a
     /// slot runs (or is being swapped to) a module.
@@ -336,23 +397,31 @@ impl ControlPlane {
         };
         match env.op {
             Op::Hello => Handled::Hello { tenant },
-            Op::Upload(bytes) => match self.library.upload(&bytes) {
-                Ok(d) => {
-                    self.uploaders.entry(d).or_default().insert(tenant);
-                    self.save_uploaders();
-                    let body = serde_json::json!({ "digest": hex_digest(&d), "size": bytes.len() });
-                    Handled::Answer(Status::Ok, 0, body.to_string().into_bytes())
+            Op::Upload(bytes) => {
+                let max = self.library.config().max_module_bytes;
+                let d = digest_of(&bytes);
+                if self.library.contains(&d) {
+                    // Nothing to compile: this tenant's claim, answered at once.
+                    let (status, detail, body) = self.claim(tenant, d, bytes.len());
+                    Handled::Answer(status, detail, body)
+                } else if bytes.len() > max {
+                    let e = LibraryError::TooLarge {
+                        size: bytes.len(),
+                        max,
+                    };
+                    Handled::Answer(Status::TooLarge, max as u64, err_json(&e.to_string()))
+                } else if self.compiling >= MAX_COMPILING {
+                    let msg = format!("the node is compiling {MAX_COMPILING} uploads; retry");
+                    Handled::Answer(Status::Busy, MAX_COMPILING as u64, err_json(&msg))
+                } else {
+                    self.compiling += 1;
+                    Handled::Compile(Upload {
+                        tenant,
+                        bytes,
+                        compiler: self.library.compiler(),
+                    })
                 }
-                Err(e @ LibraryError::TooLarge { .. }) => Handled::Answer(
-                    Status::TooLarge,
-                    self.library.config().max_module_bytes as u64,
-                    err_json(&e.to_string()),
-                ),
-                Err(e @ LibraryError::Io(_)) => {
-                    Handled::Answer(Status::Internal, 0, err_json(&e.to_string()))
-                }
-                Err(e) => Handled::Answer(Status::BadInput, 0, err_json(&e.to_string())),
-            },
+            }
             Op::Swap { slot, target } => {
                 // Another tenant's function id, or a slot running another
                 // tenant's module, is not this tenant's to change.

@@ -7,6 +7,7 @@
 
 pub mod attach;
 mod clock;
+mod compile;
 mod config;
 mod conn_out;
 pub mod control;

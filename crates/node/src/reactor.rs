@@ -80,6 +80,8 @@ pub struct Reactor {
     membership: Option<(Receiver<Vec<PeerConfig>>, Vec<PeerConfig>)>,
     /// The control plane (library, authentication, the slots' swap cells).
     control: Option<crate::control::ControlPlane>,
+    /// Where uploads are compiled, started by the first one.
+    compiles: Option<crate::compile::CompileThread>,
 }
 
 impl Reactor {
@@ -119,6 +121,7 @@ impl Reactor {
             links: Vec::new(),
             membership: None,
             control: None,
+            compiles: None,
             errors: crate::ratelog::RateLog::new(Status::ALL.len(), Duration::from_secs(1)),
         }
     }
@@ -157,19 +160,9 @@ impl Reactor {
         };
         match handled {
             Handled::Answer(status, detail, payload) => {
-                let mut h = offrac_proto::ResponseHeader::answer(
-                    &job.header,
-                    status,
-                    self.driver.engine().config().device_id,
-                    payload.len() as u32,
-                );
-                h.detail = detail;
-                if let Some(out) = self.out_of(conn) {
-                    out.send(&h.encode_wire()[..h.wire_len()], &payload);
-                }
-                self.driver.handle_control_answered(self.clock.now(), conn);
-                self.report_backlog(conn);
+                self.answer_control(conn, &job.header, status, detail, &payload);
             }
+            Handled::Compile(upload) => self.compile(conn, job.header, upload),
             Handled::Swap {
                 slot,
                 target,
@@ -184,6 +177,78 @@ impl Reactor {
                 self.driver.handle_hello(now, conn, job.header, tenant);
             }
         }
+    }
+
+    /// Answer a control request the shell handled itself.
+    fn answer_control(
+        &mut self,
+        conn: ConnId,
+        header: &offrac_proto::RequestHeader,
+        status: Status,
+        detail: u64,
+        payload: &[u8],
+    ) {
+        let mut h = offrac_proto::ResponseHeader::answer(
+            header,
+            status,
+            self.driver.engine().config().device_id,
+            payload.len() as u32,
+        );
+        h.detail = detail;
+        if let Some(out) = self.out_of(conn) {
+            out.send(&h.encode_wire()[..h.wire_len()], payload);
+        }
+        self.driver.handle_control_answered(self.clock.now(), conn);
+        self.report_backlog(conn);
+    }
+
+    /// Hand an upload to the compile thread (started on first use); it is
+    /// answered when the compile comes back ([`Reactor::drain_compiles`]).
+    fn compile(
+        &mut self,
+        conn: ConnId,
+        header: offrac_proto::RequestHeader,
+        upload: crate::control::Upload,
+    ) {
+        use crate::compile::{Asker, CompileThread};
+        if self.compiles.is_none() {
+            match CompileThread::spawn(self.waker.clone()) {
+                Ok(t) => self.compiles = Some(t),
+                Err(e) => tracing::error!(error = %e, "cannot start the compile thread"),
+            }
+        }
+        let (tenant, size) = (upload.tenant, upload.size());
+        let asker = Asker { conn, header };
+        if !self
+            .compiles
+            .as_ref()
+            .is_some_and(|t| t.submit(asker, upload))
+        {
+            let failed = Err(offrac_control::LibraryError::Invalid(
+                "the node cannot compile modules now".into(),
+            ));
+            if let Some(cp) = &mut self.control {
+                let (status, detail, body) = cp.finish_upload(tenant, size, failed);
+                self.answer_control(conn, &header, status, detail, &body);
+            }
+        }
+    }
+
+    /// Answer the uploads whose compile finished.
+    fn drain_compiles(&mut self) -> bool {
+        let mut any = false;
+        while let Some(c) = self.compiles.as_ref().and_then(|t| t.try_recv()) {
+            any = true;
+            let Some(cp) = &mut self.control else {
+                continue;
+            };
+            let (status, detail, body) = cp.finish_upload(c.tenant, c.size, c.result);
+            self.answer_control(c.asker.conn, &c.asker.header, status, detail, &body);
+        }
+        if any {
+            self.apply();
+        }
+        any
     }
 
     /// Take device tables from a cluster store as they come.
@@ -227,6 +292,7 @@ impl Reactor {
             // poll) is the I/O thread's per-request overhead, T_oh.
             let top = Instant::now();
             let mut work = self.drain_completions();
+            work |= self.drain_compiles();
             work |= self.drain_membership();
             work |= self.read_turns();
             let spinning = self.io_mode == IoMode::Poll && last_work.elapsed() < self.spin;
@@ -331,7 +397,8 @@ impl Reactor {
             .membership
             .as_ref()
             .is_some_and(|(rx, _)| !rx.is_empty());
-        if !self.done_rx.is_empty() || members || self.shutdown.load(Ordering::SeqCst) {
+        let compiled = self.compiles.as_ref().is_some_and(|t| t.has_finished());
+        if !self.done_rx.is_empty() || members || compiled || self.shutdown.load(Ordering::SeqCst) {
             return Some(Duration::ZERO);
         }
         let until_timer = self

@@ -1,15 +1,16 @@
 //! The control plane over real loopback sockets: authenticated upload, swap,
 //! list and unload; a WebAssembly function serving, trapping and looping;
 //! replayed and forged requests refused; a swap under load losing nothing;
-//! the library and the slot assignment surviving a restart.
+//! the library and the slot assignment surviving a restart; uploads compiled
+//! off the I/O thread, so a large one does not stall other connections.
 
 use offrac_client::{Client, ClientError, FunctionId, RetryPolicy, Status};
-use offrac_control::examples::{compile_wat, ADD_WAT, BAD_WAT};
+use offrac_control::examples::{compile_wat, large_wat, ADD_WAT, BAD_WAT};
 use offrac_control::{wire, Op, Target, FN_CONTROL};
 use offrac_node::{start, NodeConfig, NodeHandle};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 const KEY: &[u8] = b"0123456789abcdef";
 
@@ -288,4 +289,98 @@ fn the_library_and_slot_assignment_survive_a_restart() {
     assert_eq!(list["slots"][2]["digest"], hex::encode(add));
     n.shutdown().unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_large_upload_does_not_stall_other_connections() {
+    let n = node_in(None);
+    let module = compile_wat(&large_wat(5000)).unwrap();
+    // Another connection calls echo back to back and notes each answer's time.
+    let stop = Arc::new(AtomicBool::new(false));
+    let pinger = {
+        let (addr, stop) = (n.addr.to_string(), stop.clone());
+        std::thread::spawn(move || {
+            let mut c = Client::connect(&addr).unwrap();
+            let mut times = Vec::new();
+            while !stop.load(Ordering::SeqCst) {
+                assert_eq!(
+                    c.call(FunctionId::Echo, 0, b"ping").unwrap().payload,
+                    b"ping"
+                );
+                times.push(Instant::now());
+            }
+            times
+        })
+    };
+    std::thread::sleep(Duration::from_millis(50));
+    let mut ctl = Ctl::new(&n);
+    let t0 = Instant::now();
+    let v = ctl.json(&Op::Upload(module.clone()));
+    let t1 = Instant::now();
+    stop.store(true, Ordering::SeqCst);
+    let times = pinger.join().unwrap();
+    assert_eq!(v["size"], module.len());
+    let upload = t1 - t0;
+    assert!(
+        upload >= Duration::from_millis(150),
+        "the module compiled in {upload:?}: too fast to show a stall"
+    );
+    // The longest pause in the echo answers while the upload was compiled:
+    // the whole compile if it ran on the I/O thread.
+    let mut marks: Vec<Instant> = times.into_iter().filter(|t| (t0..t1).contains(t)).collect();
+    marks.insert(0, t0);
+    marks.push(t1);
+    let gap = marks.windows(2).map(|w| w[1] - w[0]).max().unwrap();
+    assert!(
+        gap < upload / 3,
+        "echo paused {gap:?} during a {upload:?} upload: the I/O thread was blocked"
+    );
+    n.shutdown().unwrap();
+}
+
+#[test]
+fn uploads_beyond_the_compile_queue_are_refused_busy() {
+    let n = node_in(None);
+    let modules: Vec<Vec<u8>> = (0..=offrac_node::control::MAX_COMPILING)
+        .map(|i| compile_wat(&large_wat(3000 + i)).unwrap())
+        .collect();
+    // All at once, each on its own connection: one more than the queue holds.
+    let ctls: Vec<Ctl> = (0..modules.len())
+        .map(|i| {
+            let mut c = Ctl::new(&n);
+            c.nonce = 1000 * (i as u64 + 1); // a tenant's nonces are never reused
+            c
+        })
+        .collect();
+    let barrier = Arc::new(std::sync::Barrier::new(modules.len()));
+    let answers: Vec<Result<Vec<u8>, ClientError>> = std::thread::scope(|s| {
+        let handles: Vec<_> = ctls
+            .into_iter()
+            .zip(&modules)
+            .map(|(mut ctl, m)| {
+                let barrier = barrier.clone();
+                s.spawn(move || {
+                    barrier.wait();
+                    ctl.send(&Op::Upload(m.clone()))
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let busy: Vec<&ClientError> = answers.iter().filter_map(|a| a.as_ref().err()).collect();
+    assert_eq!(busy.len(), 1, "one upload over the queue: {answers:?}");
+    assert_eq!(busy[0].status(), Some(Status::Busy));
+    // The queue frees as compiles finish: the refused one goes through now.
+    let refused = answers.iter().position(|a| a.is_err()).unwrap();
+    let mut ctl = Ctl::new(&n);
+    ctl.nonce = 10_000;
+    assert_eq!(
+        ctl.json(&Op::Upload(modules[refused].clone()))["size"],
+        modules[refused].len()
+    );
+    assert_eq!(
+        ctl.json(&Op::List)["modules"].as_array().unwrap().len(),
+        modules.len()
+    );
+    n.shutdown().unwrap();
 }

@@ -1,7 +1,7 @@
 //! Tenants over real loopback sockets (`docs/control.md`, "Tenants"): the
 //! authenticated hello, anonymous connections refused, a tenant's modules
-//! hidden from the others, quotas answered `QUOTA_EXCEEDED`, and the DRR
-//! share of a slot two tenants flood.
+//! hidden from the others, quotas (requests, pool bytes, slots) answered
+//! `QUOTA_EXCEEDED`, and the DRR share of a slot two tenants flood.
 
 use offrac_client::{Client, ClientError, FunctionId, RetryPolicy, Status};
 use offrac_control::examples::{compile_wat, ADD_WAT};
@@ -242,5 +242,49 @@ fn a_shared_slot_is_shared_by_weight() {
         (0.65..=0.85).contains(&share),
         "weight 3 of 4 got {share:.3} of the slot ({a} vs {b} ns)"
     );
+    n.shutdown().unwrap();
+}
+
+#[test]
+fn a_tenants_modules_occupy_at_most_max_slots() {
+    let n = node("", "max_slots = 1");
+    let mut one = tenant_client(&n, 1, KEY1);
+    let module = compile_wat(ADD_WAT).unwrap();
+    let up = one
+        .call(FN_CONTROL, 0, &envelope(1, KEY1, &Op::Upload(module)))
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&up.payload).unwrap();
+    let digest: [u8; 32] = hex::decode(v["digest"].as_str().unwrap())
+        .unwrap()
+        .try_into()
+        .unwrap();
+    let wasm = |slot: u16| Op::Swap {
+        slot,
+        target: Target::Wasm {
+            function: 140,
+            digest,
+        },
+    };
+    one.call(FN_CONTROL, 0, &envelope(1, KEY1, &wasm(1)))
+        .unwrap();
+    // A second slot (a replica) is over tenant 1's quota of one: refused,
+    // with the limit as detail, and slot 0 keeps serving spin.
+    let over = one
+        .call(FN_CONTROL, 0, &envelope(1, KEY1, &wasm(0)))
+        .expect_err("over the slot quota");
+    assert_eq!(over.status(), Some(Status::QuotaExceeded));
+    assert!(over.to_string().contains("(detail 1)"), "{over}");
+    assert_eq!(one.call(FunctionId::Spin, 1, b"s").unwrap().payload, b"s");
+    assert_eq!(one.call(140, 1, b"ab").unwrap().payload, b"bc");
+    // The slot tenant 1 holds it may swap again (here, back to echo).
+    let back = Op::Swap {
+        slot: 1,
+        target: Target::Builtin(FunctionId::Echo.id()),
+    };
+    one.call(FN_CONTROL, 0, &envelope(1, KEY1, &back)).unwrap();
+    // Its slot given back, tenant 1 may take another.
+    one.call(FN_CONTROL, 0, &envelope(1, KEY1, &wasm(0)))
+        .unwrap();
+    assert_eq!(one.call(140, 1, b"ab").unwrap().payload, b"bc");
     n.shutdown().unwrap();
 }

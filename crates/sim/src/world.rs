@@ -634,12 +634,24 @@ impl World {
 
     /// A HELLO envelope of `tenant`, signed with `key` now (nonce `nonce`).
     pub fn hello_envelope(&self, tenant: u16, key: &[u8], nonce: u64) -> Vec<u8> {
-        use offrac_control::{wire, Op};
-        wire::encode(tenant, self.wall_ms(), nonce, &Op::Hello, key)
+        self.control_envelope(tenant, key, nonce, &offrac_control::Op::Hello)
+    }
+
+    /// A control envelope of `tenant` for `op`, signed with `key` now.
+    pub fn control_envelope(
+        &self,
+        tenant: u16,
+        key: &[u8],
+        nonce: u64,
+        op: &offrac_control::Op,
+    ) -> Vec<u8> {
+        offrac_control::wire::encode(tenant, self.wall_ms(), nonce, op, key)
     }
 
     /// The shell's control plane, reduced to what simulated clients send:
-    /// an authenticated hello; anything else is answered `UNSUPPORTED`.
+    /// an authenticated hello, or a swap (for the driver's controller, with
+    /// no check of the module: the simulator has no library); anything else
+    /// is answered `UNSUPPORTED`.
     fn control(&mut self, node: usize, job: Job) {
         use offrac_control::{Envelope, Op};
         let now = self.instant();
@@ -648,14 +660,21 @@ impl World {
             Err(e) => Err((Status::Malformed, e.to_string())),
             Ok(env) => match self.nodes[node].auth.verify(wall, &env, &job.payload) {
                 Err(e) => Err((Status::Unauthorized, e.to_string())),
-                Ok(()) if env.op == Op::Hello => Ok(env.tenant),
-                Ok(()) => Err((Status::Unsupported, "the simulator runs hellos only".into())),
+                Ok(()) => match env.op {
+                    Op::Hello | Op::Swap { .. } => Ok((env.tenant, env.op)),
+                    _ => Err((
+                        Status::Unsupported,
+                        "the simulator runs hellos and swaps only".into(),
+                    )),
+                },
             },
         };
+        let driver = &mut self.nodes[node].driver;
         match verdict {
-            Ok(tenant) => self.nodes[node]
-                .driver
-                .handle_hello(now, job.conn, job.header, tenant),
+            Ok((tenant, Op::Swap { slot, target })) => {
+                driver.handle_swap(now, job.conn, job.header, slot as usize, target, tenant)
+            }
+            Ok((tenant, _)) => driver.handle_hello(now, job.conn, job.header, tenant),
             Err((status, msg)) => {
                 let h = ResponseHeader::answer(
                     &job.header,
@@ -727,7 +746,7 @@ impl World {
                 }
                 Io::StopAccepting => {}
                 Io::Control { job } => self.control(node, job),
-                // Swaps come from the autoscaler; their install takes `install_ns`.
+                // A swap's install (the autoscaler's or a client's) takes `install_ns`.
                 Io::SaveSlots { .. } => {}
                 Io::Install { slot, .. } => {
                     let t = self.now + self.nodes[node].cfg.install_ns;

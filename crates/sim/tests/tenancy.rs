@@ -2,11 +2,13 @@
 //! flood one shared slot; its deficit round robin, charged by measured
 //! execution time, gives each its weight's share of the slot, and a light
 //! tenant's latency stays bounded beside a flood. Every request is answered
-//! once. Seeded: `OFFRAC_SIM_SEED=N` replays one seed.
+//! once. A tenant's swaps stop at its slot quota, even sent at once.
+//! Seeded: `OFFRAC_SIM_SEED=N` replays one seed.
 
 mod common;
 
 use common::{for_seeds, world, MS, SPIN};
+use offrac_control::{Op, Target};
 use offrac_core::{EngineConfig, Tenancy, TenantPolicy};
 use offrac_proto::{RequestHeader, Status};
 use offrac_sim::world::World;
@@ -131,5 +133,82 @@ fn a_light_tenant_waits_for_at_most_a_turn_beside_a_flood() {
         assert!(worst < 400_000, "seed {seed}: worst {worst} ns");
         let share = got[0].0 as f64 / (got[0].0 + got[1].0) as f64;
         assert!(share > 0.3, "seed {seed}: share {share:.3}");
+    });
+}
+
+/// Tenant 1 (at most 2 slots for its modules) asks from three connections,
+/// in the same instant, to swap its module into each of three slots: two
+/// swaps go through, the third is answered `QUOTA_EXCEEDED` (detail 2); once
+/// it gives a slot back, the refused swap goes through.
+#[test]
+fn a_tenants_swaps_stop_at_its_slot_quota_even_sent_at_once() {
+    for_seeds(|seed| {
+        let mut w = world(seed, |c| {
+            c.engine = EngineConfig {
+                slots: vec![SPIN; 3],
+                ..EngineConfig::default()
+            };
+            let slot = offrac_node::SlotConfig {
+                function: SPIN,
+                inline_max_bytes: 0,
+            };
+            c.driver = offrac_node::DriverConfig::new(vec![slot; 3]);
+            let mut t = tenants([1, 1]);
+            if let Some(p) = t.tenants.get_mut(&1) {
+                p.max_slots = Some(2);
+            }
+            c.driver.tenancy = t;
+            c.tenant_keys = HashMap::from([(1, KEYS[0].to_vec()), (2, KEYS[1].to_vec())]);
+        });
+        let module = |slot: u16| Op::Swap {
+            slot,
+            target: Target::Wasm {
+                function: 140,
+                digest: [7; 32],
+            },
+        };
+        let swap = |w: &mut World, client: usize, op: &Op, nonce: u64| {
+            let env = w.control_envelope(1, KEYS[0], nonce, op);
+            let h = RequestHeader::single(nonce, offrac_proto::FN_CONTROL, 0, env.len() as u32);
+            let mut b = h.encode().to_vec();
+            b.extend(env);
+            w.send(client, &b);
+        };
+        let clients = [w.connect(), w.connect(), w.connect()];
+        for (i, &c) in clients.iter().enumerate() {
+            swap(&mut w, c, &module(i as u16), 10 + i as u64);
+        }
+        w.run_for(10 * MS);
+        let mut refused = Vec::new();
+        for (i, &c) in clients.iter().enumerate() {
+            let a = w.drain_answers(c);
+            assert_eq!(a.len(), 1, "seed {seed}: one answer per swap");
+            match a[0].header.status {
+                Status::Ok => {}
+                Status::QuotaExceeded => {
+                    assert_eq!(a[0].header.detail, 2, "seed {seed}");
+                    refused.push(i);
+                }
+                s => panic!("seed {seed}: swap of slot {i} answered {s}"),
+            }
+        }
+        assert_eq!(refused.len(), 1, "seed {seed}: one swap over the quota");
+        let r = refused[0];
+        let held = (r + 1) % 3;
+        let back = Op::Swap {
+            slot: held as u16,
+            target: Target::Builtin(SPIN),
+        };
+        swap(&mut w, clients[held], &back, 20);
+        w.run_for(10 * MS);
+        assert_eq!(w.drain_answers(clients[held])[0].header.status, Status::Ok);
+        swap(&mut w, clients[r], &module(r as u16), 21);
+        w.run_for(10 * MS);
+        let a = w.drain_answers(clients[r]);
+        assert_eq!(
+            a[0].header.status,
+            Status::Ok,
+            "seed {seed}: after a slot is given back"
+        );
     });
 }

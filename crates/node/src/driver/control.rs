@@ -17,6 +17,9 @@ pub(super) struct Waiter {
     refused: u64,
     /// The tenant that asked: a module it swaps in is its own.
     tenant: u16,
+    /// The slot it swaps, if to one of its modules (counts against its
+    /// slot quota until answered).
+    module_slot: Option<usize>,
 }
 
 /// The controller of a driver whose slots run `targets`.
@@ -105,6 +108,24 @@ impl Driver {
         target: Target,
         tenant: u16,
     ) {
+        let module_slot = matches!(target, Target::Wasm { .. }).then_some(slot);
+        if let Some(max) = self.slot_quota_hit(tenant, module_slot) {
+            let msg = format!("tenant {tenant}'s modules may occupy at most {max} slots");
+            let mut h = ResponseHeader::answer(
+                &header,
+                Status::QuotaExceeded,
+                self.engine.config().device_id,
+                msg.len() as u32,
+            );
+            h.detail = max as u64;
+            self.out.push_back(Io::Send {
+                conn,
+                header: h,
+                payload: msg.into_bytes(),
+            });
+            self.handle_control_answered(now, conn);
+            return;
+        }
         let token = self.next_swap_token;
         self.next_swap_token += 1;
         self.swap_waiters.insert(
@@ -115,12 +136,38 @@ impl Driver {
                 handed: 0,
                 refused: 0,
                 tenant,
+                module_slot,
             },
         );
         let busy = self.engine.slots().get(slot).is_some_and(|q| q.is_busy());
         self.swaps
             .handle_swap(now.as_nanos(), token, slot, target, busy);
         self.run_swaps(now);
+    }
+
+    /// `tenant`'s slot quota, if swapping one of its modules into
+    /// `module_slot` would go over it: the slots its modules run in, and
+    /// those its pending swaps are bringing them to, besides this one.
+    fn slot_quota_hit(&self, tenant: u16, module_slot: Option<usize>) -> Option<u32> {
+        let slot = module_slot?;
+        let max = self.engine.tenancy().policy(Some(tenant)).max_slots?;
+        let mut held: std::collections::BTreeSet<usize> = self
+            .swaps
+            .targets()
+            .enumerate()
+            .filter(|(_, t)| {
+                matches!(t, Target::Wasm { .. }) && self.engine.owner(t.function()) == Some(tenant)
+            })
+            .map(|(i, _)| i)
+            .collect();
+        held.extend(
+            self.swap_waiters
+                .values()
+                .filter(|w| w.tenant == tenant)
+                .filter_map(|w| w.module_slot),
+        );
+        held.remove(&slot);
+        (held.len() >= max as usize).then_some(max)
     }
 
     /// The shell carried out [`Io::Install`] for `slot`.
