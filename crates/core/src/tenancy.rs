@@ -19,6 +19,8 @@ pub struct TenantPolicy {
     /// Most reassembly-pool bytes its requests hold, partial or complete
     /// (`None`: no limit beyond the pool's own).
     pub max_pool_bytes: Option<u64>,
+    /// Most bytes its named buffers keep (`None`: only the node's budget).
+    pub max_buffer_bytes: Option<u64>,
 }
 
 impl Default for TenantPolicy {
@@ -27,6 +29,7 @@ impl Default for TenantPolicy {
             weight: 1,
             max_inflight: None,
             max_pool_bytes: None,
+            max_buffer_bytes: None,
         }
     }
 }
