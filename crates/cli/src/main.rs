@@ -1,8 +1,8 @@
 //! `offrac`: one command for the node and its clients.
 
 mod bench;
-mod call;
 mod buffer;
+mod call;
 mod collective;
 mod config;
 mod ctl;

@@ -194,7 +194,10 @@ mod tests {
         assert_eq!(b.get(None, 5), Err(BufferError::Unknown(5)));
         b.put(Some(2), 5, vec![2; 50], Some(50)).unwrap();
         assert_eq!(b.get(Some(1), 5).unwrap(), &[1; 30][..]);
-        assert_eq!((b.used(), b.used_by(Some(1)), b.used_by(Some(2))), (80, 30, 50));
+        assert_eq!(
+            (b.used(), b.used_by(Some(1)), b.used_by(Some(2))),
+            (80, 30, 50)
+        );
         b.remove(Some(1), 5).unwrap();
         assert_eq!((b.used(), b.used_by(Some(1))), (50, 0));
     }

