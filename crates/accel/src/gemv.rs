@@ -41,14 +41,14 @@ impl Accelerator for Gemv {
             return bad("cols must be at least 1".into());
         }
         let words = input.len() / ELEM;
-        if input.len() % ELEM != 0 {
+        if !input.len().is_multiple_of(ELEM) {
             return bad(format!(
                 "input of {} bytes is not a whole number of float32",
                 input.len()
             ));
         }
         let n = usize::try_from(param).unwrap_or(usize::MAX);
-        if n >= words || (words - n) % n != 0 {
+        if n >= words || !(words - n).is_multiple_of(n) {
             return bad(format!(
                 "{words} float32 are not an m×{n} matrix (m ≥ 1) followed by a {n}-vector"
             ));
