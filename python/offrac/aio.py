@@ -588,6 +588,30 @@ class Client:
     @overload
     async def call(
         self,
+        function: Literal["gemv"],
+        data: FloatInput,
+        *,
+        cols: int,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[False] = ...,
+    ) -> npt.NDArray[np.float32]: ...
+    @overload
+    async def call(
+        self,
+        function: Literal["gemv"],
+        data: FloatInput,
+        *,
+        cols: int,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        return_info: Literal[True],
+    ) -> tuple[npt.NDArray[np.float32], ResponseHeader]: ...
+    @overload
+    async def call(
+        self,
         function: int,
         data: Data = ...,
         *,

@@ -1025,6 +1025,30 @@ class Client:
     @overload
     def submit(
         self,
+        function: Literal["gemv"],
+        data: FloatInput,
+        *,
+        cols: int,
+        tenant: int | None = ...,
+        budget: float | None = ...,
+        out: npt.NDArray[np.float32] | None = ...,
+        return_info: Literal[False] = ...,
+    ) -> RequestFuture[npt.NDArray[np.float32]]: ...
+    @overload
+    def submit(
+        self,
+        function: Literal["gemv"],
+        data: FloatInput,
+        *,
+        cols: int,
+        tenant: int | None = ...,
+        budget: float | None = ...,
+        out: npt.NDArray[np.float32] | None = ...,
+        return_info: Literal[True],
+    ) -> RequestFuture[tuple[npt.NDArray[np.float32], ResponseHeader]]: ...
+    @overload
+    def submit(
+        self,
         function: int,
         data: Data = ...,
         *,
@@ -1575,6 +1599,32 @@ class Client:
         function: Literal["cnn"],
         data: IntInput,
         *,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        out: npt.NDArray[np.float32] | None = ...,
+        return_info: Literal[True],
+    ) -> tuple[npt.NDArray[np.float32], ResponseHeader]: ...
+    @overload
+    def call(
+        self,
+        function: Literal["gemv"],
+        data: FloatInput,
+        *,
+        cols: int,
+        tenant: int | None = ...,
+        timeout: float | None = ...,
+        budget: float | None = ...,
+        out: npt.NDArray[np.float32] | None = ...,
+        return_info: Literal[False] = ...,
+    ) -> npt.NDArray[np.float32]: ...
+    @overload
+    def call(
+        self,
+        function: Literal["gemv"],
+        data: FloatInput,
+        *,
+        cols: int,
         tenant: int | None = ...,
         timeout: float | None = ...,
         budget: float | None = ...,

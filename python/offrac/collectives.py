@@ -24,6 +24,8 @@ from .errors import error_for_response
 from .protocol import Status
 
 __all__ = [
+    "CALL_FROM_BUFFER",
+    "CALL_KEEP",
     "FN_COLLECTIVE",
     "MAX",
     "SUM",
@@ -87,6 +89,20 @@ def _members_mask(members: Sequence[int]) -> bytes:
     return bytes(mask)
 
 
+#: Byte 7 of a call's descriptor: the input is the named buffer in ``param`` bits 0-31.
+CALL_FROM_BUFFER = 1
+#: Byte 7 of a call's descriptor: keep the output in the named buffer in ``param`` bits 32-63.
+CALL_KEEP = 2
+
+
+def _buffer_name(name: int | None) -> int:
+    if name is None:
+        return 0
+    if isinstance(name, bool) or not isinstance(name, int) or not 0 <= name <= 0xFFFF_FFFF:
+        raise ValueError(f"a buffer name is an int in 0..=2**32-1, not {name!r}")
+    return name
+
+
 def encode_call(
     op: int,
     dtype_code: int,
@@ -97,8 +113,10 @@ def encode_call(
     count: int,
     timeout_ms: int,
     members: Sequence[int],
+    buffers: int = 0,
 ) -> bytes:
-    """The 64-byte descriptor of a call (``docs/protocol.md``, "Collectives")."""
+    """The 64-byte descriptor of a call (``docs/protocol.md``, "Collectives"); ``buffers``:
+    byte 7, bit 0 the input comes from a named buffer, bit 1 the output is kept in one."""
     return struct.pack(
         "<BBBBBBBBQIIII",
         _Kind.CALL,
@@ -108,7 +126,7 @@ def encode_call(
         root,
         algorithm,
         0,
-        0,
+        buffers,
         tag,
         count,
         0,
@@ -167,19 +185,57 @@ class Communicator:
         redop: int = 0,
         root: int = 0,
         algorithm: Algorithm = Algorithm.AUTO,
+        source: int | None = None,
+        keep: int | None = None,
     ) -> npt.NDArray[Any]:
         tag = self.tag
         self.tag += 1
         code = _dtype_code(dtype)
-        desc = encode_call(op, code, redop, root, algorithm, tag, count, self.timeout_ms, self.members)
+        flags = (CALL_FROM_BUFFER if source is not None else 0) | (CALL_KEEP if keep is not None else 0)
+        param = _buffer_name(source) | _buffer_name(keep) << 32
+        desc = encode_call(op, code, redop, root, algorithm, tag, count, self.timeout_ms, self.members, flags)
         body = b"" if data is None else np.ascontiguousarray(data, dtype=dtype).tobytes()
         header, payload = self.client.call_raw(
-            FN_COLLECTIVE, desc + body, 0, timeout=self.timeout_ms / 1000 + 5
+            FN_COLLECTIVE, desc + body, param, timeout=self.timeout_ms / 1000 + 5
         )
         if header.status != Status.OK:
             raise error_for_response(header, payload)
         self.last_algorithm = Algorithm(header.detail)
         return np.frombuffer(bytearray(payload), dtype=np.dtype(dtype))
+
+    def run(
+        self,
+        op: str,
+        *,
+        dtype: npt.DTypeLike,
+        count: int,
+        data: npt.ArrayLike | None = None,
+        source: int | None = None,
+        keep: int | None = None,
+        redop: ReduceOp = SUM,
+        root: int = 0,
+        algorithm: Algorithm = Algorithm.AUTO,
+    ) -> npt.NDArray[Any] | None:
+        """One collective (``op``: ``"bcast"``, ``"reduce"``, ``"allreduce"``, ``"gather"``,
+        ``"scatter"``) of ``count`` elements of ``dtype`` per rank, its input and output
+        optionally in named buffers on this rank's node (``offrac.buffers``):
+        ``source=NAME`` takes the input from buffer NAME instead of ``data`` (it stays);
+        ``keep=NAME`` keeps this rank's output there and returns None, so a later chain can
+        read it (``offrac.buffers.load``) without it crossing the network. Otherwise returns
+        this rank's output, flat (empty where MPI gives nothing)."""
+        try:
+            o = _Op[op.upper()]
+        except KeyError:
+            raise ValueError(
+                f"unknown collective {op!r}: bcast, reduce, allreduce, gather or scatter"
+            ) from None
+        if source is not None and data is not None:
+            raise ValueError("pass data= or source=, not both")
+        red = int(redop) if o in (_Op.REDUCE, _Op.ALLREDUCE) else 0
+        out = self._call(
+            o, None if data is None else np.asarray(data), dtype, count, red, root, algorithm, source, keep
+        )
+        return None if keep is not None else out
 
     def allreduce(
         self, data: npt.ArrayLike, op: ReduceOp = SUM, *, algorithm: Algorithm = Algorithm.AUTO

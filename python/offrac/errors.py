@@ -18,6 +18,7 @@ __all__ = [
     "TooLargeError",
     "TrappedError",
     "UnauthorizedError",
+    "UnknownBufferError",
     "UnknownFunctionError",
     "UnreachableError",
     "UnsupportedError",
@@ -195,6 +196,13 @@ class QuotaExceededError(OffracError):
     STATUS: Status | None = Status.QUOTA_EXCEEDED
 
 
+class UnknownBufferError(OffracError):
+    """UNKNOWN_BUFFER: a named buffer the request reads is not on the node (for its tenant);
+    ``detail`` = the name."""
+
+    STATUS: Status | None = Status.UNKNOWN_BUFFER
+
+
 class ConnectionClosedError(OffracError, ConnectionError):
     """The connection closed (or broke) while the request was outstanding, or before it was
     sent. Also a builtin :class:`ConnectionError`."""
@@ -223,6 +231,7 @@ _BY_STATUS: dict[Status, type[OffracError]] = {
         TrappedError,
         FuelExhaustedError,
         QuotaExceededError,
+        UnknownBufferError,
     )
     if cls.STATUS is not None
 }

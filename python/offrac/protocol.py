@@ -126,6 +126,7 @@ class Status(enum.IntEnum):
     TRAPPED = 13
     FUEL_EXHAUSTED = 14
     QUOTA_EXCEEDED = 15
+    UNKNOWN_BUFFER = 16
 
     @property
     def closes_connection(self) -> bool:
@@ -163,6 +164,7 @@ class FunctionId(enum.IntEnum):
     ONEHOT = 15
     BOXCOX = 16
     CNN = 17
+    GEMV = 18
 
 
 def _check_against_registry() -> None:

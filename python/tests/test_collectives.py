@@ -18,7 +18,16 @@ import numpy as np
 import pytest
 from netns import Hosts, netns_available
 
-from offrac import BadInputError, Client, OffracError, RequestTimeoutError, UnreachableError
+from offrac import (
+    BadInputError,
+    Client,
+    OffracError,
+    RequestTimeoutError,
+    Step,
+    UnknownBufferError,
+    UnreachableError,
+)
+from offrac.buffers import drop_buffer, keep, load, put_buffer
 from offrac.collectives import MAX, SUM, Algorithm, Communicator
 
 from conftest import Node
@@ -173,6 +182,50 @@ def test_bcast_reduce_gather_scatter(cluster: list[Node], members: list[int], n:
             check(g, np.stack(x))
         else:
             assert r is None and g is None
+
+
+def test_distributed_gemv_with_the_matrix_kept_at_the_nodes(cluster: list[Node]) -> None:
+    """ACCL+'s distributed vector-matrix multiply: A split column-wise, each block kept at its
+    rank's node (named buffer 1); per multiply x is scattered into buffer 2, each node runs
+    ``[load(2), load(1), gemv, keep(3)]`` and a reduce from buffer 3 gives y at the root."""
+    members = list(range(N))
+    m, n = 96, 64
+    k = n // N
+    a = np.random.default_rng(5).standard_normal((m, n)).astype(np.float32)
+    xs = [np.random.default_rng(10 + i).standard_normal(n).astype(np.float32) for i in range(3)]
+
+    def run(c: Communicator) -> list[Any]:
+        put_buffer(c.client, 1, np.ascontiguousarray(a[:, c.rank * k : (c.rank + 1) * k]))
+        ys = []
+        for x in xs:
+            kept = c.run(
+                "scatter", dtype=np.float32, count=k, data=x.reshape(N, k) if c.rank == 0 else None, keep=2
+            )
+            assert kept is None
+            c.client.call_chain([load(2), load(1), Step("gemv", cols=k), keep(3)])
+            ys.append(c.run("reduce", dtype=np.float32, count=m, source=3, root=0))
+        for name in (1, 2, 3):
+            drop_buffer(c.client, name)
+        return ys
+
+    for rank, res in enumerate(on_ranks(cluster, members, run)):
+        assert not isinstance(res, Exception), res
+        for x, y in zip(xs, res, strict=True):
+            if rank == 0:
+                np.testing.assert_allclose(
+                    y, a.astype(np.float64) @ x.astype(np.float64), rtol=1e-4, atol=1e-4
+                )
+            else:
+                assert y is not None and y.size == 0
+
+
+def test_collective_buffers_refusals(cluster: list[Node]) -> None:
+    with Communicator(cluster[0].address, [0, 1], device=0, first_tag=next(_TAGS)) as c:
+        with pytest.raises(UnknownBufferError) as e:
+            c.run("allreduce", dtype=np.float32, count=4, source=424242)
+        assert e.value.detail == 424242
+        with pytest.raises(ValueError, match="not both"):
+            c.run("allreduce", dtype=np.float32, count=4, source=1, data=np.ones(4, np.float32))
 
 
 def test_mismatched_sizes_fail_every_rank_with_a_clear_error(cluster: list[Node]) -> None:

@@ -199,7 +199,7 @@ def test_response_decode_errors() -> None:
     with pytest.raises(HeaderError, match="BadVersion"):
         ResponseHeader.decode(bad_version)
     bad_status = bytearray(good)
-    bad_status[4] = 16
+    bad_status[4] = 17
     with pytest.raises(HeaderError) as info:
         ResponseHeader.decode(bad_status)
     assert info.value.kind == "UnknownStatus"
@@ -247,8 +247,9 @@ def test_status_and_function_tables() -> None:
         "TRAPPED",
         "FUEL_EXHAUSTED",
         "QUOTA_EXCEEDED",
+        "UNKNOWN_BUFFER",
     ]
-    assert [int(s) for s in Status] == list(range(16))
+    assert [int(s) for s in Status] == list(range(17))
     assert list(FUNCTION_IDS.items())[:6] == [
         ("echo", 0),
         ("topk", 1),

@@ -12,6 +12,7 @@ mod cnn;
 pub mod dlrm;
 mod echo;
 mod elems;
+mod gemv;
 mod logit;
 mod matmul;
 mod minmax;
@@ -23,6 +24,7 @@ pub use cnn::{
     cnn_warm_up, digit_image, Cnn, CNN_CHANNELS, CNN_CLASSES, CNN_INPUT_BYTES, CNN_SIDE,
 };
 pub use echo::Echo;
+pub use gemv::Gemv;
 pub use logit::Logit;
 pub use matmul::{MatMul, MATMUL_MAX_N};
 pub use minmax::MinMax;
@@ -122,6 +124,7 @@ pub fn builtin_with(f: FunctionId, state: &FunctionState) -> Box<dyn Accelerator
         FunctionId::Onehot => Box::new(Onehot),
         FunctionId::BoxCox => Box::new(BoxCox),
         FunctionId::Cnn => Box::new(Cnn::new()),
+        FunctionId::Gemv => Box::new(Gemv::new()),
     }
 }
 

@@ -66,6 +66,14 @@ pub struct Args {
     /// The collective's deadline.
     #[arg(long, default_value_t = 10_000)]
     timeout_ms: u32,
+    /// Take this rank's input from the node's named buffer NAME (`offrac buffer`)
+    /// instead of the values.
+    #[arg(long, value_name = "NAME")]
+    from_buffer: Option<u32>,
+    /// Keep this rank's output on its node as the named buffer NAME (printing nothing),
+    /// for a later chain or collective to read.
+    #[arg(long, value_name = "NAME")]
+    keep: Option<u32>,
     /// This rank's input values (a scatter's root: all ranks' blocks, in rank order).
     #[arg(allow_hyphen_values = true)]
     values: Vec<String>,
@@ -107,7 +115,11 @@ pub fn run(a: Args) -> Result<(), CliError> {
             )))
         }
         (_, None) if given > 0 => given,
-        _ => return Err(CliError::Usage("give the values, or --count".into())),
+        _ => {
+            return Err(CliError::Usage(
+                "give the values, or --count (always with --from-buffer)".into(),
+            ))
+        }
     };
     let desc = Descriptor {
         kind: Kind::Call,
@@ -134,12 +146,20 @@ pub fn run(a: Args) -> Result<(), CliError> {
         timeout_ms: a.timeout_ms,
         members: Members::of(&a.members),
     };
+    if a.from_buffer.is_some() && given > 0 {
+        return Err(CliError::Usage(
+            "give the values or --from-buffer, not both".into(),
+        ));
+    }
     let mut payload = desc.encode().to_vec();
+    // Byte 7: bit 0 input from a named buffer (param bits 0-31), bit 1 keep the output (bits 32-63).
+    payload[7] = u8::from(a.from_buffer.is_some()) | u8::from(a.keep.is_some()) << 1;
+    let param = u64::from(a.from_buffer.unwrap_or(0)) | u64::from(a.keep.unwrap_or(0)) << 32;
     payload.extend_from_slice(&input);
     let wait = Duration::from_millis(a.timeout_ms as u64) + Duration::from_secs(5);
     let mut client = Client::connect_timeout(&a.addr, wait)?;
     client.set_retry_policy(offrac_client::RetryPolicy::NONE);
-    let reply = client.call(FunctionCode(FN_COLLECTIVE), 0, &payload)?;
+    let reply = client.call(FunctionCode(FN_COLLECTIVE), param, &payload)?;
     let mut out = String::new();
     for w in reply.payload.chunks_exact(4) {
         let b = [w[0], w[1], w[2], w[3]];

@@ -1,6 +1,7 @@
 //! `offrac`: one command for the node and its clients.
 
 mod bench;
+mod buffer;
 mod call;
 mod collective;
 mod config;
@@ -55,6 +56,9 @@ enum Command {
     /// One rank's call of a collective (bcast, reduce, allreduce, gather, scatter) on its
     /// own node; every rank runs it with the same tag (docs/collectives.md).
     Collective(collective::Args),
+    /// Named buffers on a node: keep data there, read it back, drop it
+    /// (docs/protocol.md, "Named buffers").
+    Buffer(buffer::Args),
     /// Control requests: upload a WebAssembly module, swap a slot's function, list, unload;
     /// bench-swap measures swap times (docs/control.md).
     Ctl(ctl::Args),
@@ -98,6 +102,7 @@ fn main() -> ExitCode {
         Command::Provision(a) => provision::run(a),
         Command::Ctl(a) => ctl::run(a),
         Command::Collective(a) => collective::run(a),
+        Command::Buffer(a) => buffer::run(a),
         Command::Completions { shell } => {
             let mut cmd = <Cli as clap::CommandFactory>::command();
             clap_complete::generate(shell, &mut cmd, "offrac", &mut std::io::stdout());

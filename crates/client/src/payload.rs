@@ -18,7 +18,8 @@ use crate::rng::SplitMix64;
 /// `getlocalhour`: timestamps of 2026; `onehot`: ids below `param`; the
 /// id-list functions: the ragged layout, rows of 0-7 ids (0-3 for
 /// `cartesian`); `cnn`: a random 8×8 grey image expanded to the CNN's
-/// 64×64×3 uint16 input (always 24,576 bytes). Array payloads are rounded
+/// 64×64×3 uint16 input (always 24,576 bytes); `gemv`: an m×n matrix and
+/// an n-vector in [-1, 1), n = `param` (1 when 0). Array payloads are rounded
 /// down to whole elements, at least one.
 pub fn generate_payload(
     function: FunctionId,
@@ -100,6 +101,14 @@ pub fn generate_payload(
                 8
             };
             id_lists(&mut rng, bytes, max_len)
+        }
+        FunctionId::Gemv => {
+            // An m×n matrix and its n-vector, n = `param` (1 when 0); values in [-1, 1).
+            let n = param.clamp(1, elems as u64) as usize;
+            let m = (elems / n).saturating_sub(1).max(1);
+            (0..(m + 1) * n)
+                .flat_map(|_| ((rng.next_f64() * 2.0 - 1.0) as f32).to_le_bytes())
+                .collect()
         }
         FunctionId::Cnn => {
             // A random 8×8 grey "digit", expanded as the CNN's input; the

@@ -4,13 +4,13 @@
 
 use crate::connection::{Connection, Rx};
 use crate::{
-    EngineConfig, EngineStats, Instant, Job, ReassemblyPool, Selector, SlotId, SlotQueue, Tenancy,
-    TenantKey, TenantUsage,
+    BufferError, Buffers, EngineConfig, EngineStats, Instant, Job, ReassemblyPool, Selector,
+    SlotId, SlotQueue, Tenancy, TenantKey, TenantUsage,
 };
 use offrac_proto::{
-    HeaderError, RequestHeader, ResponseHeader, Status, DEVICE_SELF, EXT_LEN, FLAG_HOP_EXT,
-    FN_COLLECTIVE, FN_CONTROL, FN_DESCRIBE, FN_REGISTER_REPLY, HEADER_LEN, REQUEST_ID_NONE,
-    VERSION,
+    decode_buffer_param, BufferOp, HeaderError, RequestHeader, ResponseHeader, Status, DEVICE_SELF,
+    EXT_LEN, FLAG_HOP_EXT, FN_BUFFER, FN_COLLECTIVE, FN_CONTROL, FN_DESCRIBE, FN_REGISTER_REPLY,
+    HEADER_LEN, REQUEST_ID_NONE, VERSION,
 };
 use rustc_hash::FxHashMap;
 use std::cmp::Reverse;
@@ -53,6 +53,13 @@ pub enum Action {
     /// (function [`FN_COLLECTIVE`]): the driver's control plane or its
     /// collectives answer it. The engine no longer holds it.
     Control { job: Job },
+    /// Send this answer (header, then `payload`) on `conn`: the result of a
+    /// chain whose last hop the engine ran itself (a named buffer's hop).
+    Result {
+        conn: ConnId,
+        header: ResponseHeader,
+        payload: Vec<u8>,
+    },
 }
 
 /// Where an answer goes ([`Engine::answer_route`]).
@@ -109,6 +116,10 @@ pub struct Engine {
     /// The tenant owning each function id (a tenant's WebAssembly module);
     /// `None`: shared (the built-ins), callable by everyone.
     owners: Box<[Option<u16>; 256]>,
+    /// Named buffers kept on the node (`crate::Buffers`).
+    buffers: Buffers,
+    /// A buffer hop queued its chain's next hop during this drain pass.
+    requeued: bool,
 }
 
 impl Engine {
@@ -179,8 +190,25 @@ impl Engine {
             tenancy: Tenancy::default(),
             usage: FxHashMap::default(),
             owners: Box::new([None; 256]),
+            buffers: Buffers::new(crate::DEFAULT_BUFFER_BUDGET),
+            requeued: false,
             cfg,
         })
+    }
+
+    /// The node's named buffers.
+    pub fn buffers(&self) -> &Buffers {
+        &self.buffers
+    }
+
+    /// The node's named buffers, for the driver's collectives.
+    pub fn buffers_mut(&mut self) -> &mut Buffers {
+        &mut self.buffers
+    }
+
+    /// The budget a tenant's named buffers may keep, if it has one.
+    pub fn buffer_budget_of(&self, tenant: TenantKey) -> Option<u64> {
+        self.tenancy.policy(tenant).max_buffer_bytes
     }
 
     /// The node's tenants: weights, quotas, whether anonymous connections
@@ -883,6 +911,17 @@ impl Engine {
                 }
                 return Ok(());
             }
+            if hop.function == FN_BUFFER {
+                if let Err(e) = decode_buffer_param(hop.param) {
+                    return Err(HopError {
+                        hop: i,
+                        status: Status::BadInput,
+                        detail: 0,
+                        message: format!("hop {i}: {e}"),
+                    });
+                }
+                continue;
+            }
             // Another tenant's module is not there for this one.
             let hidden = self.owners[hop.function as usize].is_some_and(|o| tenant != Some(o));
             if hidden || self.selector.hosts(hop.function).is_empty() {
@@ -1274,12 +1313,30 @@ impl Engine {
     /// Within a source a request whose slots are all full is skipped, not waited on,
     /// so one backed-up function cannot block the others.
     fn drain(&mut self, now: Instant) {
+        // A buffer hop run on the way may queue its chain's next hop behind
+        // the pass over the chained queue: pass again until none does.
+        loop {
+            self.requeued = false;
+            self.drain_once(now);
+            if !self.requeued {
+                return;
+            }
+        }
+    }
+
+    fn drain_once(&mut self, now: Instant) {
         // (function, tenant) pairs whose slots have no room this pass.
         let mut blocked: Vec<(u8, TenantKey)> = Vec::new();
         // Chains first: their requests were admitted earliest.
         let mut i = 0;
         while i < self.chained.len() {
             let (f, cost) = (self.chained[i].function(), self.chained[i].cost());
+            if f == FN_BUFFER {
+                let job = self.chained.remove(i).expect("index in range");
+                self.chained_bytes -= cost;
+                self.run_buffer_hop(now, job);
+                continue;
+            }
             match self.pick(&mut blocked, f, self.chained[i].tenant, cost) {
                 Some(slot) => {
                     let job = self.chained.remove(i).expect("index in range");
@@ -1292,6 +1349,12 @@ impl Engine {
         let mut i = 0;
         while i < self.small.len() {
             let (f, cost) = (self.small[i].function(), self.small[i].cost());
+            if f == FN_BUFFER && self.runs_here(&self.small[i]) {
+                let job = self.small.remove(i).expect("index in range");
+                self.small_bytes -= cost;
+                self.run_buffer_hop(now, job);
+                continue;
+            }
             if !self.runs_here(&self.small[i]) || node_function(f) {
                 let job = self.small.remove(i).expect("index in range");
                 self.small_bytes -= cost;
@@ -1313,6 +1376,11 @@ impl Engine {
             let mut i = 0;
             while let Some(job) = self.pool.ready(b).get(i) {
                 let (f, cost, tenant) = (job.function(), job.cost(), job.tenant);
+                if f == FN_BUFFER && self.runs_here(job) {
+                    let job = self.take_pool(b, i).expect("index in range");
+                    self.run_buffer_hop(now, job);
+                    continue;
+                }
                 if !self.runs_here(job) || node_function(f) {
                     let job = self.take_pool(b, i).expect("index in range");
                     self.leave(job);
@@ -1367,6 +1435,89 @@ impl Engine {
             self.actions.push_back(Action::Dispatch { slot, job });
             return;
         }
+    }
+
+    /// Run a named buffer's hop (`docs/protocol.md`, "Named buffers") at
+    /// once, on the engine's own state: the chain goes on with its output,
+    /// or its answer is that output. The job is held, as a slot's would be.
+    fn run_buffer_hop(&mut self, now: Instant, mut job: Job) {
+        if job.expired(now) {
+            return self.expire(job);
+        }
+        let hop = job.header.current_hop();
+        let device = self.cfg.device_id;
+        let (op, name) = match decode_buffer_param(hop.param) {
+            Ok(p) => p,
+            Err(e) => {
+                // Admission checked the hops up to the first remote one only.
+                let msg = format!("hop {}: {e}", job.header.hop_index);
+                self.reply_to(job.conn, &job.header, Status::BadInput, 0, &msg);
+                return self.settle(job.conn, job.tenant);
+            }
+        };
+        let tenant = job.tenant;
+        let budget = self.tenancy.policy(tenant).max_buffer_bytes;
+        let output = match op {
+            BufferOp::Put => {
+                let data = std::mem::take(&mut job.payload);
+                self.buffers
+                    .put(tenant, name, data, budget)
+                    .map(|()| Vec::new())
+            }
+            BufferOp::Tee => self
+                .buffers
+                .put(tenant, name, job.payload.clone(), budget)
+                .map(|()| std::mem::take(&mut job.payload)),
+            BufferOp::Get => self.buffers.get(tenant, name).map(|kept| {
+                let mut out = Vec::with_capacity(kept.len() + job.payload.len());
+                out.extend_from_slice(kept);
+                out.extend_from_slice(&job.payload);
+                out
+            }),
+            BufferOp::Drop => self.buffers.remove(tenant, name).map(|_| Vec::new()),
+        };
+        self.stats.buffer_hops += 1;
+        let output = match output {
+            Ok(o) => o,
+            Err(e) => {
+                let status = match e {
+                    BufferError::Unknown(_) => Status::UnknownBuffer,
+                    BufferError::NodeFull { .. } | BufferError::TenantFull { .. } => {
+                        Status::QuotaExceeded
+                    }
+                };
+                let msg = format!("hop {}: {e}", job.header.hop_index);
+                self.reply_to(job.conn, &job.header, status, e.detail(), &msg);
+                return self.settle(job.conn, job.tenant);
+            }
+        };
+        let queue_ns = crate::nanos(now.saturating_since(job.complete_at));
+        if !job.is_last_hop() {
+            job.advance(output, now, queue_ns, 0, device);
+            self.stats.hops += 1;
+            self.requeued = true;
+            return self.route(job);
+        }
+        let mut header =
+            ResponseHeader::answer(&job.header, Status::Ok, device, output.len() as u32);
+        job.time_answer(&mut header, device, queue_ns, 0);
+        let route = self.answer_route(job.conn, &job.header);
+        let receipt = ResponseHeader::receipt_of(&header);
+        header.request_id = route.request_id;
+        self.actions.push_back(Action::Result {
+            conn: route.to,
+            header,
+            payload: output,
+        });
+        if let Some(sender) = route.receipt {
+            self.actions.push_back(Action::Reply {
+                conn: sender,
+                header: receipt,
+                message: String::new(),
+            });
+        }
+        self.stats.completed += 1;
+        self.settle(job.conn, job.tenant);
     }
 
     /// Answer `TIMEOUT` for a job whose budget ran out before its hop started.

@@ -7,6 +7,7 @@
 //! [`Engine::poll_action`] and asks when it next needs waking with
 //! [`Engine::poll_timeout`].
 
+mod buffers;
 mod config;
 mod connection;
 mod drr;
@@ -19,6 +20,7 @@ mod stats;
 mod tenancy;
 mod time;
 
+pub use buffers::{BufferError, Buffers, DEFAULT_BUFFER_BUDGET};
 pub use config::{BufferPolicy, ConfigError, EngineConfig, SlotPolicy};
 pub use drr::Drr;
 pub use engine::{Action, ConnId, Engine, Route};

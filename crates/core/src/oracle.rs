@@ -235,6 +235,7 @@ impl Harness {
                 Action::Forward { .. } => panic!("no peers are configured: nothing is forwarded"),
                 Action::Describe { .. } => panic!("the generated requests never ask to describe"),
                 Action::Control { .. } => panic!("the generated requests never ask for control"),
+                Action::Result { .. } => panic!("the generated requests never name a buffer"),
             }
         }
     }

@@ -21,8 +21,12 @@ pub struct EngineStats {
     /// Handed to the driver to forward to another device (at a hop whose
     /// device is a peer).
     pub forwarded: u64,
-    /// Finished by their slot (the driver writes their answers).
+    /// Finished by their slot (the driver writes their answers), or by a
+    /// named buffer's hop the engine ran as the chain's last.
     pub completed: u64,
+    /// Named buffers' hops run by the engine (any position in a chain,
+    /// refused ones included).
+    pub buffer_hops: u64,
     /// Admitted but collected before completion (connection closed or stalled).
     pub collected: u64,
     /// Replies the engine produced itself, indexed by status code. With

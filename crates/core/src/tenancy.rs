@@ -22,6 +22,8 @@ pub struct TenantPolicy {
     /// Most slots its WebAssembly modules may occupy, checked when it swaps
     /// one in (`None`: no limit).
     pub max_slots: Option<u32>,
+    /// Most bytes its named buffers keep (`None`: only the node's budget).
+    pub max_buffer_bytes: Option<u64>,
 }
 
 impl Default for TenantPolicy {
@@ -31,6 +33,7 @@ impl Default for TenantPolicy {
             max_inflight: None,
             max_pool_bytes: None,
             max_slots: None,
+            max_buffer_bytes: None,
         }
     }
 }

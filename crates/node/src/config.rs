@@ -86,6 +86,28 @@ struct Raw {
     control: Option<RawControl>,
     autoscale: Option<RawAutoscale>,
     collectives: Option<RawCollectives>,
+    #[serde(default)]
+    named_buffers: RawNamedBuffers,
+}
+
+/// `[named_buffers]`: the node's budget for named buffers (`docs/protocol.md`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawNamedBuffers {
+    #[serde(default = "default_named_buffer_bytes")]
+    max_bytes: u64,
+}
+
+impl Default for RawNamedBuffers {
+    fn default() -> RawNamedBuffers {
+        RawNamedBuffers {
+            max_bytes: default_named_buffer_bytes(),
+        }
+    }
+}
+
+fn default_named_buffer_bytes() -> u64 {
+    offrac_core::DEFAULT_BUFFER_BUDGET
 }
 
 /// `[autoscale]`: the autoscaler (`docs/control.md`); spare slots are the
@@ -213,6 +235,7 @@ struct RawControl {
     anonymous_weight: Option<u32>,
     anonymous_max_inflight: Option<u32>,
     anonymous_max_pool_bytes: Option<u64>,
+    anonymous_max_buffer_bytes: Option<u64>,
 }
 
 /// `[[control.tenants]]`: a tenant's id and HMAC-SHA256 key (hex).
@@ -225,6 +248,7 @@ struct RawTenant {
     max_inflight: Option<u32>,
     max_pool_bytes: Option<u64>,
     max_slots: Option<u32>,
+    max_buffer_bytes: Option<u64>,
 }
 
 fn control_settings(raw: Option<RawControl>) -> Result<crate::ControlSettings, ConfigError> {
@@ -247,7 +271,7 @@ fn control_settings(raw: Option<RawControl>) -> Result<crate::ControlSettings, C
     if let Some(q) = raw.quantum_us {
         c.tenancy.quantum_ns = q.max(1) * 1000;
     }
-    let policy = |id: &str, w: Option<u32>, i: Option<u32>, p: Option<u64>| {
+    let policy = |id: &str, w: Option<u32>, i: Option<u32>, p: Option<u64>, b: Option<u64>| {
         if w == Some(0) {
             return Err(bad(format!("{id}: weight must be at least 1")));
         }
@@ -256,6 +280,7 @@ fn control_settings(raw: Option<RawControl>) -> Result<crate::ControlSettings, C
             max_inflight: i,
             max_pool_bytes: p,
             max_slots: None,
+            max_buffer_bytes: b,
         })
     };
     c.tenancy.anonymous = policy(
@@ -263,6 +288,7 @@ fn control_settings(raw: Option<RawControl>) -> Result<crate::ControlSettings, C
         raw.anonymous_weight,
         raw.anonymous_max_inflight,
         raw.anonymous_max_pool_bytes,
+        raw.anonymous_max_buffer_bytes,
     )?;
     for t in raw.tenants {
         let p = policy(
@@ -270,6 +296,7 @@ fn control_settings(raw: Option<RawControl>) -> Result<crate::ControlSettings, C
             t.weight,
             t.max_inflight,
             t.max_pool_bytes,
+            t.max_buffer_bytes,
         )?;
         c.tenancy.tenants.insert(
             t.id,
@@ -482,6 +509,8 @@ pub struct NodeConfig {
     pub autoscale: Option<crate::driver::AutoscaleSettings>,
     /// Collectives across the device table: thresholds and limits.
     pub collectives: offrac_collective::Config,
+    /// `[named_buffers] max_bytes`: what the node's named buffers may keep.
+    pub named_buffer_bytes: u64,
 }
 
 /// Reads a MapId key file: one hex key per line (`a73ee510` or
@@ -683,6 +712,7 @@ impl NodeConfig {
             control: control_settings(raw.control)?,
             autoscale,
             collectives,
+            named_buffer_bytes: raw.named_buffers.max_bytes,
         })
     }
 

@@ -87,6 +87,8 @@ pub struct DriverConfig {
     pub owners: Vec<(u8, u16)>,
     /// Collectives across the device table (`docs/collectives.md`).
     pub collectives: offrac_collective::Config,
+    /// Bytes the node's named buffers may keep, over all tenants.
+    pub named_buffer_bytes: u64,
 }
 
 impl DriverConfig {
@@ -110,6 +112,7 @@ impl DriverConfig {
             tenancy: offrac_core::Tenancy::default(),
             owners: Vec::new(),
             collectives: offrac_collective::Config::default(),
+            named_buffer_bytes: offrac_core::DEFAULT_BUFFER_BUDGET,
         }
     }
 }
@@ -297,6 +300,7 @@ impl Driver {
             None => None,
         };
         engine.set_tenancy(cfg.tenancy.clone());
+        engine.buffers_mut().set_budget(cfg.named_buffer_bytes);
         for &(f, t) in &cfg.owners {
             engine.set_owner(f, Some(t));
         }
@@ -707,6 +711,19 @@ impl Driver {
                             conn,
                             header,
                             payload: message.into_bytes(),
+                        });
+                    }
+                }
+                Action::Result {
+                    conn,
+                    header,
+                    payload,
+                } => {
+                    if self.conns.contains_key(&conn) {
+                        self.out.push_back(Io::Send {
+                            conn,
+                            header,
+                            payload,
                         });
                     }
                 }

@@ -216,6 +216,7 @@ pub fn start(cfg: NodeConfig, listen: &str) -> Result<NodeHandle, NodeError> {
     driver_cfg.close_linger = Duration::from_millis(cfg.close_linger_ms);
     driver_cfg.forward_timeout = Duration::from_millis(cfg.forward_timeout_ms);
     driver_cfg.collectives = cfg.collectives.clone();
+    driver_cfg.named_buffer_bytes = cfg.named_buffer_bytes;
     driver_cfg.peers = cfg.devices.clone();
     driver_cfg.targets = targets;
     driver_cfg.swap_drain_timeout = Duration::from_millis(cfg.control.drain_timeout_ms);

@@ -33,6 +33,7 @@ pub enum FunctionId {
     Onehot = 15,
     BoxCox = 16,
     Cnn = 17,
+    Gemv = 18,
 }
 
 /// One element of an array payload: always little-endian.
@@ -224,7 +225,7 @@ use ParamKind::{Float, Signed, Unsigned};
 const IDS: Layout = Layout::Ragged(&[U32]);
 
 /// The registry, in id order (`FUNCTIONS[i].id as usize == i`).
-pub static FUNCTIONS: [FunctionSpec; 18] = [
+pub static FUNCTIONS: [FunctionSpec; 19] = [
     FunctionSpec {
         id: FunctionId::Echo,
         name: "echo",
@@ -423,11 +424,21 @@ pub static FUNCTIONS: [FunctionSpec; 18] = [
         state: SlotState::None,
         granularity: Other,
     },
+    FunctionSpec {
+        id: FunctionId::Gemv,
+        name: "gemv",
+        summary: "matrix-vector product A x of an m x n float32 matrix A (row-major) followed by the n-vector x",
+        input: Layout::Array(F32),
+        output: Layout::Array(F32),
+        params: &[ParamField::new("cols", "n, the matrix's columns and the vector's length (>= 1)").required()],
+        state: SlotState::None,
+        granularity: Other,
+    },
 ];
 
 impl FunctionId {
-    pub const ALL: [FunctionId; 18] = {
-        let mut all = [FunctionId::Echo; 18];
+    pub const ALL: [FunctionId; 19] = {
+        let mut all = [FunctionId::Echo; 19];
         let mut i = 0;
         while i < FUNCTIONS.len() {
             all[i] = FUNCTIONS[i].id;

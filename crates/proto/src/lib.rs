@@ -3,12 +3,14 @@
 //! Every request and response starts with a fixed 64-byte little-endian header
 //! followed by `payload_len` bytes of payload.
 
+mod buffer;
 pub mod chain_spec;
 mod function;
 mod request;
 mod response;
 mod status;
 
+pub use buffer::{buffer_param, decode_buffer_param, BufferOp, BufferParamError};
 pub use function::{
     Elem, FunctionId, FunctionSpec, Granularity, Layout, ParamField, ParamKind, SlotState,
     FUNCTIONS,
@@ -50,6 +52,11 @@ pub const FN_CONTROL: u8 = 0xFC;
 /// payload starts with a 64-byte collective descriptor. Handled by the
 /// node's collectives, never by a slot.
 pub const FN_COLLECTIVE: u8 = 0xFB;
+/// Node function: a named buffer (`docs/protocol.md`, "Named buffers"):
+/// keep the hop's input on the node under a name, or read a kept buffer as
+/// the next hop's input. May be any hop of a chain; run by the node itself,
+/// never by a slot. `param`: [`buffer_param`].
+pub const FN_BUFFER: u8 = 0xFF;
 /// Request id of a response that answers no request the node could identify
 /// (a wrong magic, or a stall before the id's bytes arrived). Clients must not
 /// use it for requests; a response carrying it is about the connection.

@@ -26,10 +26,13 @@ pub enum Status {
     /// The request's tenant is over one of its quotas (in-flight requests,
     /// reassembly-pool bytes): retry once some of its requests are answered.
     QuotaExceeded = 15,
+    /// A named buffer the request reads does not exist on the node (for
+    /// its tenant); `detail` = the name.
+    UnknownBuffer = 16,
 }
 
 impl Status {
-    pub const ALL: [Status; 16] = [
+    pub const ALL: [Status; 17] = [
         Status::Ok,
         Status::Busy,
         Status::UnknownFunction,
@@ -46,6 +49,7 @@ impl Status {
         Status::Trapped,
         Status::FuelExhausted,
         Status::QuotaExceeded,
+        Status::UnknownBuffer,
     ];
 
     pub fn from_code(code: u16) -> Option<Status> {
@@ -75,6 +79,7 @@ impl Status {
             Status::Trapped => "TRAPPED",
             Status::FuelExhausted => "FUEL_EXHAUSTED",
             Status::QuotaExceeded => "QUOTA_EXCEEDED",
+            Status::UnknownBuffer => "UNKNOWN_BUFFER",
         }
     }
 }

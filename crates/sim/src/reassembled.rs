@@ -69,7 +69,11 @@ impl Reassembled {
                 }
                 Action::Close { conn } => self.engine.handle_close(Instant::from_nanos(now), conn),
                 // The design study has no peers, so no hop is ever forwarded.
-                Action::Forward { .. } | Action::Describe { .. } | Action::Control { .. } => {}
+                // Nor are named buffers (the engine's own results).
+                Action::Forward { .. }
+                | Action::Describe { .. }
+                | Action::Control { .. }
+                | Action::Result { .. } => {}
             }
         }
         if let Some(t) = self.engine.poll_timeout().map(Instant::as_nanos) {

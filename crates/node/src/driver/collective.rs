@@ -8,17 +8,33 @@
 //! collectives it concerns.
 
 use super::{Driver, Io, LinkState};
-use offrac_collective::{Algorithm, CallId, Collectives, FailKind, Key, Kind, Out};
-use offrac_core::{nanos, ConnId, Instant, Job};
+use offrac_collective::{Algorithm, CallId, Collectives, FailKind, Key, Kind, Out, DESCRIPTOR_LEN};
+use offrac_core::{nanos, BufferError, ConnId, Instant, Job, TenantKey};
 use offrac_proto::{RequestHeader, ResponseHeader, Status, FN_COLLECTIVE};
 use rustc_hash::FxHashMap;
 
 /// The calls of local clients waiting for their collective.
 #[derive(Default)]
 pub(super) struct Calls {
-    waiting: FxHashMap<CallId, (ConnId, RequestHeader, Instant)>,
+    waiting: FxHashMap<CallId, Waiting>,
     next: CallId,
 }
+
+struct Waiting {
+    conn: ConnId,
+    req: RequestHeader,
+    first_byte: Instant,
+    /// Keep the output under this name (for this tenant) instead of
+    /// answering it (`docs/collectives.md`, "Named buffers").
+    keep: Option<(TenantKey, u32)>,
+}
+
+/// Byte 7 of a call's descriptor: take the input from the named buffer in
+/// `param` bits 0-31.
+pub const CALL_FROM_BUFFER: u8 = 1;
+/// Byte 7 of a call's descriptor: keep the output in the named buffer in
+/// `param` bits 32-63 and answer with no payload.
+pub const CALL_KEEP: u8 = 2;
 
 pub(super) fn machine(device: u8, cfg: offrac_collective::Config) -> Collectives {
     Collectives::new(device, cfg)
@@ -42,19 +58,73 @@ impl Driver {
 
     /// A complete request for function 251 (the engine has let go of it).
     pub(super) fn collective_request(&mut self, now: Instant, job: Job) {
-        let Some(c) = self.conns.get_mut(&job.conn) else {
+        if !self.conns.contains_key(&job.conn) {
             return;
-        };
+        }
         if job.payload.first() == Some(&(Kind::Call as u8)) {
-            c.answering += 1;
+            let mut payload = job.payload;
+            let mut keep = None;
+            if payload.len() >= DESCRIPTOR_LEN && payload[7] != 0 {
+                let flags = payload[7];
+                let param = job.header.current_hop().param;
+                let tenant = job.tenant;
+                let refusal = if flags & !(CALL_FROM_BUFFER | CALL_KEEP) != 0 {
+                    Some((
+                        Status::BadInput,
+                        0,
+                        format!("byte 7 of the collective descriptor is {flags:#x}: only bits 0 (input from a named buffer) and 1 (keep the output) are defined"),
+                    ))
+                } else if flags & CALL_FROM_BUFFER != 0 && payload.len() > DESCRIPTOR_LEN {
+                    Some((
+                        Status::BadInput,
+                        0,
+                        "a call whose input comes from a named buffer carries no data after its descriptor".to_string(),
+                    ))
+                } else if flags & CALL_FROM_BUFFER != 0 {
+                    match self.engine.buffers().get(tenant, param as u32) {
+                        Ok(kept) => {
+                            payload.extend_from_slice(kept);
+                            None
+                        }
+                        Err(e) => Some((Status::UnknownBuffer, e.detail(), e.to_string())),
+                    }
+                } else {
+                    None
+                };
+                if let Some((status, detail, msg)) = refusal {
+                    let me = self.engine.config().device_id;
+                    let mut header =
+                        ResponseHeader::answer(&job.header, status, me, msg.len() as u32);
+                    header.detail = detail;
+                    self.out.push_back(Io::Send {
+                        conn: job.conn,
+                        header,
+                        payload: msg.into_bytes(),
+                    });
+                    return;
+                }
+                if flags & CALL_KEEP != 0 {
+                    keep = Some((tenant, (param >> 32) as u32));
+                }
+                payload[7] = 0;
+            }
+            if let Some(c) = self.conns.get_mut(&job.conn) {
+                c.answering += 1;
+            }
             let call = self.calls.next;
             self.calls.next += 1;
-            self.calls
-                .waiting
-                .insert(call, (job.conn, job.header, job.first_byte_at));
+            self.calls.waiting.insert(
+                call,
+                Waiting {
+                    conn: job.conn,
+                    req: job.header,
+                    first_byte: job.first_byte_at,
+                    keep,
+                },
+            );
             let link_of = &self.link_of;
             self.collectives
-                .handle_call(now, call, &job.payload, |d| link_of[d as usize].is_some());
+                .handle_call(now, call, &payload, |d| link_of[d as usize].is_some());
         } else {
             let (status, msg) = match self.collectives.handle_message(now, &job.payload) {
                 Ok(()) => (Status::Ok, String::new()),
@@ -96,8 +166,26 @@ impl Driver {
         algorithm: Algorithm,
         result: Result<Vec<u8>, offrac_collective::Failure>,
     ) {
-        let Some((conn, req, first_byte)) = self.calls.waiting.remove(&call) else {
+        let Some(Waiting {
+            conn,
+            req,
+            first_byte,
+            keep,
+        }) = self.calls.waiting.remove(&call)
+        else {
             return;
+        };
+        // The output kept on the node: the answer carries none of it.
+        let result = match (result, keep) {
+            (Ok(out), Some((tenant, name))) => {
+                let budget = self.engine.buffer_budget_of(tenant);
+                match self.engine.buffers_mut().put(tenant, name, out, budget) {
+                    Ok(()) => Ok(Vec::new()),
+                    Err(e) => Err(e),
+                }
+                .map_err(Failed::Keep)
+            }
+            (r, _) => r.map_err(Failed::Call),
         };
         let Some(c) = self.conns.get_mut(&conn) else {
             return; // the caller is gone
@@ -111,11 +199,21 @@ impl Driver {
                 h.exec_ns = nanos(now.saturating_since(first_byte));
                 (h, out)
             }
-            Err(f) => {
+            Err(Failed::Call(f)) => {
                 let mut h =
                     ResponseHeader::answer(&req, status_of(f.kind), me, f.message.len() as u32);
                 h.detail = f.device.map_or(0, u64::from);
                 (h, f.message.into_bytes())
+            }
+            Err(Failed::Keep(e)) => {
+                let status = match e {
+                    BufferError::Unknown(_) => Status::UnknownBuffer,
+                    _ => Status::QuotaExceeded,
+                };
+                let msg = format!("the collective finished but its output was not kept: {e}");
+                let mut h = ResponseHeader::answer(&req, status, me, msg.len() as u32);
+                h.detail = e.detail();
+                (h, msg.into_bytes())
             }
         };
         self.out.push_back(Io::Send {
@@ -153,4 +251,12 @@ impl Driver {
             l.waiting.push_back((header, message));
         }
     }
+}
+
+/// Why a call's answer is not its output.
+enum Failed {
+    /// The collective failed.
+    Call(offrac_collective::Failure),
+    /// It succeeded, but its output could not be kept.
+    Keep(BufferError),
 }

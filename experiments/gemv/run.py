@@ -1,0 +1,199 @@
+"""Distributed vector-matrix multiply across namespace hosts (ACCL+ §6), against one node.
+
+The m x n float32 matrix A stays at the nodes in named buffers; per multiply only the vector
+and the partial products travel. Distributed (``--ranks`` hosts, default 4): A split
+column-wise, block r kept at rank r's node; scatter x, each node multiplies its block
+(function ``gemv``), reduce (sum) to the root — see worker.py. One node: the whole A kept
+at node 0, each multiply the chain ``[load(A), gemv]`` with x as the payload. Also, for
+reference, one node without named buffers (A sent with every multiply). Every result is
+checked against numpy (float64). Prints median ms per multiply and the speed-up.
+
+    sudo python3 experiments/gemv/run.py [--ranks 4] [--sizes 1024,2048,4096] [--reps 10]
+
+Needs root and iproute2 (network namespaces), and a release build of ``offrac``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "python" / "tests"))
+sys.path.insert(0, str(REPO / "python"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from netns import Hosts  # noqa: E402
+from worker import matrix, vector  # noqa: E402
+
+from offrac import Client, Step  # noqa: E402
+from offrac.buffers import drop, load, put_buffer  # noqa: E402
+
+PORT = 7400
+WORKER = Path(__file__).resolve().parent / "worker.py"
+MAX = 80 << 20  # a 4096 x 4096 float32 matrix (64 MiB) and its vector in one request
+
+
+def offrac_bin() -> str:
+    return os.environ.get("OFFRAC_BIN", str(REPO / "target" / "release" / "offrac"))
+
+
+def node_config(hosts: Hosts, me: int, n: int) -> str:
+    devices = "".join(f'[[devices]]\nid = {j}\naddr = "{hosts.ip(j)}:{PORT}"\n' for j in range(n) if j != me)
+    return (
+        f'device_id = {me}\nmax_payload = {MAX}\n[metrics]\nlisten = ""\n'
+        f"[pool]\nbuffers = 4\nbuffer_bytes = {MAX}\n[selector]\nslot_queue_bytes = {MAX}\n"
+        f'[[slots]]\nfunction = "gemv"\n[collectives]\ntimeout_ms = 120000\n{devices}'
+    )
+
+
+def start_nodes(hosts: Hosts, n: int, tmp: Path) -> list[subprocess.Popen[str]]:
+    procs = []
+    for i in range(n):
+        cfg = tmp / f"node{n}-{i}.toml"
+        cfg.write_text(node_config(hosts, i, n))
+        args = [
+            *hosts.prefix(i),
+            offrac_bin(),
+            "serve",
+            "--listen",
+            f"{hosts.ip(i)}:{PORT}",
+            "--config",
+            str(cfg),
+        ]
+        p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        assert p.stdout is not None
+        line = p.stdout.readline()
+        assert '"listening"' in line, line
+        procs.append(p)
+    deadline = time.monotonic() + 20
+    for i in range(n):
+        with Client(f"{hosts.ip(i)}:{PORT}", timeout=5) as c:
+            while not all(p["up"] for p in c.describe()["peers"]):
+                assert time.monotonic() < deadline, "links did not come up"
+                time.sleep(0.05)
+    return procs
+
+
+def check(y: np.ndarray, a: np.ndarray, x: np.ndarray) -> float:
+    want = a.astype(np.float64) @ x.astype(np.float64)
+    bound = np.abs(a).astype(np.float64) @ np.abs(x).astype(np.float64)
+    err = float(np.max(np.abs(y - want) / bound))
+    assert err < 1e-4, err
+    return err
+
+
+def one_node(addr: str, side: int, reps: int, warmup: int = 2) -> tuple[list[float], list[float]]:
+    """Seconds per multiply on one node: A kept there, and A sent every time."""
+    a = matrix(side, side)
+    kept, sent = [], []
+    with Client(addr, timeout=120) as c:
+        put_buffer(c, 1, a)
+        for i in range(warmup + reps):
+            x = vector(side, i)
+            t0 = time.perf_counter()
+            y = c.call_chain([load(1), Step("gemv", cols=side)], x)
+            t1 = time.perf_counter()
+            check(np.asarray(y), a, x)
+            payload = np.concatenate([a.ravel(), x]).tobytes()
+            t2 = time.perf_counter()
+            y2 = c.call_chain([Step("gemv", cols=side)], payload)
+            t3 = time.perf_counter()
+            check(np.asarray(y2), a, x)
+            if i >= warmup:
+                kept.append(t1 - t0)
+                sent.append(t3 - t2)
+        c.call_chain([drop(1)])
+    return kept, sent
+
+
+def distributed(hosts: Hosts, n: int, sizes: list[int], reps: int) -> list[dict[str, object]]:
+    env = {**os.environ, "PYTHONPATH": str(REPO / "python")}
+    members = ",".join(str(i) for i in range(n))
+    procs = [
+        subprocess.Popen(
+            [
+                *hosts.prefix(i),
+                sys.executable,
+                str(WORKER),
+                "--addr",
+                f"{hosts.ip(i)}:{PORT}",
+                "--members",
+                members,
+                "--device",
+                str(i),
+                "--sizes",
+                ",".join(map(str, sizes)),
+                "--reps",
+                str(reps),
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for i in range(n)
+    ]
+    lines = []
+    for p in procs:
+        out, _ = p.communicate(timeout=1800)
+        assert p.returncode == 0, f"worker failed ({p.returncode})"
+        lines += [json.loads(x) for x in out.splitlines() if x.startswith("{")]
+    return lines
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ranks", type=int, default=4)
+    ap.add_argument("--sizes", default="1024,2048,4096")
+    ap.add_argument("--reps", type=int, default=10)
+    a = ap.parse_args()
+    sizes = [int(s) for s in a.sizes.split(",")]
+    try:
+        load_avg = os.getloadavg()[0]
+    except OSError:
+        load_avg = float("nan")
+    hosts = Hosts(a.ranks)
+    rows = []
+    try:
+        with tempfile.TemporaryDirectory() as d:
+            nodes = start_nodes(hosts, a.ranks, Path(d))
+            try:
+                single = {s: one_node(f"{hosts.ip(0)}:{PORT}", s, a.reps) for s in sizes}
+                dist = {int(str(x["side"])): x for x in distributed(hosts, a.ranks, sizes, a.reps)}
+            finally:
+                for p in nodes:
+                    p.terminate()
+                    p.wait(timeout=10)
+    finally:
+        hosts.close()
+    print(f"load average at start: {load_avg:.1f}")
+    head = "| matrix | MiB | one node, A sent µs | one node, A kept µs | 4 hosts µs | speed-up"
+    print(f"{head.replace('4 hosts', f'{a.ranks} hosts')} | scatter / gemv / reduce µs | max rel. error |")
+    print("|---|---:|---:|---:|---:|---:|---|---:|")
+    for s in sizes:
+        kept, sent = single[s]
+        dx = dist[s]
+        times = [float(t) for t in dx["times"]]  # type: ignore[union-attr]
+        phases = dx["phases"]
+        assert isinstance(phases, list)
+        med = [statistics.median(float(p[j]) for p in phases) * 1e6 for j in range(3)]
+        k, se, di = statistics.median(kept), statistics.median(sent), statistics.median(times)
+        rows.append((s, k, di))
+        print(
+            f"| {s} x {s} | {s * s * 4 / (1 << 20):.0f} | {se * 1e6:.0f} | {k * 1e6:.0f} | {di * 1e6:.0f} | "
+            f"{k / di:.2f} | {med[0]:.0f} / {med[1]:.0f} / {med[2]:.0f} | "
+            f"{float(str(dx['max_rel_err'])):.1e} |"
+        )
+
+
+if __name__ == "__main__":
+    main()

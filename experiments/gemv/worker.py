@@ -1,0 +1,105 @@
+"""One rank of the distributed vector-matrix multiply (run.py starts it in the rank's namespace).
+
+ACCL+ §6's FC layer: the m x n matrix A is split column-wise into ``size`` blocks; rank r's
+node keeps block A[:, cols_r] (m x k, row-major) as named buffer 1 for the whole run. Per
+multiply: the root scatters x (block r to rank r), each node keeping its block as buffer 2;
+each rank's chain ``[load(2), load(1), gemv(cols=k), keep(3)]`` (empty payload) computes its
+partial product y_r = A_r x_r on its node and keeps it as buffer 3; a reduce (sum) whose
+input is buffer 3 gives y at the root. Only x's blocks and the partial products cross the
+network; the matrix never does after the start. The root checks y against numpy and prints
+one JSON line per size: total seconds per multiply and the three phases.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import numpy as np
+import numpy.typing as npt
+
+A_BUF, X_BUF, Y_BUF = 1, 2, 3
+
+
+def matrix(m: int, n: int) -> npt.NDArray[np.float32]:
+    return np.random.default_rng(m * 7919 + n).standard_normal((m, n), dtype=np.float32)
+
+
+def vector(n: int, i: int) -> npt.NDArray[np.float32]:
+    return np.random.default_rng(1_000_003 + i).standard_normal(n, dtype=np.float32)
+
+
+def main() -> None:
+    from offrac import Step
+    from offrac.buffers import drop, keep, load, put_buffer
+    from offrac.collectives import Communicator
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--addr", required=True)
+    ap.add_argument("--members", required=True)
+    ap.add_argument("--device", type=int, required=True)
+    ap.add_argument("--sizes", required=True, help="comma-separated matrix sides (square m = n)")
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=2)
+    a = ap.parse_args()
+    members = [int(x) for x in a.members.split(",")]
+    with Communicator(a.addr, members, device=a.device, timeout=120) as comm:
+        c = comm.client
+        for side in (int(s) for s in a.sizes.split(",")):
+            m = n = side
+            if n % comm.size:
+                raise SystemExit(f"{n} columns do not split into {comm.size} ranks")
+            k = n // comm.size
+            a_full = matrix(m, n)
+            mine = np.ascontiguousarray(a_full[:, comm.rank * k : (comm.rank + 1) * k])
+            put_buffer(c, A_BUF, mine)
+            del mine
+            chain = [load(X_BUF), load(A_BUF), Step("gemv", cols=k), keep(Y_BUF)]
+            total, phases, worst = [], [], 0.0
+            for i in range(a.warmup + a.reps):
+                x = vector(n, i)
+                t0 = time.perf_counter()
+                comm.run(
+                    "scatter",
+                    dtype=np.float32,
+                    count=k,
+                    data=x.reshape(comm.size, k) if comm.rank == 0 else None,
+                    keep=X_BUF,
+                )
+                t1 = time.perf_counter()
+                c.call_chain(chain)
+                t2 = time.perf_counter()
+                y = comm.run("reduce", dtype=np.float32, count=m, source=Y_BUF, root=0)
+                t3 = time.perf_counter()
+                if comm.rank == 0:
+                    assert y is not None and y.shape == (m,)
+                    want = a_full.astype(np.float64) @ x.astype(np.float64)
+                    # error relative to sum_j |A_ij x_j|: float32 rounding is ~1e-6 of it
+                    bound = np.abs(a_full).astype(np.float64) @ np.abs(x).astype(np.float64)
+                    err = float(np.max(np.abs(y - want) / bound))
+                    worst = max(worst, err)
+                    assert err < 1e-4, err
+                if i >= a.warmup:
+                    total.append(t3 - t0)
+                    phases.append((t1 - t0, t2 - t1, t3 - t2))
+            for name in (A_BUF, X_BUF, Y_BUF):
+                c.call_chain([drop(name)])
+            if comm.rank == 0:
+                print(
+                    json.dumps(
+                        {
+                            "side": side,
+                            "ranks": comm.size,
+                            "times": total,
+                            "phases": phases,
+                            "max_rel_err": worst,
+                        }
+                    )
+                )
+                sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
