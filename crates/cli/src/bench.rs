@@ -327,7 +327,7 @@ fn replay_cmd(a: ReplayArgs) -> Result<(), CliError> {
         progress: !a.out.no_progress,
         label: a.out.label.clone(),
     };
-    emit(&replay(&spec, &rows)?, &a.out)
+    emit(&replay(&spec, rows)?, &a.out)
 }
 
 fn emit(report: &BenchReport, out: &Output) -> Result<(), CliError> {

@@ -85,7 +85,10 @@ fn the_autoscaler_follows_a_shift_that_mean_provisioning_cannot() {
             a.functions[0].p99_ns < m.functions[0].p99_ns / 2,
             "autoscaler {a:?} vs mean {m:?}"
         );
-        assert!(a.total.busy <= m.total.busy, "autoscaler {a:?} vs mean {m:?}");
+        assert!(
+            a.total.busy <= m.total.busy,
+            "autoscaler {a:?} vs mean {m:?}"
+        );
         assert!(a.replicated >= 6 && a.reclaimed >= 1, "{a:?}");
         // Slot-seconds: static is slots × span; the autoscaler pays for less
         // than the peak provisioning.
