@@ -414,7 +414,7 @@ mod tests {
             Err(TraceError::Line { line: 1, .. })
         ));
         assert!(matches!(
-            bad("a\n1,x,512,64"),
+            bad("app\n1,x,512,64"),
             Err(TraceError::Line { line: 2, .. })
         ));
         assert!(matches!(bad("1,-1,512,64"), Err(TraceError::Line { .. })));
