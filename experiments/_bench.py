@@ -127,8 +127,10 @@ def load(
     chain: str = "",
     reply_at: str | None = None,
     cpus: str | None = None,
+    extra: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """Run one `offrac bench load` (on `cpus` if given) and return its JSON report."""
+    """Run one `offrac bench load` (on `cpus` if given) and return its JSON report; `extra`
+    arguments are appended (e.g. a tenant's hello)."""
     args = [
         *pinned(cpus),
         offrac_bin(),
@@ -166,6 +168,7 @@ def load(
         args += ["--chain", chain]
     if reply_at:
         args += ["--reply-at", reply_at]
+    args += list(extra)
     out = subprocess.run(args, check=True, capture_output=True, text=True)
     report: dict[str, Any] = json.loads(out.stdout)
     return report

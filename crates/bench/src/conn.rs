@@ -287,7 +287,7 @@ impl std::os::fd::AsRawFd for WireConn {
 
 impl Caller for WireConn {
     fn call(&mut self, id: u64, item: &MixItem, payload: &[u8]) -> Result<Outcome, BenchError> {
-        let last_fragment = self.send(id, item.function.id(), item.param, payload)?;
+        let last_fragment = self.send(id, item.wire_id, item.param, payload)?;
         loop {
             let header = self.recv()?;
             // A stale answer (to a request given up on earlier) is skipped.

@@ -90,7 +90,7 @@ impl DirectCaller {
 
 impl Caller for DirectCaller {
     fn call(&mut self, id: u64, item: &MixItem, payload: &[u8]) -> Result<Outcome, BenchError> {
-        let last_fragment = self.tx.send(id, item.function.id(), item.param, payload)?;
+        let last_fragment = self.tx.send(id, item.wire_id, item.param, payload)?;
         loop {
             let (on_rx, on_tx) = self.wait()?;
             if !on_rx && !on_tx {

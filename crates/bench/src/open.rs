@@ -34,9 +34,11 @@ type PendingMap = Mutex<HashMap<u64, Pending>>;
 /// Run `spec` (which must have a `rate`) in open loop.
 pub fn run_open_loop(spec: &BenchSpec) -> Result<BenchReport, BenchError> {
     spec.validate()?;
-    let rate = spec
-        .rate
-        .ok_or_else(|| BenchError::Config("open loop needs a rate".into()))?;
+    let rate = match (&spec.schedule, spec.rate) {
+        (Some(s), _) => s.len() as f64 / s.last().map_or(1.0, |e| e.0.as_secs_f64().max(1e-3)),
+        (None, Some(r)) => r,
+        (None, None) => return Err(BenchError::Config("open loop needs a rate".into())),
+    };
     let payloads = payloads(spec)?;
     let mut conns = Vec::with_capacity(spec.clients);
     for _ in 0..spec.clients {
@@ -115,6 +117,16 @@ fn sender(
     let mut rng = Rng::new(client_seed(spec.seed, idx));
     barrier.wait();
     let start = Instant::now();
+    if let Some(schedule) = &spec.schedule {
+        let mut id = 0u64;
+        for &(at, row) in schedule.iter().skip(idx).step_by(spec.clients) {
+            let next = start + at;
+            wait_until(next);
+            id += 1;
+            send_one(&mut conn, spec, payloads, pending, id, next, row, true)?;
+        }
+        return Ok(());
+    }
     let record_from = start + spec.warmup;
     let end = record_from + spec.duration;
     let mut next = start + Duration::from_secs_f64(rng.exp(mean_gap_s));
@@ -127,21 +139,46 @@ fn sender(
             rng.below(spec.mix.len())
         };
         id += 1;
-        lock(pending).insert(
+        send_one(
+            &mut conn,
+            spec,
+            payloads,
+            pending,
             id,
-            Pending {
-                scheduled: next,
-                row,
-                record: next >= record_from,
-                last_fragment: None,
-            },
-        );
-        let item = &spec.mix[row];
-        let sent = conn.send(id, item.function.id(), item.param, &payloads[row])?;
-        if let Some(p) = lock(pending).get_mut(&id) {
-            p.last_fragment = Some(sent);
-        }
+            next,
+            row,
+            next >= record_from,
+        )?;
         next += Duration::from_secs_f64(rng.exp(mean_gap_s));
+    }
+    Ok(())
+}
+
+/// Record request `id` (mix `row`, due at `scheduled`) as pending, then send it.
+#[allow(clippy::too_many_arguments)]
+fn send_one(
+    conn: &mut WireConn,
+    spec: &BenchSpec,
+    payloads: &[Vec<u8>],
+    pending: &PendingMap,
+    id: u64,
+    scheduled: Instant,
+    row: usize,
+    record: bool,
+) -> Result<(), BenchError> {
+    lock(pending).insert(
+        id,
+        Pending {
+            scheduled,
+            row,
+            record,
+            last_fragment: None,
+        },
+    );
+    let item = &spec.mix[row];
+    let sent = conn.send(id, item.wire_id, item.param, &payloads[row])?;
+    if let Some(p) = lock(pending).get_mut(&id) {
+        p.last_fragment = Some(sent);
     }
     Ok(())
 }

@@ -10,6 +10,10 @@ use crate::BenchError;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MixItem {
     pub function: FunctionId,
+    /// The function id sent on the wire: `function`'s, unless the run
+    /// addresses another id (a WebAssembly module serving the same layout,
+    /// `offrac bench load --function-id`).
+    pub wire_id: u8,
     pub param: u64,
     /// Payload bytes (the 64-byte header comes on top).
     pub bytes: usize,
@@ -19,6 +23,7 @@ impl MixItem {
     pub fn new(function: FunctionId, param: u64, bytes: usize) -> MixItem {
         MixItem {
             function,
+            wire_id: function.id(),
             param,
             bytes,
         }
@@ -105,6 +110,11 @@ pub struct BenchSpec {
     pub reply_at: Option<String>,
     /// Each connection says hello as this tenant with this key first.
     pub tenant: Option<(u16, Vec<u8>)>,
+    /// Open loop from a schedule instead of Poisson arrivals: each entry is
+    /// a send time (from the start) and a mix row; entry `j` goes on
+    /// connection `j % clients`; nothing is warm-up (a trace replayed open
+    /// loop, `bench replay --open-loop`).
+    pub schedule: Option<std::sync::Arc<Vec<(Duration, usize)>>>,
 }
 
 impl BenchSpec {
@@ -127,6 +137,7 @@ impl BenchSpec {
             chain: Vec::new(),
             reply_at: None,
             tenant: None,
+            schedule: None,
         }
     }
 
@@ -143,6 +154,11 @@ impl BenchSpec {
         }
         if self.duration.is_zero() {
             return bad("duration must be positive");
+        }
+        if let Some(s) = &self.schedule {
+            if s.iter().any(|&(_, row)| row >= self.mix.len()) {
+                return bad("a schedule entry names a mix row that does not exist");
+            }
         }
         if let Some(r) = self.rate {
             if !(r.is_finite() && r > 0.0) {

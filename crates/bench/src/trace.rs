@@ -206,6 +206,44 @@ pub fn replay(spec: &ReplaySpec, rows: &[TraceRow]) -> Result<BenchReport, Bench
     Ok(report)
 }
 
+/// A trace as an open-loop schedule: one mix item per (function, request
+/// size), in first-seen order, and for each row of a known app its send time
+/// (the sum of the sleep times up to it, divided by `speedup`) and item.
+/// Rows of unknown apps keep their sleep but are not sent (counted by name).
+pub type OpenSchedule = (Vec<MixItem>, Vec<(Duration, usize)>, BTreeMap<String, u64>);
+
+pub fn open_schedule(
+    rows: &[TraceRow],
+    speedup: f64,
+    topk_k: u64,
+) -> Result<OpenSchedule, BenchError> {
+    if !(speedup.is_finite() && speedup > 0.0) {
+        return Err(BenchError::Config("speed-up must be positive".into()));
+    }
+    let mut items: Vec<MixItem> = Vec::new();
+    let mut schedule = Vec::with_capacity(rows.len());
+    let mut skipped: BTreeMap<String, u64> = BTreeMap::new();
+    let mut t = 0.0f64;
+    for r in rows {
+        t += r.sleep_s / speedup;
+        let Some(f) = app_function(r.app) else {
+            *skipped.entry(app_name(r.app)).or_default() += 1;
+            continue;
+        };
+        let param = if f == FunctionId::TopK { topk_k } else { 0 };
+        let item = MixItem::new(f, param, r.request_size);
+        let i = match items.iter().position(|m| *m == item) {
+            Some(i) => i,
+            None => {
+                items.push(item);
+                items.len() - 1
+            }
+        };
+        schedule.push((Duration::from_secs_f64(t), i));
+    }
+    Ok((items, schedule, skipped))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -224,5 +262,22 @@ mod tests {
         assert!(parse_trace("x\n").is_err());
         assert!(parse_trace("app,sleep_time,request_size,response_size\n1,-1,5,5\n").is_err());
         assert!(parse_trace("app,sleep_time,request_size,response_size\n1,2,5\n").is_err());
+    }
+
+    #[test]
+    fn an_open_schedule_sums_the_compressed_sleeps() {
+        let rows = parse_trace(
+            "app,sleep_time,request_size,response_size\n1,1,512,64\n4,2,8,8\n2,1,24576,64\n1,0,512,64\n",
+        )
+        .unwrap();
+        let (items, sched, skipped) = open_schedule(&rows, 10.0, 16).unwrap();
+        assert_eq!(items.len(), 2);
+        assert_eq!(items[0].function, FunctionId::TopK);
+        assert_eq!(items[1].function, FunctionId::Cnn);
+        let ms = |d: Duration| d.as_millis();
+        let got: Vec<(u128, usize)> = sched.iter().map(|&(d, i)| (ms(d), i)).collect();
+        assert_eq!(got, vec![(100, 0), (400, 1), (400, 0)]);
+        assert_eq!(skipped.get("app4"), Some(&1));
+        assert!(open_schedule(&rows, 0.0, 16).is_err());
     }
 }

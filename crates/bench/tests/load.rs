@@ -305,3 +305,32 @@ fn grpc_baseline_answers_reflection() {
     assert!(!fd.file_descriptor_proto.is_empty());
     s.shutdown();
 }
+
+#[test]
+fn the_wire_id_override_addresses_another_function() {
+    let n = node();
+    // The default node hosts no function 200: every request is refused by
+    // id, which shows the override (not the item's echo) went on the wire.
+    let mut item = MixItem::new(FunctionId::Echo, 0, 64);
+    item.wire_id = 200;
+    let r = run_closed_loop(&spec(n.addr.to_string(), 1, vec![item])).expect("run");
+    assert_eq!(r.total.ok, 0, "{:?}", r.total.errors_by_status);
+    assert!(r.total.errors > 0);
+    assert!(
+        r.total
+            .errors_by_status
+            .keys()
+            .all(|s| s == "UNKNOWN_FUNCTION"),
+        "{:?}",
+        r.total.errors_by_status
+    );
+    // The same item on its own id is answered.
+    let r = run_closed_loop(&spec(
+        n.addr.to_string(),
+        1,
+        vec![MixItem::new(FunctionId::Echo, 0, 64)],
+    ))
+    .expect("run");
+    assert!(r.total.ok > 0 && r.total.errors == 0);
+    n.shutdown().expect("shutdown");
+}

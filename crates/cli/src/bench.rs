@@ -111,6 +111,10 @@ struct LoadArgs {
     reply_at: Option<String>,
     #[command(flatten)]
     tenant: crate::tenant::TenantArgs,
+    /// Send every mix item to this function id instead of its own (e.g. a WebAssembly
+    /// module of 128..=250 swapped into a slot, fed the mix item's payload).
+    #[arg(long)]
+    function_id: Option<u8>,
     /// "wire" (the offrac framing: nodes, raw echo, CPU baseline) or "grpc" (closed loop only).
     #[arg(long, default_value = "wire")]
     protocol: String,
@@ -142,6 +146,16 @@ struct ReplayArgs {
     topk_k: u64,
     #[arg(long)]
     busy_poll: bool,
+    /// Skip this many rows first (start the replay mid-trace).
+    #[arg(long, default_value_t = 0)]
+    from_row: usize,
+    /// Open loop: send each row at its time in the trace (sleeps summed, divided by
+    /// --speedup), whatever the answers, spread over --clients connections.
+    #[arg(long)]
+    open_loop: bool,
+    /// --open-loop: connections.
+    #[arg(long, default_value_t = 4)]
+    clients: usize,
     #[command(flatten)]
     out: Output,
 }
@@ -229,7 +243,13 @@ fn secs(x: f64, what: &str) -> Result<Duration, CliError> {
 }
 
 fn load(a: LoadArgs) -> Result<(), CliError> {
-    let mut spec = BenchSpec::new(a.addr, a.clients, parse_mix(&a.mix)?);
+    let mut mix = parse_mix(&a.mix)?;
+    if let Some(id) = a.function_id {
+        for m in &mut mix {
+            m.wire_id = id;
+        }
+    }
+    let mut spec = BenchSpec::new(a.addr, a.clients, mix);
     spec.rate = a.rate;
     spec.duration = secs(a.duration, "--duration")?;
     spec.warmup = secs(a.warmup, "--warmup")?;
@@ -275,7 +295,28 @@ fn load(a: LoadArgs) -> Result<(), CliError> {
 }
 
 fn replay_cmd(a: ReplayArgs) -> Result<(), CliError> {
-    let rows = load_trace(&a.trace)?;
+    let all = load_trace(&a.trace)?;
+    let rows = all.get(a.from_row..).unwrap_or_default();
+    if a.open_loop {
+        let rows = if a.max_rows > 0 {
+            &rows[..a.max_rows.min(rows.len())]
+        } else {
+            rows
+        };
+        let (mix, schedule, skipped) =
+            offrac_bench::trace::open_schedule(rows, a.speedup, a.topk_k)?;
+        let last = schedule.last().map_or(Duration::ZERO, |e| e.0);
+        let mut spec = BenchSpec::new(a.addr, a.clients, mix);
+        spec.duration = last.max(Duration::from_millis(1));
+        spec.warmup = Duration::ZERO;
+        spec.busy_poll = a.busy_poll;
+        spec.progress = !a.out.no_progress;
+        spec.label = a.out.label.clone();
+        spec.schedule = Some(std::sync::Arc::new(schedule));
+        let mut report = run_open_loop(&spec)?;
+        report.skipped = skipped;
+        return emit(&report, &a.out);
+    }
     let spec = ReplaySpec {
         addr: a.addr,
         speedup: a.speedup,
@@ -286,7 +327,7 @@ fn replay_cmd(a: ReplayArgs) -> Result<(), CliError> {
         progress: !a.out.no_progress,
         label: a.out.label.clone(),
     };
-    emit(&replay(&spec, &rows)?, &a.out)
+    emit(&replay(&spec, rows)?, &a.out)
 }
 
 fn emit(report: &BenchReport, out: &Output) -> Result<(), CliError> {

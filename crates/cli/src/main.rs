@@ -14,6 +14,7 @@ mod pipeline;
 mod provision;
 mod serve;
 mod sim;
+mod sim_trace;
 mod status;
 mod tenant;
 
@@ -47,6 +48,8 @@ enum Command {
     Bench(bench::Args),
     /// Simulate the node's datapath under virtual time (OffRAC §3, Appendices B and E); CSV out.
     Sim(sim::Args),
+    /// The Azure trace, time-compressed, in the simulator: autoscaler against static slots; JSON out.
+    SimTrace(sim_trace::Args),
     /// Print the default configuration, or check a configuration file.
     Config(config::Args),
     /// How many slots a target throughput needs, from a node's live T_oh and T_acc.
@@ -97,6 +100,7 @@ fn main() -> ExitCode {
         Command::Demo(a) => demo::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Sim(a) => sim::run(a),
+        Command::SimTrace(a) => sim_trace::run(a),
         Command::Config(a) => config::run(a),
         Command::Pipeline(a) => pipeline::run(a),
         Command::Provision(a) => provision::run(a),

@@ -13,6 +13,7 @@ mod reassembled;
 mod rng;
 mod spec;
 mod stats;
+pub mod trace;
 pub mod world;
 
 pub use config::{NodeModel, OnRefusal, PoolModel, SimConfig, SimError};
