@@ -103,7 +103,10 @@ module offrac_dispatcher #(
     input  wire [BUF_WIDTH-1:0]   release_buffer,
     input  wire [31:0]            release_size,
     output wire [BUF_COUNT*32-1:0] buf_used,
-    output wire [BUF_COUNT-1:0]   buf_reassembling
+    output wire [BUF_COUNT-1:0]   buf_reassembling,
+    // per connection: between requests with no bytes held (its index may be given to a new client)
+    output wire [CONN_COUNT-1:0]  conn_clean,
+    output wire                   busy             // working on a beat, or an output waiting
 );
 
 localparam [2:0] RX_HEADER = 3'd0, RX_EXT = 3'd1, RX_PAYLOAD = 3'd2, RX_DISCARD = 3'd3, RX_CLOSED = 3'd4;
@@ -295,6 +298,13 @@ reg         buf_tvalid = 1'b0;
 reg         req_tvalid = 1'b0;
 
 assign s_axis_tready     = state == S_IDLE;
+assign busy = state != S_IDLE || buf_tvalid || req_tvalid || m_resp_axis_tvalid;
+genvar gc;
+generate
+    for (gc = 0; gc < CONN_COUNT; gc = gc + 1) begin : clean
+        assign conn_clean[gc] = c_rx[gc] == RX_HEADER && c_rlen[gc] == 0 && !(state != S_IDLE && conn == gc);
+    end
+endgenerate
 assign m_buf_axis_tdata  = buf_tdata;
 assign m_buf_axis_tkeep  = buf_tkeep;
 assign m_buf_axis_tuser  = buf_tuser;   // held with its beat: the dispatcher may move on to another connection

@@ -95,7 +95,10 @@ module offrac_request_path #(
     output wire [MAPID_TABLE_BITS:0] cfg_dict_size,
     output wire                   cfg_overflow,
 
-    output wire [63:0]            cycles          // free-running cycle count
+    output wire [63:0]            cycles,         // free-running cycle count
+    // for the driver: connections between requests, and nothing in flight anywhere
+    output wire [CONN_COUNT-1:0]  conn_clean,
+    output wire                   idle
 );
 
 localparam RING_BEATS = BUF_BYTES / 64 + DESC_DEPTH + 2;
@@ -134,6 +137,7 @@ wire                  d_tlast;
 wire                  d_tvalid;
 wire                  d_tready;
 
+wire                  d_busy;
 reg                   rel_valid = 1'b0;
 reg  [BUF_WIDTH-1:0]  rel_buffer = {BUF_WIDTH{1'b0}};
 reg  [31:0]           rel_size = 32'd0;
@@ -155,7 +159,8 @@ offrac_dispatcher #(
     .m_resp_axis_tdata(d_tdata), .m_resp_axis_tkeep(d_tkeep), .m_resp_axis_tuser(d_tuser),
     .m_resp_axis_tlast(d_tlast), .m_resp_axis_tvalid(d_tvalid), .m_resp_axis_tready(d_tready),
     .release_valid(rel_valid), .release_buffer(rel_buffer), .release_size(rel_size),
-    .buf_used(), .buf_reassembling()
+    .buf_used(), .buf_reassembling(),
+    .conn_clean(conn_clean), .busy(d_busy)
 );
 
 // ---- the buffer memory: a ring of beats per buffer -----------------------
@@ -543,6 +548,8 @@ always @(posedge clk) begin
         last_owner <= 1'b0;
     end
 end
+
+assign idle = !d_busy && f_count == 0 && e_state == E_IDLE && !fl_valid && !m_axis_tvalid && !locked;
 
 offrac_axis_reg #(.WIDTH(512 + 64 + CONN_WIDTH + 1)) out_reg (
     .clk(clk), .rst(rst),

@@ -246,6 +246,9 @@ async def run(dut: Any, rng: random.Random, reqs: list[Req], p_in: float, p_out:
     missing = [hex(r.rid) for r in reqs if r.rid not in answered]
     assert not missing, f"{len(missing)} requests never answered: {missing[:5]}"
     assert all(not p for p in partial), "a response left unfinished"
+    await ReadOnly()
+    assert sig(dut.idle) == 1 and sig(dut.conn_clean) == (1 << CONNS) - 1, "work left in flight at the end"
+    await FallingEdge(dut.clk)
     busy = sum(1 for f in answered.values() if f["status"] == ST_BUSY)
     dut._log.info(
         "%d requests, %d BUSY, %d OK; exec cycles min %d max %d",
