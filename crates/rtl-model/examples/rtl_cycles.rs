@@ -38,7 +38,9 @@ fn main() {
                     .collect(),
                 _ => (0..size).map(|i| (i * 131 + 7) as u8).collect(),
             };
-            let mut wire = RequestHeader::single(id, f, param, size as u32).encode().to_vec();
+            let mut wire = RequestHeader::single(id, f, param, size as u32)
+                .encode()
+                .to_vec();
             wire.extend_from_slice(&payload);
             m.push(0, &wire);
             let start = m.cycles();

@@ -164,8 +164,8 @@ pub fn serve(
             }
         }
         // Write back; retire clients that have gone.
-        for i in 0..CONNECTIONS {
-            if let Slot::Active(c) = &mut slots[i] {
+        for (i, slot) in slots.iter_mut().enumerate() {
+            if let Slot::Active(c) = slot {
                 while !c.outbuf.is_empty() {
                     match c.stream.write(&c.outbuf) {
                         Ok(0) => break,
@@ -183,11 +183,11 @@ pub fn serve(
                 }
                 // Gone: it closed, all its bytes are in the RTL and all its answers are out.
                 if c.eof && c.in_pos == c.inbuf.len() && c.outbuf.is_empty() && model.idle() {
-                    slots[i] = Slot::Gone;
+                    *slot = Slot::Gone;
                 }
             }
-            if matches!(slots[i], Slot::Gone) && model.idle() {
-                slots[i] = if model.conn_clean(i as u8) {
+            if matches!(slot, Slot::Gone) && model.idle() {
+                *slot = if model.conn_clean(i as u8) {
                     Slot::Free
                 } else {
                     Slot::Dirty

@@ -67,7 +67,7 @@ fn calls(first_id: u64, n: usize, seed: u64) -> Vec<Call> {
                     let n = 1 + (r.next() % 400) as usize;
                     let ids: Vec<u8> = (0..n)
                         .flat_map(|_| {
-                            let id = if r.next() % 4 == 0 {
+                            let id = if r.next().is_multiple_of(4) {
                                 r.next() as u32
                             } else {
                                 default_dictionary_key(r.next() % DEFAULT_DICTIONARY_KEYS as u64)
