@@ -43,9 +43,10 @@ def builtin_keys() -> list[int]:
     """The node's built-in MapId keys, from the software (the accel_oracle example)."""
     oracle = REPO / "target" / "release" / "examples" / "accel_oracle"
     out = subprocess.run([str(oracle), "builtin-state"], capture_output=True, text=True, check=True)
-    keys = json.loads(out.stdout)["dictionary"]
-    assert isinstance(keys, list) and len(keys) == 32768  # pyright: ignore[reportUnknownArgumentType]
-    return [int(k) for k in keys]  # pyright: ignore[reportUnknownVariableType, reportUnknownArgumentType]
+    state: dict[str, list[int]] = json.loads(out.stdout)
+    keys = [int(k) for k in state["dictionary"]]
+    assert len(keys) == 32768
+    return keys
 
 
 def test_echo_topk_mapid_same_as_software(node: Node, rtl: Node) -> None:
