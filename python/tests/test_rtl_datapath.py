@@ -12,6 +12,7 @@ import json
 import socket
 import struct
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -117,9 +118,10 @@ def test_response_bytes_same_as_software(node: Node, rtl: Node) -> None:
         assert hw[24:32] == bytes(8)  # reassembly: not measured by the RTL yet
 
 
-def test_connections_reused(rtl: Node) -> None:
+def test_connections_reused(node: Node, rtl: Node) -> None:
     """More clients one after another than the RTL has connection indices (16), some closing in
-    the middle of a request: each index is given back and every later client is served."""
+    the middle of a request: each index is given back (those left mid-request by a reset of the
+    model, which MapId's dictionary survives) and every later client is served."""
     for i in range(40):
         with socket.create_connection(rtl.addr, timeout=30) as s:
             if i % 5 == 4:
@@ -128,3 +130,10 @@ def test_connections_reused(rtl: Node) -> None:
             s.sendall(encode_request(i, 0, b"abc"))
             r = read_response(s)
             assert r[64:] == b"abc" and struct.unpack_from("<Q", r, 8)[0] == i
+    time.sleep(0.5)
+    assert "RTL reset" in rtl.stderr_tail(100_000), "no reset freed the indices left mid-request"
+    ids = np.arange(0, 2**32, 2**32 // 700, dtype=np.uint32)
+    with Client(node.address) as sw, Client(rtl.address) as hw:
+        np.testing.assert_array_equal(hw.call("mapid", ids), sw.call("mapid", ids))
+        keys = np.array(builtin_keys()[:500], dtype=np.uint32)
+        np.testing.assert_array_equal(hw.call("mapid", keys), np.arange(500, dtype=np.uint32))

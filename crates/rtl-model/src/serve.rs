@@ -200,6 +200,10 @@ pub fn serve(
         if dirty && !active && model.idle() {
             model.reset(4);
             stats.resets += 1;
+            tracing::info!(
+                resets = stats.resets,
+                "RTL reset: connection indices left in the middle of a request are free again"
+            );
             for s in slots.iter_mut() {
                 if matches!(s, Slot::Dirty) {
                     *s = Slot::Free;
