@@ -136,4 +136,6 @@ def test_connections_reused(node: Node, rtl: Node) -> None:
     with Client(node.address) as sw, Client(rtl.address) as hw:
         np.testing.assert_array_equal(hw.call("mapid", ids), sw.call("mapid", ids))
         keys = np.array(builtin_keys()[:500], dtype=np.uint32)
-        np.testing.assert_array_equal(hw.call("mapid", keys), np.arange(500, dtype=np.uint32))
+        want = sw.call("mapid", keys)
+        assert int(np.count_nonzero(want < 32768)) == 500  # all hits
+        np.testing.assert_array_equal(hw.call("mapid", keys), want)
