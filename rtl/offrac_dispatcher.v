@@ -85,6 +85,8 @@ module offrac_dispatcher #(
     output reg  [7:0]             m_req_hop_index,
     output reg  [7:0]             m_req_function,
     output reg  [31:0]            m_req_len,
+    output reg  [63:0]            m_req_param,       // the current hop's parameter
+    output reg  [7:0]             m_req_hop_count,
     output wire                   m_req_tvalid,
     input  wire                   m_req_tready,
 
@@ -101,7 +103,10 @@ module offrac_dispatcher #(
     input  wire [BUF_WIDTH-1:0]   release_buffer,
     input  wire [31:0]            release_size,
     output wire [BUF_COUNT*32-1:0] buf_used,
-    output wire [BUF_COUNT-1:0]   buf_reassembling
+    output wire [BUF_COUNT-1:0]   buf_reassembling,
+    // per connection: between requests with no bytes held (its index may be given to a new client)
+    output wire [CONN_COUNT-1:0]  conn_clean,
+    output wire                   busy             // working on a beat, or an output waiting
 );
 
 localparam [2:0] RX_HEADER = 3'd0, RX_EXT = 3'd1, RX_PAYLOAD = 3'd2, RX_DISCARD = 3'd3, RX_CLOSED = 3'd4;
@@ -123,6 +128,8 @@ reg [15:0]  c_ten  [0:CONN_COUNT-1];
 reg [7:0]   c_hop  [0:CONN_COUNT-1];
 reg [7:0]   c_fn   [0:CONN_COUNT-1];
 reg [31:0]  c_len  [0:CONN_COUNT-1];
+reg [63:0]  c_par  [0:CONN_COUNT-1];
+reg [7:0]   c_hcnt [0:CONN_COUNT-1];
 
 // ---- the connection being worked on ------------------------------------
 reg [3:0]   state = S_IDLE;
@@ -138,6 +145,8 @@ reg [15:0]  req_tenant = 16'd0;
 reg [7:0]   req_hop = 8'd0;
 reg [7:0]   req_fn = 8'd0;
 reg [31:0]  req_len = 32'd0;
+reg [63:0]  req_param = 64'd0;
+reg [7:0]   req_hcnt = 8'd0;
 
 // ---- the parser --------------------------------------------------------
 reg  [511:0] p_tdata;
@@ -289,6 +298,13 @@ reg         buf_tvalid = 1'b0;
 reg         req_tvalid = 1'b0;
 
 assign s_axis_tready     = state == S_IDLE;
+assign busy = state != S_IDLE || buf_tvalid || req_tvalid || m_resp_axis_tvalid;
+genvar gc;
+generate
+    for (gc = 0; gc < CONN_COUNT; gc = gc + 1) begin : clean
+        assign conn_clean[gc] = c_rx[gc] == RX_HEADER && c_rlen[gc] == 0 && !(state != S_IDLE && conn == gc);
+    end
+endgenerate
 assign m_buf_axis_tdata  = buf_tdata;
 assign m_buf_axis_tkeep  = buf_tkeep;
 assign m_buf_axis_tuser  = buf_tuser;   // held with its beat: the dispatcher may move on to another connection
@@ -337,6 +353,8 @@ task save;
         c_hop[conn]  <= req_hop;
         c_fn[conn]   <= req_fn;
         c_len[conn]  <= req_len;
+        c_par[conn]  <= req_param;
+        c_hcnt[conn] <= req_hcnt;
         state <= S_IDLE;
     end
 endtask
@@ -379,6 +397,8 @@ always @(posedge clk) begin
                 req_hop    <= c_hop[s_axis_tuser];
                 req_fn     <= c_fn[s_axis_tuser];
                 req_len    <= c_len[s_axis_tuser];
+                req_param  <= c_par[s_axis_tuser];
+                req_hcnt   <= c_hcnt[s_axis_tuser];
                 state      <= S_WORK;
             end
         end
@@ -453,6 +473,8 @@ always @(posedge clk) begin
                 req_hop    <= h_hop_index;
                 req_fn     <= cur_fn;
                 req_len    <= h_payload_len;
+                req_param  <= h_hop_param[64*h_hop_index[2:0] +: 64];
+                req_hcnt   <= h_hop_count;
                 if (h_fatal) begin
                     if (h_error == ERR_BAD_MAGIC) begin
                         refuse(ST_MALFORMED, {64{1'b1}}, 16'd0, 8'd0, 64'd0, 33'd0, 1'b1);
@@ -511,6 +533,8 @@ always @(posedge clk) begin
                 m_req_hop_index  <= req_hop;
                 m_req_function   <= req_fn;
                 m_req_len        <= req_len;
+                m_req_param      <= req_param;
+                m_req_hop_count  <= req_hcnt;
                 rx    <= RX_HEADER;
                 state <= S_WORK;
             end

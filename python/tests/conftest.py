@@ -40,11 +40,13 @@ class Node:
         config: str | None = None,
         listen: str = "127.0.0.1:0",
         prefix: Sequence[str] = (),
+        extra: Sequence[str] = (),
     ) -> None:
-        """``prefix`` runs the node under another command, e.g. ``ip netns exec NS``."""
+        """``prefix`` runs the node under another command, e.g. ``ip netns exec NS``; ``extra``
+        are more ``serve`` flags (e.g. ``--datapath rtl``)."""
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
-        args = [*prefix, str(binary), "serve", "--listen", listen]
+        args = [*prefix, str(binary), "serve", "--listen", listen, *extra]
         if config is not None:
             cfg = workdir / "offrac.toml"
             cfg.write_text(config)

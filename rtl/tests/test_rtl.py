@@ -36,6 +36,18 @@ SUBMODULES = {
     "offrac_result_buffer": ("offrac_axis_reg",),
     "offrac_slot_stage": ("offrac_selector", "offrac_slot_queue"),
     "offrac_dispatcher": ("offrac_req_header_parse", "offrac_pool_admit", "offrac_resp_header_build"),
+    "offrac_request_path": (
+        "offrac_dispatcher",
+        "offrac_req_header_parse",
+        "offrac_pool_admit",
+        "offrac_resp_header_build",
+        "offrac_accel_echo",
+        "offrac_accel_topk",
+        "offrac_accel_mapid",
+        "offrac_mapid_probe",
+        "offrac_result_buffer",
+        "offrac_axis_reg",
+    ),
 }
 PARAMETERS: dict[str, dict[str, object]] = {
     "offrac_accel_minmax": {"MAX_BEATS": 8},
@@ -54,6 +66,17 @@ PARAMETERS: dict[str, dict[str, object]] = {
         "MAX_PAYLOAD": 400,
         "HOSTED": "256'hb",
         "DEVICE_ID": 3,
+    },
+    # as tb_request_path.py expects
+    "offrac_request_path": {
+        "CONN_COUNT": 4,
+        "BUF_COUNT": 4,
+        "BUF_BYTES": 1024,
+        "MAX_PAYLOAD": 512,
+        "DESC_DEPTH": 4,
+        "TOPK_K_MAX": 16,
+        "MAPID_TABLE_BITS": 6,
+        "MAPID_MAX_BEATS": 8,
     },
 }
 
@@ -111,6 +134,7 @@ def accel_oracle() -> Path:
         ("offrac_accel_mapid", "tb_accel_mapid"),
         ("offrac_accel_bucketize", "tb_accel_bucketize"),
         ("offrac_accel_sparse", "tb_accel_sparse"),
+        ("offrac_request_path", "tb_request_path"),
     ],
 )
 def test_accel_against_software(toplevel: str, bench: str) -> None:

@@ -25,10 +25,23 @@ pub struct Args {
     /// Write logs to stderr as JSON lines.
     #[arg(long, env = "OFFRAC_LOG_JSON")]
     log_json: bool,
+    /// Which datapath runs the requests: the software node, or the Verilated
+    /// RTL request path (echo, top-k, MapId; needs a build with the `rtl` feature).
+    #[arg(long, env = "OFFRAC_DATAPATH", value_enum, default_value_t = Datapath::Software)]
+    datapath: Datapath,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Datapath {
+    Software,
+    Rtl,
 }
 
 pub fn run(a: Args) -> Result<(), CliError> {
     init_logs(a.log_json, "info");
+    if a.datapath == Datapath::Rtl {
+        return run_rtl(&a);
+    }
     let mut cfg = load_config(a.config.as_deref())?;
     if let Some(m) = a.metrics_listen {
         cfg.metrics_listen = Some(m).filter(|s| !s.is_empty());
@@ -77,4 +90,60 @@ pub fn run(a: Args) -> Result<(), CliError> {
     node.join()?;
     tracing::info!("node stopped");
     Ok(())
+}
+
+/// `--datapath rtl`: the RTL request path, Verilated, behind a thin TCP
+/// driver (offrac-rtl-model). The configuration file, metrics and attach
+/// points are the software node's and do not apply.
+#[cfg(feature = "rtl")]
+fn run_rtl(a: &Args) -> Result<(), CliError> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    if a.config.is_some() || !a.attach.is_empty() {
+        return Err(CliError::Usage(
+            "--datapath rtl takes no --config or --attach: the RTL's configuration is fixed at build time (docs/rtl.md)".into(),
+        ));
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [SIGINT, SIGTERM] {
+        signal_hook::flag::register(sig, Arc::clone(&stop))?;
+    }
+    let listener = std::net::TcpListener::bind(&a.listen)?;
+    let addr = listener.local_addr()?;
+    // The model loads MapId's dictionary before the first request; say where
+    // we listen only once it can answer.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let flag = Arc::clone(&stop);
+    let worker = std::thread::spawn(move || {
+        offrac_rtl_model::serve(listener, &flag, move || {
+            let _ = tx.send(());
+        })
+    });
+    if rx.recv().is_ok() {
+        let line = serde_json::json!({"event": "listening", "addr": addr.to_string(), "metrics": null, "attach": [], "datapath": "rtl"});
+        println!("{line}");
+    }
+    let stats = worker
+        .join()
+        .map_err(|_| CliError::Usage("the RTL datapath thread panicked".into()))?
+        .map_err(|e| CliError::Usage(e.to_string()))?;
+    tracing::info!(
+        connections = stats.connections,
+        responses = stats.responses,
+        cycles = stats.busy_cycles,
+        resets = stats.resets,
+        "RTL datapath stopped"
+    );
+    stop.store(true, Ordering::Relaxed);
+    Ok(())
+}
+
+#[cfg(not(feature = "rtl"))]
+fn run_rtl(_: &Args) -> Result<(), CliError> {
+    Err(CliError::Usage(
+        "this offrac was built without the `rtl` feature, so --datapath rtl is not available: \
+         build with `cargo build --release --workspace --bins --examples --features offrac-cli/rtl` \
+         (needs Verilator 5)"
+            .into(),
+    ))
 }

@@ -1,0 +1,281 @@
+//! The safe interface over the Verilated model (csrc/shim.cpp).
+
+use std::collections::VecDeque;
+use std::ffi::c_void;
+
+use crate::RtlError;
+
+/// Connections the Verilated instance keeps (build.rs: `CONN_COUNT`).
+pub const CONNECTIONS: usize = 16;
+/// The largest payload it admits (build.rs: `MAX_PAYLOAD`); more is TOO_LARGE.
+pub const MAX_PAYLOAD: usize = 16384;
+
+#[repr(C)]
+struct RpIn {
+    data: [u8; 64],
+    keep: u64,
+    conn: u8,
+    valid: u8,
+    out_ready: u8,
+    cfg_valid: u8,
+    cfg_data: u32,
+    cfg_last: u8,
+    rst: u8,
+}
+
+#[repr(C)]
+struct RpOut {
+    in_taken: u8,
+    out_taken: u8,
+    cfg_taken: u8,
+    conn: u8,
+    last: u8,
+    keep: u64,
+    data: [u8; 64],
+}
+
+extern "C" {
+    fn rp_new() -> *mut c_void;
+    fn rp_free(p: *mut c_void);
+    fn rp_cycle(p: *mut c_void, input: *const RpIn, out: *mut RpOut);
+    fn rp_cycles(p: *mut c_void) -> u64;
+    fn rp_idle(p: *mut c_void) -> u8;
+    fn rp_conn_clean(p: *mut c_void) -> u64;
+    fn rp_dict_size(p: *mut c_void) -> u32;
+    fn rp_cfg_overflow(p: *mut c_void) -> u8;
+}
+
+/// One output beat: the response bytes of one connection (`bytes` of them
+/// valid in `data`), `last` on a response's last beat.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OutBeat {
+    pub conn: u8,
+    pub data: [u8; 64],
+    pub bytes: usize,
+    pub last: bool,
+}
+
+impl OutBeat {
+    pub fn payload(&self) -> &[u8] {
+        &self.data[..self.bytes]
+    }
+}
+
+/// The request path, clocked by the caller. Input beats wait in a queue and
+/// go in as the RTL takes them (a beat once offered stays offered until
+/// taken, as AXI-Stream requires); output beats are collected as they come.
+pub struct Model {
+    raw: *mut c_void,
+    input: VecDeque<(u8, Vec<u8>)>,
+    output: VecDeque<OutBeat>,
+    /// Whether the sink takes output beats (backpressure when false).
+    pub out_ready: bool,
+}
+
+// The model is owned by one thread at a time; the C++ object has no thread affinity.
+unsafe impl Send for Model {}
+
+impl Default for Model {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Model {
+    /// A fresh model, held in reset for 4 cycles (the MapId table is then
+    /// cleared by the RTL itself, 32,768 cycles at the default size).
+    pub fn new() -> Self {
+        // SAFETY: rp_new allocates a model that only rp_free releases (in Drop).
+        let raw = unsafe { rp_new() };
+        assert!(!raw.is_null(), "rp_new returned null");
+        let mut m = Model {
+            raw,
+            input: VecDeque::new(),
+            output: VecDeque::new(),
+            out_ready: true,
+        };
+        m.reset(4);
+        m
+    }
+
+    fn cycle_raw(&mut self, input: &RpIn) -> RpOut {
+        let mut out = RpOut {
+            in_taken: 0,
+            out_taken: 0,
+            cfg_taken: 0,
+            conn: 0,
+            last: 0,
+            keep: 0,
+            data: [0; 64],
+        };
+        // SAFETY: raw is live (freed only in Drop); both structs match the C layout.
+        unsafe { rp_cycle(self.raw, input, &mut out) };
+        out
+    }
+
+    fn idle_input(&self) -> RpIn {
+        RpIn {
+            data: [0; 64],
+            keep: 0,
+            conn: 0,
+            valid: 0,
+            out_ready: self.out_ready as u8,
+            cfg_valid: 0,
+            cfg_data: 0,
+            cfg_last: 0,
+            rst: 0,
+        }
+    }
+
+    /// Hold reset for `cycles` cycles: every request, buffer and connection
+    /// state is gone (queued input too); MapId's dictionary survives.
+    pub fn reset(&mut self, cycles: u32) {
+        self.input.clear();
+        let mut i = self.idle_input();
+        i.rst = 1;
+        for _ in 0..cycles.max(1) {
+            self.cycle_raw(&i);
+        }
+    }
+
+    /// Queue `bytes` of connection `conn` (< CONNECTIONS) as beats of up to 64 bytes.
+    pub fn push(&mut self, conn: u8, bytes: &[u8]) {
+        assert!(
+            (conn as usize) < CONNECTIONS,
+            "connection {conn} out of range"
+        );
+        for chunk in bytes.chunks(64) {
+            self.input.push_back((conn, chunk.to_vec()));
+        }
+    }
+
+    /// Queue one beat of 1..=64 bytes as it is (a segment's cut).
+    pub fn push_beat(&mut self, conn: u8, beat: &[u8]) {
+        assert!(
+            (conn as usize) < CONNECTIONS,
+            "connection {conn} out of range"
+        );
+        assert!(
+            !beat.is_empty() && beat.len() <= 64,
+            "a beat has 1..=64 bytes"
+        );
+        self.input.push_back((conn, beat.to_vec()));
+    }
+
+    /// Beats queued and not yet taken.
+    pub fn queued(&self) -> usize {
+        self.input.len()
+    }
+
+    /// Run `n` cycles; returns how many input beats the RTL took.
+    pub fn step(&mut self, n: u64) -> usize {
+        let mut taken = 0;
+        for _ in 0..n {
+            let mut i = self.idle_input();
+            if let Some((conn, bytes)) = self.input.front() {
+                i.data[..bytes.len()].copy_from_slice(bytes);
+                i.keep = if bytes.len() == 64 {
+                    u64::MAX
+                } else {
+                    (1u64 << bytes.len()) - 1
+                };
+                i.conn = *conn;
+                i.valid = 1;
+            }
+            let o = self.cycle_raw(&i);
+            if o.in_taken != 0 {
+                self.input.pop_front();
+                taken += 1;
+            }
+            if o.out_taken != 0 {
+                self.output.push_back(OutBeat {
+                    conn: o.conn,
+                    data: o.data,
+                    bytes: o.keep.count_ones() as usize,
+                    last: o.last != 0,
+                });
+            }
+        }
+        taken
+    }
+
+    /// The oldest output beat not yet popped.
+    pub fn pop(&mut self) -> Option<OutBeat> {
+        self.output.pop_front()
+    }
+
+    /// Cycles since the model was made (the RTL's own counter, reset excluded).
+    pub fn cycles(&self) -> u64 {
+        // SAFETY: raw is live.
+        unsafe { rp_cycles(self.raw) }
+    }
+
+    /// Nothing in flight anywhere in the RTL (and no input queued here).
+    pub fn idle(&self) -> bool {
+        // SAFETY: raw is live.
+        self.input.is_empty() && unsafe { rp_idle(self.raw) } != 0
+    }
+
+    /// Per connection: between requests with no bytes held.
+    pub fn conn_clean(&self, conn: u8) -> bool {
+        // SAFETY: raw is live.
+        (unsafe { rp_conn_clean(self.raw) } >> conn) & 1 == 1
+    }
+
+    /// Load MapId's dictionary (keys in list order; the first occurrence of
+    /// a key gives its index) and wait until the RTL has inserted them all.
+    /// Returns the number of distinct keys.
+    pub fn load_dictionary(&mut self, keys: &[u32]) -> Result<u32, RtlError> {
+        let beats: Vec<(u32, bool)> = if keys.is_empty() {
+            vec![(0, true)]
+        } else {
+            keys.iter()
+                .enumerate()
+                .map(|(i, &k)| (k, i + 1 == keys.len()))
+                .collect()
+        };
+        let mut distinct: Vec<u32> = keys.to_vec();
+        distinct.sort_unstable();
+        distinct.dedup();
+        let mut bi = 0;
+        let limit = 200_000u64 + 16 * beats.len() as u64;
+        for _ in 0..limit {
+            let mut i = self.idle_input();
+            if let Some(&(k, last)) = beats.get(bi) {
+                i.cfg_valid = 1;
+                i.cfg_data = k;
+                i.cfg_last = last as u8;
+                if keys.is_empty() {
+                    i.cfg_valid = 1;
+                }
+            }
+            let o = self.cycle_raw(&i);
+            if o.cfg_taken != 0 {
+                bi += 1;
+            }
+            // SAFETY: raw is live.
+            let size = unsafe { rp_dict_size(self.raw) };
+            if bi == beats.len() && size as usize == distinct.len() {
+                // SAFETY: raw is live.
+                if unsafe { rp_cfg_overflow(self.raw) } != 0 {
+                    return Err(RtlError::Dictionary(
+                        "more keys than the table keeps".into(),
+                    ));
+                }
+                return Ok(size);
+            }
+        }
+        Err(RtlError::Dictionary(format!(
+            "{bi} of {} keys taken, dictionary size not {} after {limit} cycles",
+            beats.len(),
+            distinct.len()
+        )))
+    }
+}
+
+impl Drop for Model {
+    fn drop(&mut self) {
+        // SAFETY: raw came from rp_new and is freed once.
+        unsafe { rp_free(self.raw) };
+    }
+}

@@ -1,0 +1,218 @@
+//! The TCP driver of `offrac serve --datapath rtl`: real connections in,
+//! each given one of the RTL's connection indices, their bytes fed into the
+//! model as beats (as a NIC's TCP stack would hand segments over), the clock
+//! stepped, and each connection's response bytes written back. Every
+//! decision about a request is the RTL's; this loop only moves bytes.
+//!
+//! A connection index is given back when its client has gone and the model
+//! is idle: at once when the RTL holds no bytes of it (it closed between
+//! requests), else after a reset of the model once no client is connected
+//! (the RTL has no per-connection close yet; MapId's dictionary survives).
+//! With all indices taken, new clients wait in the listen backlog.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use crate::model::{Model, CONNECTIONS};
+use crate::RtlError;
+
+/// Input bytes buffered per connection before reading pauses.
+const IN_CAP: usize = 256 * 1024;
+/// Response bytes buffered per connection before the RTL's output stalls.
+const OUT_CAP: usize = 1024 * 1024;
+/// Cycles run between looks at the sockets while work is in flight.
+const BATCH: u64 = 4096;
+/// Input beats queued for the model at once.
+const QUEUE: usize = 256;
+
+/// What the driver counted, for the log line at the end.
+#[derive(Clone, Debug, Default)]
+pub struct ServeStats {
+    pub connections: u64,
+    pub responses: u64,
+    pub busy_cycles: u64,
+    pub resets: u64,
+}
+
+enum Slot {
+    Free,
+    Active(Conn),
+    /// The client has gone; responses still to come are dropped.
+    Gone,
+    /// Gone, and the RTL still held bytes of it: free after the next reset.
+    Dirty,
+}
+
+struct Conn {
+    stream: TcpStream,
+    inbuf: Vec<u8>,
+    in_pos: usize,
+    outbuf: Vec<u8>,
+    eof: bool,
+}
+
+/// Serve on `listener` until `stop` is set, loading the node's built-in MapId
+/// dictionary first (as the software node holds it).
+/// `ready` is called once the dictionary is in and clients can be served.
+pub fn serve(
+    listener: TcpListener,
+    stop: &AtomicBool,
+    ready: impl FnOnce(),
+) -> Result<ServeStats, RtlError> {
+    use offrac_accel::dlrm::state::{default_dictionary_key, DEFAULT_DICTIONARY_KEYS};
+    let mut model = Model::new();
+    let keys: Vec<u32> = (0..DEFAULT_DICTIONARY_KEYS as u64)
+        .map(default_dictionary_key)
+        .collect();
+    let d = model.load_dictionary(&keys)?;
+    tracing::info!(
+        keys = d,
+        cycles = model.cycles(),
+        "RTL datapath ready (MapId dictionary loaded)"
+    );
+    listener.set_nonblocking(true)?;
+    ready();
+    let mut slots: Vec<Slot> = (0..CONNECTIONS).map(|_| Slot::Free).collect();
+    let mut stats = ServeStats::default();
+    let mut next_in = 0usize; // round-robin over connections for the next input beat
+    let mut scratch = vec![0u8; 64 * 1024];
+    while !stop.load(Ordering::Relaxed) {
+        let mut progress = false;
+        // New clients, while an index is free.
+        while let Some(i) = slots.iter().position(|s| matches!(s, Slot::Free)) {
+            match listener.accept() {
+                Ok((stream, peer)) => {
+                    stream.set_nonblocking(true)?;
+                    let _ = stream.set_nodelay(true);
+                    tracing::debug!(%peer, conn = i, "client connected");
+                    slots[i] = Slot::Active(Conn {
+                        stream,
+                        inbuf: Vec::new(),
+                        in_pos: 0,
+                        outbuf: Vec::new(),
+                        eof: false,
+                    });
+                    stats.connections += 1;
+                    progress = true;
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        // Read what the clients sent.
+        for s in slots.iter_mut() {
+            if let Slot::Active(c) = s {
+                while !c.eof && c.inbuf.len() - c.in_pos < IN_CAP {
+                    match c.stream.read(&mut scratch) {
+                        Ok(0) => c.eof = true,
+                        Ok(n) => {
+                            c.inbuf.extend_from_slice(&scratch[..n]);
+                            progress = true;
+                        }
+                        Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                        Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                        Err(_) => c.eof = true,
+                    }
+                }
+            }
+        }
+        // Queue beats, one per connection with bytes in turn, up to QUEUE beats.
+        let mut any = true;
+        while any && model.queued() < QUEUE {
+            any = false;
+            for k in 0..CONNECTIONS {
+                let i = (next_in + k) % CONNECTIONS;
+                if let Slot::Active(c) = &mut slots[i] {
+                    let left = c.inbuf.len() - c.in_pos;
+                    if left > 0 {
+                        let n = left.min(64);
+                        model.push_beat(i as u8, &c.inbuf[c.in_pos..c.in_pos + n]);
+                        c.in_pos += n;
+                        if c.in_pos == c.inbuf.len() {
+                            c.inbuf.clear();
+                            c.in_pos = 0;
+                        }
+                        any = true;
+                    }
+                }
+            }
+            next_in = (next_in + 1) % CONNECTIONS;
+        }
+        // Clock the model while it has work: until the queued beats are in
+        // and its output is out, or BATCH cycles.
+        let full = slots
+            .iter()
+            .any(|s| matches!(s, Slot::Active(c) if c.outbuf.len() >= OUT_CAP));
+        model.out_ready = !full;
+        let mut n = 0;
+        while n < BATCH && !model.idle() {
+            model.step(1);
+            n += 1;
+        }
+        if n > 0 {
+            stats.busy_cycles += n;
+            progress = true;
+        }
+        while let Some(b) = model.pop() {
+            if b.last {
+                stats.responses += 1;
+            }
+            if let Slot::Active(c) = &mut slots[b.conn as usize] {
+                c.outbuf.extend_from_slice(b.payload());
+            }
+        }
+        // Write back; retire clients that have gone.
+        for (i, slot) in slots.iter_mut().enumerate() {
+            if let Slot::Active(c) = slot {
+                while !c.outbuf.is_empty() {
+                    match c.stream.write(&c.outbuf) {
+                        Ok(0) => break,
+                        Ok(n) => {
+                            c.outbuf.drain(..n);
+                            progress = true;
+                        }
+                        Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                        Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                        Err(_) => {
+                            c.eof = true;
+                            c.outbuf.clear();
+                        }
+                    }
+                }
+                // Gone: it closed, all its bytes are in the RTL and all its answers are out.
+                if c.eof && c.in_pos == c.inbuf.len() && c.outbuf.is_empty() && model.idle() {
+                    *slot = Slot::Gone;
+                }
+            }
+            if matches!(slot, Slot::Gone) && model.idle() {
+                *slot = if model.conn_clean(i as u8) {
+                    Slot::Free
+                } else {
+                    Slot::Dirty
+                };
+                progress = true;
+            }
+        }
+        let dirty = slots.iter().any(|s| matches!(s, Slot::Dirty));
+        let active = slots.iter().any(|s| matches!(s, Slot::Active(_)));
+        if dirty && !active && model.idle() {
+            model.reset(4);
+            stats.resets += 1;
+            tracing::info!(
+                resets = stats.resets,
+                "RTL reset: connection indices left in the middle of a request are free again"
+            );
+            for s in slots.iter_mut() {
+                if matches!(s, Slot::Dirty) {
+                    *s = Slot::Free;
+                }
+            }
+        }
+        if !progress {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+    Ok(stats)
+}

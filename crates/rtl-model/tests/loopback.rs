@@ -1,0 +1,237 @@
+//! The Verilated request path against the software kernels: requests for
+//! echo, top-k and MapId (the node's built-in dictionary) cut into beats and
+//! interleaved over connections, straight into the model and through the
+//! TCP driver on loopback; every answer's header and payload checked.
+#![cfg(feature = "model")]
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use offrac_accel::dlrm::state::{default_dictionary_key, DEFAULT_DICTIONARY_KEYS};
+use offrac_proto::{FunctionId, RequestHeader, ResponseHeader, Status};
+use offrac_rtl_model::Model;
+
+/// A read that waits longer has lost an answer: fail instead of hanging.
+const TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+struct Call {
+    id: u64,
+    function: u8,
+    param: u64,
+    payload: Vec<u8>,
+}
+
+/// A small deterministic generator (no test-only dependency).
+struct Lcg(u64);
+impl Lcg {
+    fn next(&mut self) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        self.0 >> 17
+    }
+}
+
+fn calls(first_id: u64, n: usize, seed: u64) -> Vec<Call> {
+    let mut r = Lcg(seed);
+    (0..n)
+        .map(|i| {
+            let id = first_id + i as u64;
+            match i % 3 {
+                0 => {
+                    let len = (r.next() % 900) as usize;
+                    Call {
+                        id,
+                        function: 0,
+                        param: 0,
+                        payload: (0..len).map(|_| r.next() as u8).collect(),
+                    }
+                }
+                1 => {
+                    let n = 1 + (r.next() % 300) as usize;
+                    let k = 1 + r.next() % 64;
+                    let xs: Vec<u8> = (0..n)
+                        .flat_map(|_| (r.next() as i32).to_le_bytes())
+                        .collect();
+                    Call {
+                        id,
+                        function: 1,
+                        param: k,
+                        payload: xs,
+                    }
+                }
+                _ => {
+                    let n = 1 + (r.next() % 400) as usize;
+                    let ids: Vec<u8> = (0..n)
+                        .flat_map(|_| {
+                            let id = if r.next().is_multiple_of(4) {
+                                r.next() as u32
+                            } else {
+                                default_dictionary_key(r.next() % DEFAULT_DICTIONARY_KEYS as u64)
+                            };
+                            id.to_le_bytes()
+                        })
+                        .collect();
+                    Call {
+                        id,
+                        function: 6,
+                        param: 0,
+                        payload: ids,
+                    }
+                }
+            }
+        })
+        .collect()
+}
+
+fn wire(c: &Call) -> Vec<u8> {
+    let h = RequestHeader::single(c.id, c.function, c.param, c.payload.len() as u32);
+    let mut b = h.encode().to_vec();
+    b.extend_from_slice(&c.payload);
+    b
+}
+
+fn software(c: &Call) -> Vec<u8> {
+    let f = FunctionId::from_id(c.function).expect("a built-in");
+    let mut out = Vec::new();
+    offrac_accel::builtin(f)
+        .run(c.param, &c.payload, &mut out)
+        .expect("valid calls");
+    out
+}
+
+/// Split one connection's response bytes into (header, payload) and check
+/// them against the calls, in any order, each exactly once.
+fn check(bytes: &[u8], calls: &[&Call]) -> u64 {
+    let mut seen = std::collections::HashSet::new();
+    let mut pos = 0;
+    let mut cycles = 0;
+    while pos < bytes.len() {
+        let h: [u8; 64] = bytes[pos..pos + 64].try_into().expect("a whole header");
+        let h = ResponseHeader::decode(&h).expect("a valid response header");
+        let len = h.payload_len as usize;
+        let payload = &bytes[pos + 64..pos + 64 + len];
+        pos += 64 + len;
+        let c = calls
+            .iter()
+            .find(|c| c.id == h.request_id)
+            .expect("an answer to a request of this connection");
+        assert!(seen.insert(c.id), "request {} answered twice", c.id);
+        assert_eq!(
+            h.status,
+            Status::Ok,
+            "request {} function {}",
+            c.id,
+            c.function
+        );
+        assert_eq!(
+            payload,
+            software(c).as_slice(),
+            "request {} function {}",
+            c.id,
+            c.function
+        );
+        assert_eq!((h.hop_index, h.device, h.tenant), (0, 0, 0));
+        cycles += h.queue_ns + h.exec_ns;
+    }
+    assert_eq!(seen.len(), calls.len(), "every request answered");
+    cycles
+}
+
+fn keys() -> Vec<u32> {
+    (0..DEFAULT_DICTIONARY_KEYS as u64)
+        .map(default_dictionary_key)
+        .collect()
+}
+
+#[test]
+fn model_answers_as_the_software_does() {
+    let mut m = Model::new();
+    assert_eq!(
+        m.load_dictionary(&keys()).unwrap(),
+        DEFAULT_DICTIONARY_KEYS as u32
+    );
+    let all = calls(1, 30, 7);
+    // three connections, their bytes cut into beats of 1..=64 and interleaved
+    let mut streams: Vec<(u8, Vec<u8>, usize)> = (0..3u8)
+        .map(|c| {
+            let bytes: Vec<u8> = all
+                .iter()
+                .filter(|x| x.id % 3 == c as u64)
+                .flat_map(wire)
+                .collect();
+            (c, bytes, 0)
+        })
+        .collect();
+    let mut r = Lcg(99);
+    while streams.iter().any(|s| s.2 < s.1.len()) {
+        let s = &mut streams[(r.next() % 3) as usize];
+        if s.2 < s.1.len() {
+            let n = (1 + (r.next() % 64) as usize).min(s.1.len() - s.2);
+            m.push_beat(s.0, &s.1[s.2..s.2 + n]);
+            s.2 += n;
+        }
+    }
+    let mut out: Vec<Vec<u8>> = vec![Vec::new(); 3];
+    let mut n = 0;
+    while !m.idle() || n == 0 {
+        m.step(64);
+        n += 1;
+        assert!(n < 100_000, "the model never went idle");
+        while let Some(b) = m.pop() {
+            out[b.conn as usize].extend_from_slice(b.payload());
+        }
+    }
+    for c in 0..3u8 {
+        let mine: Vec<&Call> = all.iter().filter(|x| x.id % 3 == c as u64).collect();
+        check(&out[c as usize], &mine);
+        assert!(m.conn_clean(c));
+    }
+}
+
+#[test]
+fn tcp_clients_through_the_driver() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&stop);
+    let server = std::thread::spawn(move || offrac_rtl_model::serve(listener, &flag, || {}));
+    let clients: Vec<_> = (0..3u64)
+        .map(|c| {
+            std::thread::spawn(move || {
+                let mine = calls(100 * (c + 1), 12, c + 1);
+                let mut s = TcpStream::connect(addr).unwrap();
+                s.set_read_timeout(Some(TIMEOUT)).unwrap();
+                let bytes: Vec<u8> = mine.iter().flat_map(wire).collect();
+                // in odd pieces, as segments come
+                for piece in bytes.chunks(333) {
+                    s.write_all(piece).unwrap();
+                }
+                let want: usize = mine.iter().map(|c| 64 + software(c).len()).sum();
+                let mut got = vec![0u8; want];
+                s.read_exact(&mut got).unwrap();
+                let refs: Vec<&Call> = mine.iter().collect();
+                check(&got, &refs)
+            })
+        })
+        .collect();
+    for c in clients {
+        c.join().unwrap();
+    }
+    // a second round on indices given back
+    let mine = calls(900, 6, 42);
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(TIMEOUT)).unwrap();
+    s.write_all(&mine.iter().flat_map(wire).collect::<Vec<u8>>())
+        .unwrap();
+    let want: usize = mine.iter().map(|c| 64 + software(c).len()).sum();
+    let mut got = vec![0u8; want];
+    s.read_exact(&mut got).unwrap();
+    check(&got, &mine.iter().collect::<Vec<_>>());
+    stop.store(true, Ordering::Relaxed);
+    let stats = server.join().unwrap().unwrap();
+    assert_eq!(stats.responses, 3 * 12 + 6);
+}

@@ -1,0 +1,563 @@
+/*
+ * offrac request path: the node's datapath from TCP payload in to response
+ * bytes out (OffRAC §3, Fig. 11), composed of the dispatcher, a buffer
+ * memory, a queue of complete requests, one accelerator per hosted function
+ * (echo 0, top-k 1, MapId 6) and the response path.
+ *
+ * In (s_axis_*): TCP payload beats of any connection, 1..64 bytes from
+ * byte 0 (tkeep a low run), tuser = the connection, as the dispatcher takes
+ * them. Out (m_axis_*): the response bytes of every connection, tuser = the
+ * connection, tlast on each response's last beat; a response is our 64-byte
+ * response header as one beat (tkeep all ones) followed by its result
+ * payload packed from byte 0 (tkeep a low run on the last beat). A
+ * response's beats are never interleaved with another's.
+ *
+ * - The dispatcher's admitted payload goes into the buffer memory: per
+ *   buffer a ring of RING beats. The dispatcher's beats are as full as the
+ *   segments made them (1..64 bytes from byte 0), so per buffer the bytes
+ *   are packed into whole beats (a residue of up to 63 bytes per buffer)
+ *   and a request's last bytes written as a partial beat; one write a
+ *   cycle, so a last beat that makes two (residue plus beat over 64 bytes)
+ *   holds the dispatcher for one cycle. A buffer may hold several complete requests
+ *   (the pool counts bytes), each in whole beats, so the ring has room for
+ *   BUF_BYTES / 64 beats plus one partial beat for every request it can hold
+ *   at once (the queue's DESC_DEPTH, one executing and one reassembling).
+ * - Complete requests (m_req_* of the dispatcher) go into a FIFO of
+ *   DESC_DEPTH descriptors with their start beat in the ring and the cycle
+ *   they were queued. While the FIFO is full the dispatcher waits with its
+ *   complete request (it can still have answered everything before).
+ * - The executor takes requests in completion order, one at a time: sends
+ *   the hop parameter (K for top-k, bits [63:0] of the metadata word) to the
+ *   function's accelerator, reads the payload beats from the ring into it
+ *   (two cycles a beat), and releases the bytes in the pool when the last
+ *   beat has been read (as the core releases a request leaving its buffer).
+ *   An empty payload goes to top-k and MapId as one beat with tkeep 0 (they
+ *   answer BAD_INPUT, as the software does); echo answers it without the
+ *   accelerator.
+ * - The response: when the accelerator's metadata word comes out, the
+ *   header is built from the request (id, tenant, hop index), this node's
+ *   DEVICE_ID, the status and detail (echo: OK), and the result length
+ *   (OK: echo and MapId the payload's length, top-k 4 * min(K, n); an error
+ *   has no payload: the software's English message is not sent). Timings in
+ *   cycles: queue = queued until the executor took it, exec = taken until
+ *   the metadata word, reassembly 0 (not measured yet). Then the result
+ *   beats are forwarded as they come.
+ * - The dispatcher's refusals (one header beat each) and the executor's
+ *   responses are merged frame by frame (alternating when both wait) into
+ *   one output register stage.
+ *
+ * Multi-hop chains: every hop is checked by the dispatcher, but only the
+ * current hop runs here (no chain router yet); the answer carries that
+ * hop's result. MapId's dictionary comes on s_cfg_* (see
+ * offrac_accel_mapid.v) and survives a reset.
+ */
+
+`resetall
+`timescale 1ns / 1ps
+`default_nettype none
+
+module offrac_request_path #(
+    parameter CONN_COUNT  = 4,
+    parameter CONN_WIDTH  = CONN_COUNT > 1 ? $clog2(CONN_COUNT) : 1,
+    parameter BUF_COUNT   = 4,
+    parameter BUF_BYTES   = 32768,
+    parameter BUF_POLICY  = 1,
+    parameter BUF_WIDTH   = BUF_COUNT > 1 ? $clog2(BUF_COUNT) : 1,
+    parameter MAX_PAYLOAD = 16384,
+    parameter DESC_DEPTH  = 8,
+    parameter [7:0] DEVICE_ID = 8'd0,
+    parameter TOPK_K_MAX  = 64,
+    parameter MAPID_TABLE_BITS = 16,
+    parameter MAPID_MAX_BEATS  = 256
+) (
+    input  wire                   clk,
+    input  wire                   rst,
+
+    input  wire [511:0]           s_axis_tdata,
+    input  wire [63:0]            s_axis_tkeep,
+    input  wire [CONN_WIDTH-1:0]  s_axis_tuser,
+    input  wire                   s_axis_tvalid,
+    output wire                   s_axis_tready,
+
+    output wire [511:0]           m_axis_tdata,
+    output wire [63:0]            m_axis_tkeep,
+    output wire [CONN_WIDTH-1:0]  m_axis_tuser,
+    output wire                   m_axis_tlast,
+    output wire                   m_axis_tvalid,
+    input  wire                   m_axis_tready,
+
+    // MapId's dictionary, one packet of 32-bit keys
+    input  wire [31:0]            s_cfg_tdata,
+    input  wire [3:0]             s_cfg_tkeep,
+    input  wire                   s_cfg_tvalid,
+    output wire                   s_cfg_tready,
+    input  wire                   s_cfg_tlast,
+    output wire [MAPID_TABLE_BITS:0] cfg_dict_size,
+    output wire                   cfg_overflow,
+
+    output wire [63:0]            cycles,         // free-running cycle count
+    // for the driver: connections between requests, and nothing in flight anywhere
+    output wire [CONN_COUNT-1:0]  conn_clean,
+    output wire                   idle
+);
+
+localparam RING_BEATS = BUF_BYTES / 64 + DESC_DEPTH + 2;
+localparam RING_WIDTH = $clog2(RING_BEATS);
+localparam DESC_WIDTH_FIFO = DESC_DEPTH > 1 ? $clog2(DESC_DEPTH) : 1;
+localparam [255:0] HOSTED = 256'h43;   // functions 0, 1 and 6
+localparam [7:0] FN_ECHO = 8'd0, FN_TOPK = 8'd1, FN_MAPID = 8'd6;
+
+reg [63:0] cyc = 64'd0;
+assign cycles = cyc;
+
+// ---- the dispatcher ------------------------------------------------------
+wire [511:0]          b_tdata;
+wire [63:0]           b_tkeep;
+wire [BUF_WIDTH-1:0]  b_tuser;
+wire                  b_tlast;
+wire                  b_tvalid;
+wire                  b_tready;
+
+wire [CONN_WIDTH-1:0] q_conn;
+wire [BUF_WIDTH-1:0]  q_buffer;
+wire [63:0]           q_id;
+wire [15:0]           q_tenant;
+wire [7:0]            q_hop;
+wire [7:0]            q_fn;
+wire [31:0]           q_len;
+wire [63:0]           q_param;
+wire [7:0]            q_hcnt;
+wire                  q_tvalid;
+wire                  q_tready;
+
+wire [511:0]          d_tdata;
+wire [63:0]           d_tkeep;
+wire [CONN_WIDTH-1:0] d_tuser;
+wire                  d_tlast;
+wire                  d_tvalid;
+wire                  d_tready;
+
+wire                  d_busy;
+reg                   rel_valid = 1'b0;
+reg  [BUF_WIDTH-1:0]  rel_buffer = {BUF_WIDTH{1'b0}};
+reg  [31:0]           rel_size = 32'd0;
+
+offrac_dispatcher #(
+    .CONN_COUNT(CONN_COUNT), .CONN_WIDTH(CONN_WIDTH), .BUF_COUNT(BUF_COUNT),
+    .BUF_BYTES(BUF_BYTES), .BUF_POLICY(BUF_POLICY), .BUF_WIDTH(BUF_WIDTH),
+    .MAX_PAYLOAD(MAX_PAYLOAD), .HOSTED(HOSTED), .DEVICE_ID(DEVICE_ID)
+) disp_inst (
+    .clk(clk), .rst(rst),
+    .s_axis_tdata(s_axis_tdata), .s_axis_tkeep(s_axis_tkeep), .s_axis_tuser(s_axis_tuser),
+    .s_axis_tvalid(s_axis_tvalid), .s_axis_tready(s_axis_tready),
+    .m_buf_axis_tdata(b_tdata), .m_buf_axis_tkeep(b_tkeep), .m_buf_axis_tuser(b_tuser),
+    .m_buf_axis_tlast(b_tlast), .m_buf_axis_tvalid(b_tvalid), .m_buf_axis_tready(b_tready),
+    .m_req_conn(q_conn), .m_req_buffer(q_buffer), .m_req_request_id(q_id),
+    .m_req_tenant(q_tenant), .m_req_hop_index(q_hop), .m_req_function(q_fn),
+    .m_req_len(q_len), .m_req_param(q_param), .m_req_hop_count(q_hcnt),
+    .m_req_tvalid(q_tvalid), .m_req_tready(q_tready),
+    .m_resp_axis_tdata(d_tdata), .m_resp_axis_tkeep(d_tkeep), .m_resp_axis_tuser(d_tuser),
+    .m_resp_axis_tlast(d_tlast), .m_resp_axis_tvalid(d_tvalid), .m_resp_axis_tready(d_tready),
+    .release_valid(rel_valid), .release_buffer(rel_buffer), .release_size(rel_size),
+    .buf_used(), .buf_reassembling(),
+    .conn_clean(conn_clean), .busy(d_busy)
+);
+
+// ---- the buffer memory: a ring of beats per buffer -----------------------
+reg [511:0]          mem [0:BUF_COUNT*(1 << RING_WIDTH)-1];
+reg [RING_WIDTH-1:0] wp [0:BUF_COUNT-1];    // next beat written
+reg [RING_WIDTH-1:0] hp [0:BUF_COUNT-1];    // first beat of the next request described
+reg [RING_WIDTH-1:0] rd_addr = {RING_WIDTH{1'b0}};
+reg [BUF_WIDTH-1:0]  rd_buf = {BUF_WIDTH{1'b0}};
+reg [511:0]          rd_data;
+
+function [RING_WIDTH-1:0] ring_next(input [RING_WIDTH-1:0] p);
+    ring_next = (p == RING_BEATS - 1) ? {RING_WIDTH{1'b0}} : p + 1'b1;
+endfunction
+
+function [RING_WIDTH-1:0] ring_add(input [RING_WIDTH-1:0] p, input [31:0] n);
+    reg [31:0] s;
+    begin
+        s = p + n;
+        ring_add = (s >= RING_BEATS) ? s - RING_BEATS : s;
+    end
+endfunction
+
+wire [31:0] q_beats = (q_len + 32'd63) >> 6;
+
+// packing: per buffer the bytes not yet a whole beat
+reg [511:0]         pend [0:BUF_COUNT-1];
+reg [5:0]           pend_n [0:BUF_COUNT-1];
+reg                 fl_valid = 1'b0;        // a request's tail still to write
+reg [BUF_WIDTH-1:0] fl_buf = {BUF_WIDTH{1'b0}};
+reg [511:0]         fl_data = 512'd0;
+assign b_tready = !fl_valid;
+wire b_take = b_tvalid && b_tready;
+
+reg [6:0] b_n;
+reg [511:0] b_masked;
+integer bk;
+always @* begin
+    b_n = 7'd0;
+    for (bk = 0; bk < 64; bk = bk + 1) begin
+        b_n = b_n + b_tkeep[bk];
+        b_masked[8*bk +: 8] = b_tkeep[bk] ? b_tdata[8*bk +: 8] : 8'd0;
+    end
+end
+wire [1023:0] b_comb  = {512'd0, pend[b_tuser]} | ({512'd0, b_masked} << (8 * pend_n[b_tuser]));
+wire [7:0]    b_total = pend_n[b_tuser] + b_n;
+
+// ---- the queue of complete requests --------------------------------------
+localparam QW = CONN_WIDTH + BUF_WIDTH + RING_WIDTH + 64 + 16 + 8 + 8 + 32 + 64 + 64;
+reg [QW-1:0] fifo [0:DESC_DEPTH-1];
+reg [DESC_WIDTH_FIFO:0] f_count = 0;
+reg [DESC_WIDTH_FIFO-1:0] f_wr = 0, f_rd = 0;
+assign q_tready = f_count < DESC_DEPTH;
+wire q_take = q_tvalid && q_tready;
+wire f_pop;
+
+integer bi;
+always @(posedge clk) begin
+    cyc <= cyc + 1'b1;
+    if (fl_valid) begin
+        mem[{fl_buf, wp[fl_buf]}] <= fl_data;
+        wp[fl_buf] <= ring_next(wp[fl_buf]);
+        fl_valid <= 1'b0;
+    end else if (b_take) begin
+        if (b_total >= 64 || b_tlast) begin
+            mem[{b_tuser, wp[b_tuser]}] <= b_comb[511:0];
+            wp[b_tuser] <= ring_next(wp[b_tuser]);
+            pend[b_tuser]   <= b_tlast ? 512'd0 : b_comb[1023:512];
+            pend_n[b_tuser] <= b_tlast ? 6'd0 : b_total - 8'd64;
+            if (b_tlast && b_total > 64) begin
+                fl_valid <= 1'b1;
+                fl_buf   <= b_tuser;
+                fl_data  <= b_comb[1023:512];
+            end
+        end else begin
+            pend[b_tuser]   <= b_comb[511:0];
+            pend_n[b_tuser] <= b_total[5:0];
+        end
+    end
+    if (q_take) begin
+        fifo[f_wr] <= {q_conn, q_buffer, hp[q_buffer], q_id, q_tenant, q_hop, q_fn, q_len, q_param, cyc};
+        hp[q_buffer] <= ring_add(hp[q_buffer], q_beats);
+        f_wr <= (f_wr == DESC_DEPTH - 1) ? 0 : f_wr + 1'b1;
+    end
+    if (f_pop) begin
+        f_rd <= (f_rd == DESC_DEPTH - 1) ? 0 : f_rd + 1'b1;
+    end
+    f_count <= f_count + q_take - f_pop;
+    rd_data <= mem[{rd_buf, rd_addr}];
+    if (rst) begin
+        f_count <= 0;
+        f_wr <= 0;
+        f_rd <= 0;
+        fl_valid <= 1'b0;
+        for (bi = 0; bi < BUF_COUNT; bi = bi + 1) begin
+            pend[bi]   <= 512'd0;
+            pend_n[bi] <= 6'd0;
+            wp[bi] <= {RING_WIDTH{1'b0}};
+            hp[bi] <= {RING_WIDTH{1'b0}};
+        end
+    end
+end
+
+wire [CONN_WIDTH-1:0] h_conn;
+wire [BUF_WIDTH-1:0]  h_buffer;
+wire [RING_WIDTH-1:0] h_start;
+wire [63:0]           h_id;
+wire [15:0]           h_tenant;
+wire [7:0]            h_hop;
+wire [7:0]            h_fn;
+wire [31:0]           h_len;
+wire [63:0]           h_param;
+wire [63:0]           h_cycle;
+assign {h_conn, h_buffer, h_start, h_id, h_tenant, h_hop, h_fn, h_len, h_param, h_cycle} = fifo[f_rd];
+
+// ---- the executor: feed one request into its accelerator -----------------
+localparam [2:0] E_IDLE = 3'd0, E_META = 3'd1, E_READ = 3'd2, E_FEED = 3'd3, E_WAIT = 3'd4;
+reg [2:0]            e_state = E_IDLE;
+reg [CONN_WIDTH-1:0] e_conn = 0;
+reg [63:0]           e_id = 0;
+reg [15:0]           e_tenant = 0;
+reg [7:0]            e_hop = 0;
+reg [7:0]            e_fn = 0;
+reg [31:0]           e_len = 0;
+reg [63:0]           e_param = 0;
+reg [63:0]           e_queued = 0;   // queue cycles
+reg [63:0]           e_start = 0;    // cycle the executor took it
+reg [31:0]           e_left = 0;     // beats still to feed
+reg                  e_done = 1'b0;  // its response is out (set by the response side)
+reg                  e_hdr = 1'b0;   // its header fields are latched (set by the response side)
+
+assign f_pop = e_state == E_IDLE && f_count != 0;
+
+// accelerator inputs
+reg          a_meta_valid;
+wire [127:0] a_meta = {64'd0, e_param};
+reg          a_valid;
+wire [511:0] a_data = rd_data;
+wire [63:0]  a_keep = (e_len == 0) ? 64'd0
+                    : (e_left == 1 && e_len[5:0] != 0) ? ({64{1'b1}} >> (64 - e_len[5:0])) : {64{1'b1}};
+wire         a_last = e_left <= 1;
+
+wire echo_meta_ready, topk_meta_ready, mapid_meta_ready;
+wire echo_ready, topk_ready, mapid_ready;
+wire meta_ready = e_fn == FN_TOPK ? topk_meta_ready : e_fn == FN_MAPID ? mapid_meta_ready : echo_meta_ready;
+wire data_ready = e_fn == FN_TOPK ? topk_ready : e_fn == FN_MAPID ? mapid_ready : echo_ready;
+
+always @* begin
+    a_meta_valid = e_state == E_META;
+    a_valid      = e_state == E_FEED;
+end
+
+always @(posedge clk) begin
+    rel_valid <= 1'b0;
+    case (e_state)
+        E_IDLE: begin
+            if (f_count != 0) begin
+                e_conn   <= h_conn;
+                e_id     <= h_id;
+                e_tenant <= h_tenant;
+                e_hop    <= h_hop;
+                e_fn     <= h_fn;
+                e_len    <= h_len;
+                e_param  <= h_param;
+                e_queued <= cyc - h_cycle;
+                e_start  <= cyc;
+                e_left   <= (h_len == 0) ? 32'd1 : (h_len + 32'd63) >> 6;
+                rd_buf   <= h_buffer;
+                rd_addr  <= h_start;
+                rel_buffer <= h_buffer;
+                rel_size   <= h_len;
+                e_state  <= E_META;
+            end
+        end
+        E_META: begin
+            if (e_fn == FN_ECHO && e_len == 0) begin
+                rel_valid <= 1'b1;        // nothing to read: echo answers without the accelerator
+                e_state   <= E_WAIT;
+            end else if (meta_ready) begin
+                e_state <= E_FEED;        // the first beat was read while the metadata waited
+            end
+        end
+        E_READ: e_state <= E_FEED;
+        E_FEED: begin
+            if (data_ready) begin
+                rd_addr <= ring_next(rd_addr);
+                e_left  <= e_left - 1;
+                if (a_last) begin
+                    rel_valid <= 1'b1;
+                    e_state   <= E_WAIT;
+                end else begin
+                    e_state <= E_READ;
+                end
+            end
+        end
+        E_WAIT: if (e_done) e_state <= E_IDLE;   // e_done and e_hdr are cleared with it
+        default: e_state <= E_IDLE;
+    endcase
+    if (rst) begin
+        e_state   <= E_IDLE;
+        rel_valid <= 1'b0;
+    end
+end
+
+// ---- the accelerators ----------------------------------------------------
+wire [511:0] echo_tdata, topk_tdata, mapid_tdata;
+wire [63:0]  echo_tkeep, topk_tkeep, mapid_tkeep;
+wire         echo_tvalid, topk_tvalid, mapid_tvalid;
+wire         echo_tlast, topk_tlast, mapid_tlast;
+wire         echo_mvalid, topk_mvalid, mapid_mvalid;
+wire [7:0]   topk_status, mapid_status;
+wire [31:0]  topk_detail, mapid_detail;
+reg          r_data_ready;
+reg          r_meta_ready;
+
+offrac_accel_echo echo_inst (
+    .clk(clk), .rst(rst),
+    .s_axis_tdata(a_data), .s_axis_tkeep(a_keep), .s_axis_tvalid(a_valid && e_fn == FN_ECHO),
+    .s_axis_tready(echo_ready), .s_axis_tlast(a_last),
+    .s_meta_tdata(a_meta), .s_meta_tvalid(a_meta_valid && e_fn == FN_ECHO && e_len != 0),
+    .s_meta_tready(echo_meta_ready),
+    .m_axis_tdata(echo_tdata), .m_axis_tkeep(echo_tkeep), .m_axis_tvalid(echo_tvalid),
+    .m_axis_tready(r_data_ready && e_fn == FN_ECHO), .m_axis_tlast(echo_tlast),
+    .m_meta_tdata(), .m_meta_tvalid(echo_mvalid), .m_meta_tready(r_meta_ready && e_fn == FN_ECHO)
+);
+
+offrac_accel_topk #(.K_MAX(TOPK_K_MAX)) topk_inst (
+    .clk(clk), .rst(rst),
+    .s_axis_tdata(a_data), .s_axis_tkeep(a_keep), .s_axis_tvalid(a_valid && e_fn == FN_TOPK),
+    .s_axis_tready(topk_ready), .s_axis_tlast(a_last),
+    .s_meta_tdata(a_meta), .s_meta_tvalid(a_meta_valid && e_fn == FN_TOPK),
+    .s_meta_tready(topk_meta_ready),
+    .m_axis_tdata(topk_tdata), .m_axis_tkeep(topk_tkeep), .m_axis_tvalid(topk_tvalid),
+    .m_axis_tready(r_data_ready && e_fn == FN_TOPK), .m_axis_tlast(topk_tlast),
+    .m_meta_tdata(), .m_meta_status(topk_status), .m_meta_detail(topk_detail),
+    .m_meta_tvalid(topk_mvalid), .m_meta_tready(r_meta_ready && e_fn == FN_TOPK)
+);
+
+offrac_accel_mapid #(.TABLE_BITS(MAPID_TABLE_BITS), .MAX_BEATS(MAPID_MAX_BEATS)) mapid_inst (
+    .clk(clk), .rst(rst),
+    .s_axis_tdata(a_data), .s_axis_tkeep(a_keep), .s_axis_tvalid(a_valid && e_fn == FN_MAPID),
+    .s_axis_tready(mapid_ready), .s_axis_tlast(a_last),
+    .s_meta_tdata(a_meta), .s_meta_tvalid(a_meta_valid && e_fn == FN_MAPID),
+    .s_meta_tready(mapid_meta_ready),
+    .s_cfg_tdata(s_cfg_tdata), .s_cfg_tkeep(s_cfg_tkeep), .s_cfg_tvalid(s_cfg_tvalid),
+    .s_cfg_tready(s_cfg_tready), .s_cfg_tlast(s_cfg_tlast),
+    .cfg_dict_size(cfg_dict_size), .cfg_overflow(cfg_overflow),
+    .m_axis_tdata(mapid_tdata), .m_axis_tkeep(mapid_tkeep), .m_axis_tvalid(mapid_tvalid),
+    .m_axis_tready(r_data_ready && e_fn == FN_MAPID), .m_axis_tlast(mapid_tlast),
+    .m_meta_tdata(), .m_meta_status(mapid_status), .m_meta_detail(mapid_detail),
+    .m_meta_tvalid(mapid_mvalid), .m_meta_tready(r_meta_ready && e_fn == FN_MAPID)
+);
+
+wire [511:0] x_tdata  = e_fn == FN_TOPK ? topk_tdata  : e_fn == FN_MAPID ? mapid_tdata  : echo_tdata;
+wire [63:0]  x_tkeep  = e_fn == FN_TOPK ? topk_tkeep  : e_fn == FN_MAPID ? mapid_tkeep  : echo_tkeep;
+wire         x_tvalid = e_fn == FN_TOPK ? topk_tvalid : e_fn == FN_MAPID ? mapid_tvalid : echo_tvalid;
+wire         x_tlast  = e_fn == FN_TOPK ? topk_tlast  : e_fn == FN_MAPID ? mapid_tlast  : echo_tlast;
+wire         x_mvalid = e_fn == FN_TOPK ? topk_mvalid : e_fn == FN_MAPID ? mapid_mvalid : echo_mvalid;
+wire [7:0]   x_status = e_fn == FN_TOPK ? topk_status : e_fn == FN_MAPID ? mapid_status : 8'd0;
+wire [31:0]  x_detail = e_fn == FN_TOPK ? topk_detail : e_fn == FN_MAPID ? mapid_detail : 32'd0;
+
+// ---- the response side ---------------------------------------------------
+localparam [1:0] R_META = 2'd0, R_HDR = 2'd1, R_DATA = 2'd2;
+reg [1:0]  r_state = R_META;
+reg        hb_valid;
+wire       hb_ready;
+reg [15:0] hb_status = 0;
+reg [31:0] hb_len = 0;
+reg [63:0] hb_detail = 0;
+reg [63:0] hb_exec = 0;
+
+wire [511:0] hb_tdata;
+wire         hb_tvalid;
+wire         hb_tlast;
+wire         x_out_ready;   // the merge takes the executor's beat
+
+wire [63:0] n_elems = {32'd0, e_len >> 2};
+wire [63:0] topk_n  = (e_param < n_elems) ? e_param : n_elems;
+wire        echo_empty = e_fn == FN_ECHO && e_len == 0;
+wire        meta_in = x_mvalid || echo_empty;
+
+offrac_resp_header_build hdr_inst (
+    .clk(clk), .rst(rst),
+    .s_resp_valid(hb_valid), .s_resp_ready(hb_ready),
+    .s_resp_flags(8'd0), .s_resp_status(hb_status), .s_resp_hop_index(e_hop),
+    .s_resp_device(DEVICE_ID), .s_resp_request_id(e_id), .s_resp_payload_len(hb_len),
+    .s_resp_tenant(e_tenant), .s_resp_reassembly_ns(64'd0), .s_resp_queue_ns(e_queued),
+    .s_resp_exec_ns(hb_exec), .s_resp_detail(hb_detail),
+    .m_axis_tdata(hb_tdata), .m_axis_tkeep(), .m_axis_tvalid(hb_tvalid),
+    .m_axis_tready(x_out_ready && r_state == R_HDR), .m_axis_tlast(hb_tlast)
+);
+
+reg hb_pending = 1'b0;   // fields latched, not yet in the builder
+// the metadata word may come while the payload is still being fed (echo)
+wire e_active = e_state != E_IDLE;
+wire hdr_now  = r_state == R_META && !hb_pending && e_active && !e_hdr
+             && (x_mvalid || (echo_empty && e_state == E_WAIT));
+always @* begin
+    hb_valid     = hb_pending;
+    r_meta_ready = hdr_now;
+    r_data_ready = r_state == R_DATA && x_out_ready;
+end
+
+// the executor's output stream
+wire [511:0] e_out_tdata  = r_state == R_HDR ? hb_tdata : x_tdata;
+wire [63:0]  e_out_tkeep  = r_state == R_HDR ? {64{1'b1}} : x_tkeep;
+wire         e_out_tlast  = r_state == R_HDR ? hb_tlast : x_tlast;
+wire         e_out_tvalid = (r_state == R_HDR && hb_tvalid) || (r_state == R_DATA && x_tvalid);
+
+always @(posedge clk) begin
+    if (e_state == E_WAIT && e_done) begin
+        e_done <= 1'b0;
+        e_hdr  <= 1'b0;
+    end
+    case (r_state)
+        R_META: begin
+            if (hdr_now) begin
+                e_hdr      <= 1'b1;
+                hb_pending <= 1'b1;
+                hb_exec    <= cyc - e_start;
+                if (echo_empty || x_status == 8'd0) begin
+                    hb_status <= 16'd0;
+                    hb_detail <= 64'd0;
+                    hb_len    <= e_fn == FN_TOPK ? {topk_n[29:0], 2'b00} : e_len;
+                end else begin
+                    hb_status <= {8'd0, x_status};
+                    hb_detail <= {32'd0, x_detail};
+                    hb_len    <= 32'd0;
+                end
+            end
+            if (hb_pending && hb_ready) begin
+                hb_pending <= 1'b0;
+                r_state    <= R_HDR;
+            end
+        end
+        R_HDR: begin
+            if (hb_tvalid && x_out_ready) begin
+                if (hb_tlast) begin
+                    e_done  <= 1'b1;
+                    r_state <= R_META;
+                end else begin
+                    r_state <= R_DATA;
+                end
+            end
+        end
+        R_DATA: begin
+            if (x_tvalid && x_out_ready && x_tlast) begin
+                e_done  <= 1'b1;
+                r_state <= R_META;
+            end
+        end
+        default: r_state <= R_META;
+    endcase
+    if (rst) begin
+        r_state    <= R_META;
+        hb_pending <= 1'b0;
+        e_done     <= 1'b0;
+        e_hdr      <= 1'b0;
+    end
+end
+
+// ---- merge: refusals and responses, frame by frame -------------------------
+reg  locked = 1'b0;
+reg  owner = 1'b0;      // 0 the dispatcher, 1 the executor
+reg  last_owner = 1'b0;
+wire o_ready;
+wire pick = locked ? owner
+          : (d_tvalid && e_out_tvalid) ? !last_owner
+          : e_out_tvalid;
+wire [511:0] o_tdata  = pick ? e_out_tdata : d_tdata;
+wire [63:0]  o_tkeep  = pick ? e_out_tkeep : d_tkeep;
+wire [CONN_WIDTH-1:0] o_tuser = pick ? e_conn : d_tuser;
+wire         o_tlast  = pick ? e_out_tlast : d_tlast;
+wire         o_tvalid = pick ? e_out_tvalid : d_tvalid;
+assign d_tready    = o_ready && !pick;
+assign x_out_ready = o_ready && pick;
+
+always @(posedge clk) begin
+    if (o_tvalid && o_ready) begin
+        locked     <= !o_tlast;
+        owner      <= pick;
+        last_owner <= pick;
+    end
+    if (rst) begin
+        locked <= 1'b0;
+        last_owner <= 1'b0;
+    end
+end
+
+assign idle = !d_busy && f_count == 0 && e_state == E_IDLE && !fl_valid && !m_axis_tvalid && !locked;
+
+offrac_axis_reg #(.WIDTH(512 + 64 + CONN_WIDTH + 1)) out_reg (
+    .clk(clk), .rst(rst),
+    .s_tdata({o_tdata, o_tkeep, o_tuser, o_tlast}), .s_tvalid(o_tvalid), .s_tready(o_ready),
+    .m_tdata({m_axis_tdata, m_axis_tkeep, m_axis_tuser, m_axis_tlast}),
+    .m_tvalid(m_axis_tvalid), .m_tready(m_axis_tready)
+);
+
+endmodule
+
+`resetall
