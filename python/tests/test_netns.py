@@ -61,8 +61,11 @@ def cluster(node_bin: Path, hosts: Hosts, tmp_path_factory: pytest.TempPathFacto
     tmp = tmp_path_factory.mktemp("netns")
     nodes = [start(node_bin, tmp, hosts, i) for i in range(N)]
     try:
-        for i in range(N):
-            wait_linked(nodes[0], i)
+        # Every node's link to every other: a node that started before its
+        # peer found it down once and retries after a back-off.
+        for a in range(N):
+            for b in range(N):
+                wait_linked(nodes[a], b)
         yield nodes
     finally:
         for n in nodes:

@@ -74,7 +74,8 @@ pub struct FunctionLoad {
 /// What the caller should do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decision {
-    /// Swap spare `slot` to `function`.
+    /// Swap `slot` to `function`: a spare, or (no spare left) a replica of
+    /// a function with slots beyond its need.
     Replicate { function: u8, slot: usize },
     /// Swap replica `slot` back to spare.
     Reclaim { slot: usize },
@@ -159,9 +160,14 @@ impl Autoscaler {
     ) -> Vec<Decision> {
         let mut wants: Vec<(usize, u8, usize)> = Vec::new(); // (deficit, function, step)
         let mut out = Vec::new();
+        // Slots each function had beyond its need this period: what a
+        // function short of slots may take once no spare is left.
+        let mut surplus: BTreeMap<u8, usize> =
+            self.streaks.keys().map(|&f| (f, self.serving(f))).collect();
         for load in loads {
             let need = self.needed(load, period_ns, t_oh_ns);
             let have = self.serving(load.function);
+            surplus.insert(load.function, have.saturating_sub(need));
             let streak = self.streaks.entry(load.function).or_default();
             if need > have || load.busy > 0 {
                 streak.grow += 1;
@@ -187,9 +193,15 @@ impl Autoscaler {
         }
         // The largest deficit first gets the spare slots.
         wants.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        // A function that wants more gives none away.
+        for (_, function, _) in &wants {
+            surplus.remove(function);
+        }
         for (_, function, step) in wants {
             for _ in 0..step {
-                let Some(slot) = self.spare_slot() else { break };
+                let Some(slot) = self.spare_slot().or_else(|| self.donor_slot(&mut surplus)) else {
+                    break;
+                };
                 self.pending.insert(slot, SlotRole::Replica(function));
                 out.push(Decision::Replicate { function, slot });
             }
@@ -219,6 +231,29 @@ impl Autoscaler {
     fn spare_slot(&self) -> Option<usize> {
         (0..self.roles.len())
             .find(|i| self.roles[*i] == SlotRole::Spare && !self.pending.contains_key(i))
+    }
+
+    /// With no spare left: a replica of the function with the most slots
+    /// beyond its need this period (popularity shifted away from it), to be
+    /// swapped straight to the function short of slots. Without this, the
+    /// spares stay with the functions that were hot first until their calm
+    /// streaks end, and a function hot later is starved meanwhile.
+    fn donor_slot(&self, surplus: &mut BTreeMap<u8, usize>) -> Option<usize> {
+        let mut donors: Vec<(usize, u8)> = surplus
+            .iter()
+            .filter(|(_, &n)| n > 0)
+            .map(|(&f, &n)| (n, f))
+            .collect();
+        donors.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        for (_, donor) in donors {
+            if let Some(slot) = self.replica_slot(donor) {
+                if let Some(n) = surplus.get_mut(&donor) {
+                    *n -= 1;
+                }
+                return Some(slot);
+            }
+        }
+        None
     }
 
     /// The most recently added replica of `function` (highest slot index).
@@ -446,6 +481,49 @@ mod tests {
             "a rolled-back swap leaves the slot spare"
         );
         assert_eq!(a.serving(2), 1);
+    }
+
+    #[test]
+    fn with_no_spare_left_a_function_short_of_slots_takes_an_idle_replica() {
+        let cfg = AutoscaleConfig {
+            grow_periods: 1,
+            ..AutoscaleConfig::default()
+        };
+        let roles = vec![SlotRole::Fixed(1), SlotRole::Fixed(2), SlotRole::Spare];
+        let mut a = Autoscaler::new(cfg, roles).unwrap();
+        // Function 1 is hot first and takes the only spare.
+        let ds = a.observe(SEC, 0.0, &[load(1, 6_000, 0, 200.0)]);
+        assert_eq!(
+            ds,
+            vec![Decision::Replicate {
+                function: 1,
+                slot: 2
+            }]
+        );
+        apply(&mut a, &ds);
+        // Then popularity shifts: 1 needs one slot, 2 needs two. 1's replica
+        // goes to 2 at once, not after 1's calm streak.
+        let ds = a.observe(
+            SEC,
+            0.0,
+            &[load(1, 1_000, 0, 200.0), load(2, 6_000, 0, 200.0)],
+        );
+        assert_eq!(
+            ds,
+            vec![Decision::Replicate {
+                function: 2,
+                slot: 2
+            }]
+        );
+        apply(&mut a, &ds);
+        assert_eq!((a.serving(1), a.serving(2)), (1, 2));
+        // A function still using its replica keeps it.
+        let ds = a.observe(
+            SEC,
+            0.0,
+            &[load(1, 6_000, 0, 200.0), load(2, 6_000, 0, 200.0)],
+        );
+        assert!(ds.is_empty(), "{ds:?}");
     }
 
     #[test]
