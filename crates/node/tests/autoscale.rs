@@ -111,3 +111,123 @@ shrink_periods = 3
     assert_eq!(stats["failed"], 0, "{stats}");
     node.shutdown().unwrap();
 }
+
+/// `threads` clients calling `function` with `param` and `payload` until
+/// `stop`; returns (answered OK, refused BUSY, anything else).
+fn callers(
+    addr: &str,
+    threads: usize,
+    function: u8,
+    param: u64,
+    payload: Vec<u8>,
+    stop: Arc<AtomicBool>,
+) -> Vec<std::thread::JoinHandle<(u64, u64, u64)>> {
+    (0..threads)
+        .map(|_| {
+            let (addr, stop, payload) = (addr.to_string(), stop.clone(), payload.clone());
+            std::thread::spawn(move || {
+                let mut c = Client::connect(&addr)
+                    .unwrap()
+                    .with_retry_policy(RetryPolicy::with_max_retries(0));
+                let mut n = (0, 0, 0);
+                while !stop.load(Ordering::Relaxed) {
+                    match c.call(function, param, &payload) {
+                        Ok(_) => n.0 += 1,
+                        Err(e) if e.status() == Some(Status::Busy) => n.1 += 1,
+                        Err(_) => n.2 += 1,
+                    }
+                }
+                n
+            })
+        })
+        .collect()
+}
+
+fn replica_functions(c: &mut Client) -> Vec<Option<u64>> {
+    let d = c.describe().expect("describe");
+    d["autoscale"]["slots"]
+        .as_array()
+        .expect("the autoscaler runs")
+        .iter()
+        .map(|r| (r["role"] == "replica").then(|| r["function"].as_u64().unwrap()))
+        .collect()
+}
+
+/// SPIN is hot first and takes both spare slots; then its callers stop and
+/// MINMAX's start. With no spare left, MINMAX takes SPIN's idle replicas at
+/// once — not after SPIN's calm streak, set here far longer than the test.
+#[test]
+fn a_function_hot_later_takes_the_replicas_of_one_gone_cold() {
+    let cfg = NodeConfig::parse(
+        r#"
+[metrics]
+listen = ""
+[[slots]]
+function = "spin"
+queue_depth = 2
+[[slots]]
+function = "minmax"
+queue_depth = 2
+inline_max_bytes = 0
+[[slots]]
+function = "echo"
+spare = true
+[[slots]]
+function = "echo"
+spare = true
+[autoscale]
+period_ms = 50
+grow_periods = 1
+shrink_periods = 2000
+"#,
+    )
+    .expect("config");
+    let node = start(cfg, "127.0.0.1:0").expect("node starts");
+    let addr = node.addr.to_string();
+    let mut probe = Client::connect(&addr).unwrap();
+    let (spin, minmax) = (FunctionId::Spin.id() as u64, FunctionId::MinMax.id() as u64);
+    let until = |probe: &mut Client, want: [Option<u64>; 4]| {
+        let end = Instant::now() + Duration::from_secs(5);
+        loop {
+            let r = replica_functions(probe);
+            if r == want || Instant::now() > end {
+                return r;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let hot = callers(
+        &addr,
+        4,
+        FunctionId::Spin.id(),
+        2_000,
+        b"x".to_vec(),
+        stop.clone(),
+    );
+    let first = until(&mut probe, [None, None, Some(spin), Some(spin)]);
+    stop.store(true, Ordering::Relaxed);
+    let spun: Vec<_> = hot.into_iter().map(|h| h.join().unwrap()).collect();
+    assert_eq!(first, [None, None, Some(spin), Some(spin)]);
+
+    // 256 KiB of float32 a call: about a millisecond of work each.
+    let floats: Vec<u8> = (0..65_536u32)
+        .flat_map(|i| (i as f32).to_le_bytes())
+        .collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let later = callers(&addr, 4, FunctionId::MinMax.id(), 0, floats, stop.clone());
+    let second = until(&mut probe, [None, None, Some(minmax), Some(minmax)]);
+    stop.store(true, Ordering::Relaxed);
+    let scaled: Vec<_> = later.into_iter().map(|h| h.join().unwrap()).collect();
+    assert_eq!(second, [None, None, Some(minmax), Some(minmax)]);
+    for (ok, _, other) in spun.iter().chain(&scaled) {
+        assert!(*ok > 0);
+        assert_eq!(*other, 0, "only OK or BUSY answers");
+    }
+    let d = probe.describe().unwrap();
+    let stats = &d["autoscale"]["stats"];
+    assert_eq!(stats["replicated"], 4, "{stats}");
+    assert_eq!(stats["reclaimed"], 0, "{stats}");
+    assert_eq!(stats["failed"], 0, "{stats}");
+    node.shutdown().unwrap();
+}
