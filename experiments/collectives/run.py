@@ -21,16 +21,15 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "python" / "tests"))
 sys.path.insert(0, str(REPO / "python"))
+sys.path.insert(0, str(REPO / "experiments"))
 
+from _netns_nodes import devices, start_linked_nodes  # noqa: E402
 from netns import Hosts  # noqa: E402
-
-from offrac import Client  # noqa: E402
 
 PORT = 7300
 WORKER = Path(__file__).resolve().parent / "worker.py"
@@ -38,45 +37,17 @@ KIB = 1024
 SIZES = [KIB, 4 * KIB, 16 * KIB, 64 * KIB, 256 * KIB, 1 << 20, 4 << 20, 16 << 20]
 
 
-def offrac_bin() -> str:
-    return os.environ.get("OFFRAC_BIN", str(REPO / "target" / "release" / "offrac"))
-
-
 def node_config(hosts: Hosts, me: int, n: int) -> str:
-    devices = "".join(f'[[devices]]\nid = {j}\naddr = "{hosts.ip(j)}:{PORT}"\n' for j in range(n) if j != me)
+    peers = devices(hosts, me, n, PORT)
     return (
         f'device_id = {me}\nmax_payload = {40 << 20}\n[metrics]\nlisten = ""\n'
         f"[pool]\nbuffers = 8\nbuffer_bytes = {40 << 20}\n"
-        f"[selector]\nslot_queue_bytes = {40 << 20}\n{devices}"
+        f"[selector]\nslot_queue_bytes = {40 << 20}\n{peers}"
     )
 
 
 def start_nodes(hosts: Hosts, n: int, tmp: Path) -> list[subprocess.Popen[str]]:
-    procs = []
-    for i in range(n):
-        cfg = tmp / f"node{n}-{i}.toml"
-        cfg.write_text(node_config(hosts, i, n))
-        args = [
-            *hosts.prefix(i),
-            offrac_bin(),
-            "serve",
-            "--listen",
-            f"{hosts.ip(i)}:{PORT}",
-            "--config",
-            str(cfg),
-        ]
-        p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        assert p.stdout is not None
-        line = p.stdout.readline()
-        assert '"listening"' in line, line
-        procs.append(p)
-    deadline = time.monotonic() + 20
-    for i in range(n):
-        with Client(f"{hosts.ip(i)}:{PORT}", timeout=5) as c:
-            while not all(p["up"] for p in c.describe()["peers"]):
-                assert time.monotonic() < deadline, "links did not come up"
-                time.sleep(0.05)
-    return procs
+    return start_linked_nodes(hosts, [node_config(hosts, i, n) for i in range(n)], PORT, tmp)
 
 
 def latency(lines: list[dict[str, object]], nbytes: int) -> float:

@@ -30,8 +30,10 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "python" / "tests"))
 sys.path.insert(0, str(REPO / "python"))
+sys.path.insert(0, str(REPO / "experiments"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _netns_nodes import devices, start_linked_nodes  # noqa: E402
 from netns import Hosts  # noqa: E402
 from worker import matrix, vector  # noqa: E402
 
@@ -43,45 +45,17 @@ WORKER = Path(__file__).resolve().parent / "worker.py"
 MAX = 80 << 20  # a 4096 x 4096 float32 matrix (64 MiB) and its vector in one request
 
 
-def offrac_bin() -> str:
-    return os.environ.get("OFFRAC_BIN", str(REPO / "target" / "release" / "offrac"))
-
-
 def node_config(hosts: Hosts, me: int, n: int) -> str:
-    devices = "".join(f'[[devices]]\nid = {j}\naddr = "{hosts.ip(j)}:{PORT}"\n' for j in range(n) if j != me)
+    peers = devices(hosts, me, n, PORT)
     return (
         f'device_id = {me}\nmax_payload = {MAX}\n[metrics]\nlisten = ""\n'
         f"[pool]\nbuffers = 4\nbuffer_bytes = {MAX}\n[selector]\nslot_queue_bytes = {MAX}\n"
-        f'[[slots]]\nfunction = "gemv"\n[collectives]\ntimeout_ms = 120000\n{devices}'
+        f'[[slots]]\nfunction = "gemv"\n[collectives]\ntimeout_ms = 120000\n{peers}'
     )
 
 
 def start_nodes(hosts: Hosts, n: int, tmp: Path) -> list[subprocess.Popen[str]]:
-    procs = []
-    for i in range(n):
-        cfg = tmp / f"node{n}-{i}.toml"
-        cfg.write_text(node_config(hosts, i, n))
-        args = [
-            *hosts.prefix(i),
-            offrac_bin(),
-            "serve",
-            "--listen",
-            f"{hosts.ip(i)}:{PORT}",
-            "--config",
-            str(cfg),
-        ]
-        p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        assert p.stdout is not None
-        line = p.stdout.readline()
-        assert '"listening"' in line, line
-        procs.append(p)
-    deadline = time.monotonic() + 20
-    for i in range(n):
-        with Client(f"{hosts.ip(i)}:{PORT}", timeout=5) as c:
-            while not all(p["up"] for p in c.describe()["peers"]):
-                assert time.monotonic() < deadline, "links did not come up"
-                time.sleep(0.05)
-    return procs
+    return start_linked_nodes(hosts, [node_config(hosts, i, n) for i in range(n)], PORT, tmp)
 
 
 def check(y: np.ndarray, a: np.ndarray, x: np.ndarray) -> float:

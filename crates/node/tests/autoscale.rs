@@ -6,7 +6,7 @@
 
 use offrac_client::{Client, FunctionId, RetryPolicy, Status};
 use offrac_node::{start, NodeConfig};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,15 +20,26 @@ fn roles(c: &mut Client) -> Vec<String> {
         .collect()
 }
 
-fn wait_for(c: &mut Client, want: &[&str], within: Duration) -> Vec<String> {
+/// Reads `read` until it gives `want` or `within` passes; the last reading.
+fn wait_until<T: PartialEq>(
+    c: &mut Client,
+    read: fn(&mut Client) -> T,
+    want: &T,
+    within: Duration,
+) -> T {
     let end = Instant::now() + within;
     loop {
-        let r = roles(c);
-        if r == want || Instant::now() > end {
+        let r = read(c);
+        if &r == want || Instant::now() > end {
             return r;
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+fn wait_for(c: &mut Client, want: &[&str], within: Duration) -> Vec<String> {
+    let want: Vec<String> = want.iter().map(|s| s.to_string()).collect();
+    wait_until(c, roles, &want, within)
 }
 
 #[test]
@@ -59,44 +70,29 @@ shrink_periods = 3
     assert_eq!(roles(&mut probe), ["fixed", "spare", "spare"]);
 
     let stop = Arc::new(AtomicBool::new(false));
-    let (ok, busy, other) = (
-        Arc::new(AtomicU64::new(0)),
-        Arc::new(AtomicU64::new(0)),
-        Arc::new(AtomicU64::new(0)),
+    // 2 ms of work per call: four callers need about four slots.
+    let workers = callers(
+        &addr,
+        4,
+        FunctionId::Spin.id(),
+        2_000,
+        b"x".to_vec(),
+        stop.clone(),
     );
-    let workers: Vec<_> = (0..4)
-        .map(|_| {
-            let (addr, stop) = (addr.clone(), stop.clone());
-            let (ok, busy, other) = (ok.clone(), busy.clone(), other.clone());
-            std::thread::spawn(move || {
-                let mut c = Client::connect(&addr)
-                    .unwrap()
-                    .with_retry_policy(RetryPolicy::with_max_retries(0));
-                while !stop.load(Ordering::Relaxed) {
-                    // 2 ms of work per call: four callers need about four slots.
-                    match c.call(FunctionId::Spin.id(), 2_000, b"x") {
-                        Ok(_) => ok.fetch_add(1, Ordering::Relaxed),
-                        Err(e) if e.status() == Some(Status::Busy) => {
-                            busy.fetch_add(1, Ordering::Relaxed)
-                        }
-                        Err(_) => other.fetch_add(1, Ordering::Relaxed),
-                    };
-                }
-            })
-        })
-        .collect();
     let grown = wait_for(
         &mut probe,
         &["fixed", "replica", "replica"],
         Duration::from_secs(5),
     );
     stop.store(true, Ordering::Relaxed);
-    for w in workers {
-        w.join().unwrap();
-    }
+    let counts: Vec<_> = workers.into_iter().map(|w| w.join().unwrap()).collect();
     assert_eq!(grown, ["fixed", "replica", "replica"]);
-    assert_eq!(other.load(Ordering::Relaxed), 0, "only OK or BUSY answers");
-    assert!(ok.load(Ordering::Relaxed) > 0);
+    assert_eq!(
+        counts.iter().map(|c| c.2).sum::<u64>(),
+        0,
+        "only OK or BUSY answers"
+    );
+    assert!(counts.iter().map(|c| c.0).sum::<u64>() > 0);
     // Idle now: after three calm periods each replica goes back.
     let shrunk = wait_for(
         &mut probe,
@@ -187,14 +183,12 @@ shrink_periods = 2000
     let mut probe = Client::connect(&addr).unwrap();
     let (spin, minmax) = (FunctionId::Spin.id() as u64, FunctionId::MinMax.id() as u64);
     let until = |probe: &mut Client, want: [Option<u64>; 4]| {
-        let end = Instant::now() + Duration::from_secs(5);
-        loop {
-            let r = replica_functions(probe);
-            if r == want || Instant::now() > end {
-                return r;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_until(
+            probe,
+            replica_functions,
+            &want.to_vec(),
+            Duration::from_secs(5),
+        )
     };
     let stop = Arc::new(AtomicBool::new(false));
     let hot = callers(

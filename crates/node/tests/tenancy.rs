@@ -76,6 +76,19 @@ fn status<T: std::fmt::Debug>(r: Result<T, ClientError>) -> Status {
     r.expect_err("a refusal").status().expect("a status")
 }
 
+/// Tenant 1 uploads the `add` example module; its digest.
+fn upload_add(one: &mut Client) -> [u8; 32] {
+    let module = compile_wat(ADD_WAT).unwrap();
+    let up = one
+        .call(FN_CONTROL, 0, &envelope(1, KEY1, &Op::Upload(module)))
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&up.payload).unwrap();
+    hex::decode(v["digest"].as_str().unwrap())
+        .unwrap()
+        .try_into()
+        .unwrap()
+}
+
 #[test]
 fn hello_attributes_and_anonymous_connections_are_refused() {
     let n = node("anonymous = \"refuse\"", "");
@@ -122,15 +135,7 @@ fn hello_attributes_and_anonymous_connections_are_refused() {
 fn a_tenants_module_is_hidden_from_the_others() {
     let n = node("", "");
     let mut one = tenant_client(&n, 1, KEY1);
-    let module = compile_wat(ADD_WAT).unwrap();
-    let up = one
-        .call(FN_CONTROL, 0, &envelope(1, KEY1, &Op::Upload(module)))
-        .unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&up.payload).unwrap();
-    let digest: [u8; 32] = hex::decode(v["digest"].as_str().unwrap())
-        .unwrap()
-        .try_into()
-        .unwrap();
+    let digest = upload_add(&mut one);
     let target = Target::Wasm {
         function: 140,
         digest,
@@ -249,15 +254,7 @@ fn a_shared_slot_is_shared_by_weight() {
 fn a_tenants_modules_occupy_at_most_max_slots() {
     let n = node("", "max_slots = 1");
     let mut one = tenant_client(&n, 1, KEY1);
-    let module = compile_wat(ADD_WAT).unwrap();
-    let up = one
-        .call(FN_CONTROL, 0, &envelope(1, KEY1, &Op::Upload(module)))
-        .unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&up.payload).unwrap();
-    let digest: [u8; 32] = hex::decode(v["digest"].as_str().unwrap())
-        .unwrap()
-        .try_into()
-        .unwrap();
+    let digest = upload_add(&mut one);
     let wasm = |slot: u16| Op::Swap {
         slot,
         target: Target::Wasm {
