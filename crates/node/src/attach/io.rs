@@ -346,7 +346,9 @@ impl<M: InlineMachine> Driver<M> {
                 }
             }
             if reads >= READS_PER_TURN {
-                if self.readable_left(id) {
+                // The last reads may have made output no write has tried: a
+                // writable edge comes only after a write that would block.
+                if self.readable_left(id) || self.output_waits(id) {
                     self.again.push(id);
                 }
                 break;
@@ -376,6 +378,16 @@ impl<M: InlineMachine> Driver<M> {
         matches!(self.pairs.get(id), Some(Some(p))
             if (p.client_readable && p.client.is_some() && self.machine.wants_client_input(id))
                 || (p.backend_readable && p.backend.is_some() && self.machine.wants_backend_input(id)))
+    }
+
+    /// Whether bytes wait to be written to the pair's client or backend.
+    fn output_waits(&mut self, id: usize) -> bool {
+        let Some(Some(p)) = self.pairs.get(id) else {
+            return false;
+        };
+        let (client, backend) = (p.client.is_some(), p.backend.is_some());
+        (client && self.machine.client_out(id).is_some_and(|o| !o.is_empty()))
+            || (backend && self.machine.backend_out(id).is_some_and(|o| !o.is_empty()))
     }
 
     fn drop_client(&mut self, id: usize) {
@@ -412,4 +424,101 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<(Poll, TcpListener, Arc<Waker>)
         .register(&mut listener, LISTENER, Interest::READABLE)?;
     let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
     Ok((poll, listener, waker))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::os::fd::AsRawFd;
+
+    /// Echoes what a client sends, reading until `limit` bytes wait unsent.
+    struct EchoUpTo {
+        out: Vec<u8>,
+        limit: usize,
+    }
+
+    impl InlineMachine for EchoUpTo {
+        fn open(&mut self) -> usize {
+            0
+        }
+        fn wants_client_input(&self, _: usize) -> bool {
+            self.out.len() < self.limit
+        }
+        fn wants_backend_input(&self, _: usize) -> bool {
+            false
+        }
+        fn client_input(&mut self, _: usize, bytes: &[u8], _: Now) {
+            self.out.extend_from_slice(bytes);
+        }
+        fn client_eof(&mut self, _: usize, _: Now) {}
+        fn client_closed(&mut self, _: usize) {}
+        fn backend_input(&mut self, _: usize, _: &[u8], _: Now) {}
+        fn backend_eof(&mut self, _: usize, _: Now) {}
+        fn backend_failed(&mut self, _: usize, _: Now) {}
+        fn take_backend_reset(&mut self, _: usize) -> bool {
+            false
+        }
+        fn resume(&mut self, _: usize, _: Now) {}
+        fn client_out(&mut self, _: usize) -> Option<&mut Vec<u8>> {
+            Some(&mut self.out)
+        }
+        fn backend_out(&mut self, _: usize) -> Option<&mut Vec<u8>> {
+            None
+        }
+        fn finished(&self, _: usize) -> bool {
+            false
+        }
+        fn tick(&mut self, _: Now) -> Vec<usize> {
+            Vec::new()
+        }
+        fn remove(&mut self, _: usize, _: Now) {}
+    }
+
+    /// The read budget of a turn runs out on the very read that fills the
+    /// machine's output: that output must still go out, though no writable
+    /// edge is pending (the client socket was writable all along). Before
+    /// the fix the answer stayed unsent for ever (seen as a 30 s hang of a
+    /// 1 MiB answer through the JWT gate under load).
+    #[test]
+    fn output_made_by_the_last_read_of_a_turn_is_written() {
+        let (poll, listener, _waker) = bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        // Room for the whole input in the accepted socket, so the driver's
+        // first turn finds all of it readable at once.
+        let room: libc::c_int = 4 << 20;
+        // SAFETY: a valid socket and a c_int option value of the stated size.
+        let rc = unsafe {
+            libc::setsockopt(
+                listener.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVBUF,
+                (&room as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        assert_eq!(rc, 0);
+        let addr = listener.local_addr().unwrap();
+        let input: Vec<u8> = (0..READS_PER_TURN * READ_CHUNK).map(|i| i as u8).collect();
+        let mut client = std::net::TcpStream::connect(addr).unwrap();
+        client.write_all(&input).unwrap();
+        // Let the bytes land before the driver looks.
+        std::thread::sleep(Duration::from_millis(100));
+        let stop = Arc::new(AtomicBool::new(false));
+        let machine = EchoUpTo {
+            out: Vec::new(),
+            limit: input.len(),
+        };
+        let backend = "127.0.0.1:9".parse().unwrap();
+        let driver = Driver::new(poll, listener, machine, backend, 4, stop.clone());
+        let thread = std::thread::spawn(move || driver.run());
+        client
+            .set_read_timeout(Some(Duration::from_secs(3)))
+            .unwrap();
+        let mut back = vec![0; input.len()];
+        let got = client.read_exact(&mut back);
+        stop.store(true, Ordering::SeqCst);
+        thread.join().unwrap();
+        got.expect("the echo of the whole input within 3 s");
+        assert!(back == input);
+    }
 }
