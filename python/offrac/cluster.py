@@ -15,6 +15,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from .buffers import FN_BUFFER, BufferOp, buffer_param
 from .client import Step
 from .protocol import DEVICE_SELF, MAX_HOPS, function_id, function_name
 
@@ -40,31 +41,49 @@ class ClusterError(Exception):
 
 
 def parse_chain(spec: str) -> list[Step]:
-    """``FUNCTION[:PARAM][@DEVICE],…`` -> steps (the format of ``offrac call`` and pipelines)."""
+    """``FUNCTION[:PARAM][@DEVICE],…`` -> steps (the format of ``offrac call`` and pipelines).
+
+    A named-buffer step is ``buffer.OP:NAME[@DEVICE]`` (OP: put, tee, get, drop), e.g.
+    ``buffer.get:7@1,gemv@1``."""
     parts = [p.strip() for p in spec.split(",") if p.strip()]
     if not 1 <= len(parts) <= MAX_HOPS:
         raise ValueError(f"a chain has 1 to {MAX_HOPS} hops, got {len(parts)}: {spec!r}")
     steps = []
     for part in parts:
         rest, _, device = part.partition("@")
-        name, _, param = rest.partition(":")
+        name, colon, param = rest.partition(":")
+        name = name.strip()
         try:
-            fid = function_id(int(name) if name.strip().isdigit() else name.strip())
-            steps.append(
-                Step(fid, device=int(device) if device else DEVICE_SELF, param=int(param) if param else 0)
-            )
+            dev = int(device) if device else DEVICE_SELF
+            if name.startswith("buffer."):
+                op = name.removeprefix("buffer.")
+                if op.upper() not in BufferOp.__members__:
+                    raise ValueError(f"buffer operation {op!r} is not put, tee, get or drop")
+                if not colon:
+                    raise ValueError("a buffer step needs its name: buffer.OP:NAME")
+                packed = buffer_param(BufferOp[op.upper()], int(param))
+                steps.append(Step(FN_BUFFER, device=dev, param=packed))
+                continue
+            fid = function_id(int(name) if name.isdigit() else name)
+            steps.append(Step(fid, device=dev, param=int(param) if param else 0))
         except ValueError as e:
             raise ValueError(f"hop {part!r}: {e}") from None
     return steps
+
+
+def _step_text(s: Step) -> str:
+    op = s.param >> 32
+    if s.function == FN_BUFFER and s.param >> 40 == 0 and op in BufferOp._value2member_map_:
+        return f"buffer.{BufferOp(op).name.lower()}:{s.param & 0xFFFF_FFFF}"
+    text = function_name(s.function) or str(s.function)
+    return text + (f":{s.param}" if s.param else "")
 
 
 def format_chain(steps: list[Step]) -> str:
     """The text form of ``steps``."""
     out = []
     for s in steps:
-        text = function_name(s.function) or str(s.function)
-        if s.param:
-            text += f":{s.param}"
+        text = _step_text(s)
         if s.device != DEVICE_SELF:
             text += f"@{s.device}"
         out.append(text)

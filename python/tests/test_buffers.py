@@ -3,7 +3,9 @@ chains, unknown names and a full budget answered with their typed errors, tenant
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,6 +23,7 @@ from offrac.buffers import (
     put_buffer,
     tee,
 )
+from offrac.cluster import format_chain, parse_chain
 from offrac.protocol import Hop, Status
 
 from conftest import Node
@@ -75,3 +78,32 @@ def test_the_node_budget_is_held(start_node: Callable[..., Node]) -> None:
         # replacing frees the old bytes first
         put_buffer(c, 1, b"z" * 600)
         assert get_buffer(c, 1) == b"z" * 600
+
+
+def test_buffer_steps_in_the_chain_text_form(node: Node, node_bin: Path) -> None:
+    """``buffer.OP:NAME`` steps parse alike in Python and in ``offrac call``, and work there."""
+    spec = "buffer.put:21,buffer.get:21@3,gemv:4,buffer.tee:4294967295,buffer.drop:0"
+    steps = parse_chain(spec)
+    assert [s.hop() for s in steps[:2]] == [
+        Hop(FN_BUFFER, 0xFF, buffer_param(BufferOp.PUT, 21)),
+        Hop(FN_BUFFER, 3, buffer_param(BufferOp.GET, 21)),
+    ]
+    assert format_chain(steps) == spec
+    assert format_chain([Step(FN_BUFFER, param=9)]) == "255:9"
+    for bad, why in (("buffer.get", "needs its name"), ("buffer.copy:1", "not put, tee, get or drop")):
+        with pytest.raises(ValueError, match=why):
+            parse_chain(bad)
+
+    def call(chain: str, data: str) -> subprocess.CompletedProcess[str]:
+        args = [str(node_bin), "call", "--addr", node.address, chain, "--data", data]
+        return subprocess.run(args, capture_output=True, text=True, timeout=30)
+
+    put = call("buffer.put:21", "kept here")
+    assert put.returncode == 0, put.stderr
+    got = call("buffer.get:21,echo", "+more")
+    assert got.returncode == 0 and "kept here+more" in got.stdout, (got.stdout, got.stderr)
+    bad = call("buffer.copy:21", "x")
+    assert bad.returncode != 0 and "not put, tee, get or drop" in bad.stderr
+    assert call("buffer.drop:21", "").returncode == 0
+    missing = call("buffer.get:21", "")
+    assert missing.returncode != 0 and "21" in missing.stderr

@@ -12,7 +12,8 @@ pub struct Args {
     /// Function name (`offrac functions` lists them: echo, topk, mapid, sigridhash, …). A chain is a
     /// comma-separated list of NAME[:PARAM][@DEVICE], each hop's output the next
     /// one's input (e.g. minmax,logit or topk:64@1,topk:8); without @DEVICE a hop
-    /// runs on the node addressed.
+    /// runs on the node addressed. A named-buffer hop is buffer.OP:NAME (OP: put, tee,
+    /// get, drop; e.g. buffer.get:7@1,gemv:64@1).
     #[arg(required_unless_present = "pipeline")]
     function: Option<String>,
     /// Call the named pipeline stored in the cluster store instead (see `offrac pipeline`).
