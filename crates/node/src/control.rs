@@ -11,7 +11,7 @@ use offrac_control::{
     LibraryError, Op, Prepared, Target, WasmError, WasmFunction, WasmLimits,
 };
 use offrac_core::Job;
-use offrac_proto::{FunctionId, Status};
+use offrac_proto::{FunctionId, Status, TENANT_NODE};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -24,6 +24,10 @@ pub struct ControlSettings {
     pub state_dir: Option<PathBuf>,
     /// Tenant id → HMAC-SHA256 key. No key: every control request is refused.
     pub keys: HashMap<u16, Vec<u8>>,
+    /// The cluster's node key: links between nodes say an authenticated
+    /// hello with it, and forwarded hops keep their origin tenant
+    /// (`docs/control.md`, "Tenants across nodes"). `None`: links are anonymous.
+    pub node_key: Option<Vec<u8>>,
     /// How far a control request's timestamp may be from the node's clock.
     pub window_ms: u64,
     /// How long a swap waits for the slot's running request.
@@ -44,6 +48,7 @@ impl Default for ControlSettings {
         ControlSettings {
             state_dir: None,
             keys: HashMap::new(),
+            node_key: None,
             window_ms: 30_000,
             drain_timeout_ms: 1_000,
             max_module_bytes: lib.max_module_bytes,
@@ -104,6 +109,8 @@ pub enum Handled {
     },
     /// An authenticated hello: the connection is `tenant`'s from now on.
     Hello { tenant: u16 },
+    /// An authenticated hello of another node: the connection is a node link.
+    PeerHello,
     /// An upload to check and compile off the I/O thread
     /// ([`Upload::prepare`]), then [`ControlPlane::finish_upload`].
     Compile(Upload),
@@ -146,6 +153,9 @@ pub struct ControlPlane {
     compiling: usize,
     /// The library's home in the cluster store, if one is configured.
     store: Option<StoreLink>,
+    /// The cluster's node key, for the hellos on this node's links.
+    node_key: Option<Vec<u8>>,
+    link_nonce: u64,
 }
 
 /// The control plane's side of the cluster store (`docs/control.md`, "The
@@ -213,7 +223,16 @@ impl ControlPlane {
         })?;
         Ok(ControlPlane {
             library,
-            auth: Authenticator::new(s.keys.clone(), s.window_ms),
+            auth: Authenticator::new(
+                s.keys
+                    .clone()
+                    .into_iter()
+                    .chain(s.node_key.clone().map(|k| (TENANT_NODE, k)))
+                    .collect(),
+                s.window_ms,
+            ),
+            node_key: s.node_key.clone(),
+            link_nonce: 0,
             cells: Vec::new(),
             state,
             state_dir: s.state_dir.clone(),
@@ -232,6 +251,24 @@ impl ControlPlane {
             compiling: 0,
             store: None,
         })
+    }
+
+    /// The hello this node says on a link to another node at wall-clock
+    /// `now_ms` (`None`: no node key, links are anonymous). Its nonce is
+    /// unique across the cluster's nodes and restarts: the device id, then
+    /// the clock in microseconds plus a counter.
+    pub fn link_hello(&mut self, now_ms: u64, device: u8) -> Option<Vec<u8>> {
+        let key = self.node_key.as_ref()?;
+        self.link_nonce += 1;
+        let nonce = ((device as u64) << 56)
+            | (now_ms.wrapping_mul(1000).wrapping_add(self.link_nonce) & ((1 << 56) - 1));
+        Some(offrac_control::wire::encode(
+            TENANT_NODE,
+            now_ms,
+            nonce,
+            &Op::Hello,
+            key,
+        ))
     }
 
     /// A handle that checks and compiles modules on any thread.
@@ -612,6 +649,15 @@ impl ControlPlane {
         }
         tracing::info!(tenant = env.tenant, op = env.op.name(), "control request");
         let tenant = env.tenant;
+        if tenant == TENANT_NODE {
+            return match env.op {
+                Op::Hello => Handled::PeerHello,
+                _ => {
+                    let msg = "the node key only says hello on links between nodes";
+                    Handled::Answer(Status::Unauthorized, 0, err_json(msg))
+                }
+            };
+        }
         let owns = |cp: &ControlPlane, d: &Digest| {
             cp.uploaders.get(d).is_some_and(|t| t.contains(&tenant))
         };

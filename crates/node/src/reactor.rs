@@ -179,6 +179,10 @@ impl Reactor {
                 let now = self.clock.now();
                 self.driver.handle_hello(now, conn, job.header, tenant);
             }
+            Handled::PeerHello => {
+                let now = self.clock.now();
+                self.driver.handle_peer_hello(now, conn, job.header);
+            }
         }
     }
 
@@ -822,6 +826,34 @@ impl Reactor {
                     }
                 }
                 Io::Connect { link, addr } => self.connect_link(link, &addr),
+                Io::LinkHello { link } => {
+                    let device = self.driver.engine().config().device_id;
+                    let wall_ms = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map(|d| d.as_millis() as u64)
+                        .unwrap_or(0);
+                    let hello = self
+                        .control
+                        .as_mut()
+                        .and_then(|cp| cp.link_hello(wall_ms, device));
+                    match (hello, self.links.get(link)) {
+                        (Some(payload), Some(Some(l))) => {
+                            let mut header = offrac_proto::RequestHeader::single(
+                                crate::driver::LINK_HELLO_ID,
+                                offrac_proto::FN_CONTROL,
+                                0,
+                                payload.len() as u32,
+                            );
+                            header.tenant = offrac_proto::TENANT_NODE;
+                            let wire = header.encode_wire();
+                            l.out.send(&wire[..header.wire_len()], &payload);
+                        }
+                        _ => {
+                            tracing::error!(link, "cannot say the node's hello on a link");
+                            self.driver.handle_link_down(self.clock.now(), link);
+                        }
+                    }
+                }
                 Io::SendLink {
                     link,
                     header,
