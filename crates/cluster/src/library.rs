@@ -32,8 +32,6 @@ pub struct LibrarySnapshot {
     pub owners: Vec<(String, Vec<u16>)>,
     /// The node's saved slot assignment (`slots.json`'s text), if any.
     pub slots: Option<String>,
-    /// The store's revision the snapshot was read at.
-    pub revision: i64,
 }
 
 /// A change another node (or this one) made to the library.
@@ -98,7 +96,12 @@ mod etcd {
 
     /// The module `hex`'s bytes as the store holds them, if complete and
     /// matching their digest.
-    async fn fetch(c: &mut Client, root: &str, hex: &str) -> Result<Option<Vec<u8>>, ClusterError> {
+    async fn fetch(
+        c: &mut Client,
+        root: &str,
+        hex: &str,
+        max: usize,
+    ) -> Result<Option<Vec<u8>>, ClusterError> {
         let resp = c.get(format!("{root}meta/{hex}"), None).await?;
         let Some(meta) = resp
             .kvs()
@@ -107,6 +110,15 @@ mod etcd {
         else {
             return Ok(None);
         };
+        if meta.size > max || meta.chunks > meta.size.div_ceil(CHUNK_BYTES) {
+            tracing::warn!(
+                digest = hex,
+                size = meta.size,
+                max,
+                "module in the cluster store is larger than this node takes; skipped"
+            );
+            return Ok(None);
+        }
         let mut bytes = Vec::with_capacity(meta.size);
         for i in 0..meta.chunks {
             let resp = c.get(format!("{root}chunks/{hex}/{i}"), None).await?;
@@ -129,8 +141,13 @@ mod etcd {
         serde_json::from_slice(value).unwrap_or_default()
     }
 
-    /// Read the library and `device`'s slot assignment from the store.
-    pub fn load_library(cfg: &ClusterConfig, device: u8) -> Result<LibrarySnapshot, ClusterError> {
+    /// Read the library (modules of at most `max` bytes) and `device`'s
+    /// slot assignment from the store.
+    pub fn load_library(
+        cfg: &ClusterConfig,
+        device: u8,
+        max: usize,
+    ) -> Result<LibrarySnapshot, ClusterError> {
         let rt = runtime()?;
         rt.block_on(async {
             let mut c = Client::connect(&cfg.endpoints, Some(options())).await?;
@@ -141,7 +158,6 @@ mod etcd {
                     Some(GetOptions::new().with_prefix().with_keys_only()),
                 )
                 .await?;
-            let revision = metas.header().map_or(0, |h| h.revision());
             let hexes: Vec<String> = metas
                 .kvs()
                 .iter()
@@ -150,12 +166,9 @@ mod etcd {
                     Some(k.strip_prefix(&format!("{root}meta/"))?.to_string())
                 })
                 .collect();
-            let mut snap = LibrarySnapshot {
-                revision,
-                ..LibrarySnapshot::default()
-            };
+            let mut snap = LibrarySnapshot::default();
             for hex in hexes {
-                if let Some(b) = fetch(&mut c, &root, &hex).await? {
+                if let Some(b) = fetch(&mut c, &root, &hex, max).await? {
                     snap.modules.push(b);
                 }
             }
@@ -250,14 +263,17 @@ mod etcd {
     }
 
     /// Start the library's sync: writes queued with [`LibrarySync::write`] go
-    /// to the store in order, and every change after `revision` (the
-    /// snapshot's) is reported to `on_event` — modules this node wrote itself
-    /// excepted. Queued writes wait (and are retried) while the store is
+    /// to the store in order, and the others' changes are reported to
+    /// `on_event`: each time it (re)connects, every module not in `known`
+    /// (the hex digests this node has; it adds those it writes or is told
+    /// of) and every owner list, then every change as it happens. Modules
+    /// above `max` bytes are skipped. Queued writes wait (and are retried) while the store is
     /// unreachable; those still queued when the node stops are written
     /// before it goes, unless the store is unreachable then.
     pub fn spawn_library_sync(
         cfg: ClusterConfig,
-        revision: i64,
+        known: Vec<String>,
+        max: usize,
         on_event: impl Fn(LibraryEvent) + Send + 'static,
     ) -> Result<LibrarySync, ClusterError> {
         let rt = runtime()?;
@@ -269,8 +285,7 @@ mod etcd {
                 .spawn(move || {
                     rt.block_on(async move {
                     let root = root(&cfg);
-                    let mut from = revision + 1;
-                    let mut mine: BTreeSet<String> = BTreeSet::new();
+                    let mut known: BTreeSet<String> = known.into_iter().collect();
                     let mut pending: Option<LibraryWrite> = None;
                     let mut backoff = Duration::from_millis(100);
                     loop {
@@ -278,7 +293,7 @@ mod etcd {
                             return;
                         }
                         let r = sync_session(
-                            &cfg, &root, &mut from, &mut mine, &mut pending, &mut rx, &mut stop_rx,
+                            &cfg, &root, max, &mut known, &mut pending, &mut rx, &mut stop_rx,
                             &on_event, &mut backoff,
                         )
                         .await;
@@ -309,8 +324,8 @@ mod etcd {
     async fn sync_session(
         cfg: &ClusterConfig,
         root: &str,
-        from: &mut i64,
-        mine: &mut BTreeSet<String>,
+        max: usize,
+        known: &mut BTreeSet<String>,
         pending: &mut Option<LibraryWrite>,
         rx: &mut tokio::sync::mpsc::UnboundedReceiver<LibraryWrite>,
         stop: &mut tokio::sync::watch::Receiver<bool>,
@@ -318,10 +333,52 @@ mod etcd {
         backoff: &mut Duration,
     ) -> Result<(), ClusterError> {
         let mut c = Client::connect(&cfg.endpoints, Some(options())).await?;
+        // What changed while this node was not watching: modules it lacks,
+        // and every owner list (a watch cannot resume from a compacted
+        // revision, so each session starts from a listing).
+        let metas = c
+            .get(
+                format!("{root}meta/"),
+                Some(GetOptions::new().with_prefix().with_keys_only()),
+            )
+            .await?;
+        let from = metas.header().map_or(0, |h| h.revision()) + 1;
+        let hexes: Vec<String> = metas
+            .kvs()
+            .iter()
+            .filter_map(|kv| {
+                let k = std::str::from_utf8(kv.key()).ok()?;
+                Some(k.strip_prefix(&format!("{root}meta/"))?.to_string())
+            })
+            .filter(|h| !known.contains(h))
+            .collect();
+        for hex in hexes {
+            if let Some(b) = fetch(&mut c, root, &hex, max).await? {
+                known.insert(hex);
+                on_event(LibraryEvent::Module(b));
+            }
+        }
+        let owners = c
+            .get(
+                format!("{root}owners/"),
+                Some(GetOptions::new().with_prefix().with_revision(from - 1)),
+            )
+            .await?;
+        for kv in owners.kvs() {
+            if let Some(hex) = std::str::from_utf8(kv.key())
+                .ok()
+                .and_then(|k| k.strip_prefix(&format!("{root}owners/")))
+            {
+                on_event(LibraryEvent::Owners {
+                    hex: hex.to_string(),
+                    tenants: owners_of(kv.value()),
+                });
+            }
+        }
         let (_watcher, mut events) = c
             .watch(
                 root,
-                Some(WatchOptions::new().with_prefix().with_start_revision(*from)),
+                Some(WatchOptions::new().with_prefix().with_start_revision(from)),
             )
             .await?;
         *backoff = Duration::from_millis(100);
@@ -329,7 +386,7 @@ mod etcd {
             // A write that failed with the last connection goes first.
             if let Some(w) = pending.take() {
                 if let LibraryWrite::Module { hex, .. } = &w {
-                    mine.insert(hex.clone());
+                    known.insert(hex.clone());
                 }
                 if let Err(e) = write(&mut c, root, &w).await {
                     *pending = Some(w);
@@ -355,17 +412,17 @@ mod etcd {
                     }
                     for ev in resp.events() {
                         let Some(kv) = ev.kv() else { continue };
-                        *from = (*from).max(kv.mod_revision() + 1);
                         let Some(key) = std::str::from_utf8(kv.key()).ok().and_then(|k| k.strip_prefix(root)) else {
                             continue;
                         };
                         let put = ev.event_type() == EventType::Put;
                         if let Some(hex) = key.strip_prefix("meta/") {
                             if !put {
-                                mine.remove(hex);
+                                known.remove(hex);
                                 on_event(LibraryEvent::Removed { hex: hex.to_string() });
-                            } else if !mine.contains(hex) {
-                                if let Some(b) = fetch(&mut c, root, hex).await? {
+                            } else if !known.contains(hex) {
+                                if let Some(b) = fetch(&mut c, root, hex, max).await? {
+                                    known.insert(hex.to_string());
                                     on_event(LibraryEvent::Module(b));
                                 }
                             }
@@ -396,13 +453,15 @@ mod absent {
     pub fn load_library(
         _cfg: &ClusterConfig,
         _device: u8,
+        _max: usize,
     ) -> Result<LibrarySnapshot, ClusterError> {
         Err(ClusterError::NoStore)
     }
 
     pub fn spawn_library_sync(
         _cfg: ClusterConfig,
-        _revision: i64,
+        _known: Vec<String>,
+        _max: usize,
         _on_event: impl Fn(LibraryEvent) + Send + 'static,
     ) -> Result<LibrarySync, ClusterError> {
         Err(ClusterError::NoStore)

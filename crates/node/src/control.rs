@@ -271,6 +271,11 @@ impl ControlPlane {
         ))
     }
 
+    /// The hex digests of the library's modules.
+    pub fn module_hexes(&self) -> Vec<String> {
+        self.library.list().map(|(d, _)| hex_digest(d)).collect()
+    }
+
     /// A handle that checks and compiles modules on any thread.
     pub fn compiler(&self) -> Compiler {
         self.library.compiler()

@@ -170,19 +170,18 @@ pub fn start(cfg: NodeConfig, listen: &str) -> Result<NodeHandle, NodeError> {
         .map_err(|e| NodeError::Control(e.to_string()))?;
     // With a cluster store, the library's home is the store: its modules,
     // owners and this node's slot assignment come first.
-    let store_revision = match &cfg.cluster {
-        Some(c) => {
-            let snap = offrac_cluster::library::load_library(&c.store, cfg.engine.device_id)
-                .unwrap_or_else(|e| {
-                    tracing::warn!(error = %e, "cannot read the library from the cluster store; starting from the state directory");
-                    Default::default()
-                });
-            let revision = snap.revision;
-            plane.absorb(snap, cfg.engine.device_id);
-            Some(revision)
-        }
-        None => None,
-    };
+    if let Some(c) = &cfg.cluster {
+        let snap = offrac_cluster::library::load_library(
+            &c.store,
+            cfg.engine.device_id,
+            cfg.control.max_module_bytes,
+        )
+        .unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "cannot read the library from the cluster store; starting from the state directory");
+            Default::default()
+        });
+        plane.absorb(snap, cfg.engine.device_id);
+    }
     let mut engine_cfg = cfg.engine.clone();
     let targets = plane
         .saved_targets(engine_cfg.slots.len())
@@ -277,14 +276,17 @@ pub fn start(cfg: NodeConfig, listen: &str) -> Result<NodeHandle, NodeError> {
         flag.clone(),
         clock,
     );
-    if let (Some(c), Some(revision)) = (&cfg.cluster, store_revision) {
+    if let Some(c) = &cfg.cluster {
         use control::StoreEvent;
         use offrac_cluster::library::LibraryEvent;
         let (tx, rx) = crossbeam_channel::unbounded();
         let compiler = plane.compiler();
         let waker = waker.clone();
-        let sync =
-            offrac_cluster::library::spawn_library_sync(c.store.clone(), revision, move |ev| {
+        let sync = offrac_cluster::library::spawn_library_sync(
+            c.store.clone(),
+            plane.module_hexes(),
+            cfg.control.max_module_bytes,
+            move |ev| {
                 // Another node's module is compiled here, off the I/O thread.
                 let ev = match ev {
                     LibraryEvent::Module(bytes) => StoreEvent::Module(compiler.prepare(&bytes)),
@@ -293,7 +295,8 @@ pub fn start(cfg: NodeConfig, listen: &str) -> Result<NodeHandle, NodeError> {
                 };
                 let _ = tx.send(ev);
                 waker.wake();
-            })?;
+            },
+        )?;
         plane.attach_store(sync);
         reactor.set_store_events(rx);
     }
