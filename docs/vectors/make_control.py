@@ -59,6 +59,8 @@ vectors = [
     vector("UNLOAD a module", 4, dict(kind="unload", digest=DIGEST.hex()), DIGEST, nonce=5),
     vector("HELLO: attribute the data connection to tenant 1", 5, dict(kind="hello"), b"", nonce=10),
     vector("HELLO for tenant 7", 5, dict(kind="hello"), b"", tenant=7, nonce=11),
+    vector("HELLO of a node on a link to another (tenant 0xFFFF, signed with the node key)", 5, dict(kind="hello"),
+           b"", tenant=0xFFFF, nonce=13),
     vector("HELLO with a body (MALFORMED)", 5, None, b"x", nonce=12, valid=False, mac_ok=False, error="Body"),
     vector("LIST signed with another key: decodes, MAC fails (UNAUTHORIZED)", 3, dict(kind="list"), b"",
            nonce=6, key=b"another key", mac_ok=False),

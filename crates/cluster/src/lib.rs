@@ -8,6 +8,9 @@
 //!   (`minmax@0,logit@1`, see [`offrac_proto::chain_spec`]): a named pipeline
 //!   any client can call ([`Store`]).
 //!
+//! - `<prefix>/library/...`: the function library, its owners and each
+//!   node's slot assignment ([`library`], `docs/control.md`).
+//!
 //! When etcd is unreachable nodes keep the last device table they saw and
 //! retry in the background.
 
@@ -113,6 +116,7 @@ pub(crate) fn member_of(nodes_prefix: &str, key: &[u8], value: &[u8]) -> Option<
 mod store;
 #[cfg(feature = "etcd")]
 pub use store::{spawn_membership, Membership, Store};
+pub mod library;
 
 #[cfg(not(feature = "etcd"))]
 mod store_absent;

@@ -69,6 +69,14 @@ pub struct Compiler {
 pub struct Prepared {
     pub digest: Digest,
     entry: Entry,
+    bytes: Vec<u8>,
+}
+
+impl Prepared {
+    /// The module's bytes (for a copy kept elsewhere, e.g. a cluster store).
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
 }
 
 /// The digest's text form (lower-case hex).
@@ -233,6 +241,7 @@ impl Compiler {
                 module,
                 size: bytes.len(),
             },
+            bytes: bytes.to_vec(),
         })
     }
 }

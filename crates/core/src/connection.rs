@@ -47,6 +47,9 @@ pub(crate) struct Connection {
     pub paused: bool,
     /// Set by an authenticated hello; `None`: anonymous.
     pub tenant: TenantKey,
+    /// An authenticated link from another node: each request's header
+    /// `tenant` is its origin's tenant.
+    pub peer: bool,
 }
 
 impl Connection {
@@ -58,6 +61,7 @@ impl Connection {
             held: 0,
             paused: false,
             tenant: None,
+            peer: false,
         }
     }
 

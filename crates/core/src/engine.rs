@@ -237,6 +237,31 @@ impl Engine {
         }
     }
 
+    /// An authenticated hello of another node on `conn`: its requests are
+    /// hops forwarded by that node, each its origin tenant's (the header's
+    /// `tenant`; [`offrac_proto::TENANT_NODE`]: an anonymous origin).
+    /// `false` (and nothing changes) if the connection belongs to a tenant.
+    pub fn attribute_peer(&mut self, conn: ConnId) -> bool {
+        match self.conns.get_mut(&conn) {
+            Some(c) if c.tenant.is_none() => {
+                c.peer = true;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The tenant a request `h` on `conn` is charged to and restricted as.
+    fn request_tenant(&self, conn: ConnId, h: &RequestHeader) -> (TenantKey, bool) {
+        match self.conns.get(&conn) {
+            Some(c) if c.peer => (
+                (h.tenant != offrac_proto::TENANT_NODE).then_some(h.tenant),
+                true,
+            ),
+            c => (c.and_then(|c| c.tenant), false),
+        }
+    }
+
     /// The tenant `conn` is attributed to (`None`: anonymous or unknown).
     pub fn tenant_of(&self, conn: ConnId) -> TenantKey {
         self.conns.get(&conn).and_then(|c| c.tenant)
@@ -722,11 +747,18 @@ impl Engine {
         if self.shutting_down {
             return refuse(self, Status::ShuttingDown, 0, "node is shutting down");
         }
-        let tenant = self.tenant_of(conn);
+        let (tenant, peer) = self.request_tenant(conn, &h);
         // A control request authenticates itself (the hello is one).
         if hop.function != FN_CONTROL {
+            if !peer
+                && h.flags & offrac_proto::FLAG_FORWARDED != 0
+                && self.tenancy.authenticated_links
+            {
+                let msg = "a forwarded hop from a connection that did not say a node's hello";
+                return refuse(self, Status::Unauthorized, 0, msg);
+            }
             match tenant {
-                Some(t) if h.tenant != t => {
+                Some(t) if !peer && h.tenant != t => {
                     let msg = format!(
                         "the request says tenant {}, its connection's hello said tenant {t}",
                         h.tenant

@@ -49,6 +49,9 @@ pub struct Tenancy {
     pub refuse_anonymous: bool,
     /// DRR credit per round of a weight-1 tenant, nanoseconds of execution.
     pub quantum_ns: u64,
+    /// Links between nodes say an authenticated hello (a node key is
+    /// configured): a forwarded hop is refused from any other connection.
+    pub authenticated_links: bool,
 }
 
 impl Default for Tenancy {
@@ -58,6 +61,7 @@ impl Default for Tenancy {
             anonymous: TenantPolicy::default(),
             refuse_anonymous: false,
             quantum_ns: 100_000,
+            authenticated_links: false,
         }
     }
 }

@@ -227,6 +227,8 @@ struct RawControl {
     max_memory_bytes: Option<usize>,
     #[serde(default)]
     tenants: Vec<RawTenant>,
+    /// The cluster's node key (hex): links between nodes say a hello with it.
+    node_key: Option<String>,
     /// "allow" (default) or "refuse" data requests of connections without a hello.
     anonymous: Option<String>,
     /// DRR credit per round of a weight-1 tenant.
@@ -290,7 +292,21 @@ fn control_settings(raw: Option<RawControl>) -> Result<crate::ControlSettings, C
         raw.anonymous_max_pool_bytes,
         raw.anonymous_max_buffer_bytes,
     )?;
+    if let Some(k) = &raw.node_key {
+        let key = hex::decode(k)
+            .ok()
+            .filter(|k| k.len() >= 16)
+            .ok_or_else(|| bad("node_key must be at least 16 bytes of hex".into()))?;
+        c.node_key = Some(key);
+        c.tenancy.authenticated_links = true;
+    }
     for t in raw.tenants {
+        if t.id == offrac_proto::TENANT_NODE {
+            return Err(bad(format!(
+                "tenant id {} is reserved for the nodes' own hellos",
+                t.id
+            )));
+        }
         let p = policy(
             &format!("tenant {}", t.id),
             t.weight,
@@ -845,5 +861,18 @@ mod tests {
         assert!(e.to_string().contains("listed twice"), "{e}");
         let e = NodeConfig::parse("[[devices]]\nid = 0\naddr = \"a:1\"").unwrap_err();
         assert!(e.to_string().contains("own id"), "{e}");
+    }
+
+    #[test]
+    fn the_node_key_and_its_reserved_tenant_id() {
+        let key = "000102030405060708090a0b0c0d0e0f";
+        let c = NodeConfig::parse(&format!("[control]\nnode_key = \"{key}\"")).unwrap();
+        assert_eq!(c.control.node_key.as_deref().map(<[u8]>::len), Some(16));
+        assert!(c.control.tenancy.authenticated_links);
+        let e = NodeConfig::parse("[control]\nnode_key = \"0011\"").unwrap_err();
+        assert!(e.to_string().contains("node_key"), "{e}");
+        let reserved = format!("[[control.tenants]]\nid = 65535\nkey = \"{key}\"");
+        let e = NodeConfig::parse(&format!("[control]\n{reserved}")).unwrap_err();
+        assert!(e.to_string().contains("reserved"), "{e}");
     }
 }

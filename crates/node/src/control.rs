@@ -11,7 +11,7 @@ use offrac_control::{
     LibraryError, Op, Prepared, Target, WasmError, WasmFunction, WasmLimits,
 };
 use offrac_core::Job;
-use offrac_proto::{FunctionId, Status};
+use offrac_proto::{FunctionId, Status, TENANT_NODE};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -24,6 +24,10 @@ pub struct ControlSettings {
     pub state_dir: Option<PathBuf>,
     /// Tenant id → HMAC-SHA256 key. No key: every control request is refused.
     pub keys: HashMap<u16, Vec<u8>>,
+    /// The cluster's node key: links between nodes say an authenticated
+    /// hello with it, and forwarded hops keep their origin tenant
+    /// (`docs/control.md`, "Tenants across nodes"). `None`: links are anonymous.
+    pub node_key: Option<Vec<u8>>,
     /// How far a control request's timestamp may be from the node's clock.
     pub window_ms: u64,
     /// How long a swap waits for the slot's running request.
@@ -44,6 +48,7 @@ impl Default for ControlSettings {
         ControlSettings {
             state_dir: None,
             keys: HashMap::new(),
+            node_key: None,
             window_ms: 30_000,
             drain_timeout_ms: 1_000,
             max_module_bytes: lib.max_module_bytes,
@@ -104,6 +109,8 @@ pub enum Handled {
     },
     /// An authenticated hello: the connection is `tenant`'s from now on.
     Hello { tenant: u16 },
+    /// An authenticated hello of another node: the connection is a node link.
+    PeerHello,
     /// An upload to check and compile off the I/O thread
     /// ([`Upload::prepare`]), then [`ControlPlane::finish_upload`].
     Compile(Upload),
@@ -139,10 +146,43 @@ pub struct ControlPlane {
     state: FunctionState,
     state_dir: Option<PathBuf>,
     /// The tenants that uploaded each module: only they see and swap it.
-    /// Kept in memory: after a restart a module is nobody's until uploaded again.
+    /// Kept in `<state_dir>/owners.json` (a module it does not name is
+    /// nobody's until a tenant uploads it again).
     uploaders: HashMap<Digest, std::collections::BTreeSet<u16>>,
     /// Uploads handed out by [`Handled::Compile`] and not yet finished.
     compiling: usize,
+    /// The library's home in the cluster store, if one is configured.
+    store: Option<StoreLink>,
+    /// The cluster's node key, for the hellos on this node's links.
+    node_key: Option<Vec<u8>>,
+    link_nonce: u64,
+}
+
+/// The control plane's side of the cluster store (`docs/control.md`, "The
+/// library in the cluster store"): what the store holds, and where writes go.
+struct StoreLink {
+    device: u8,
+    /// This node's slot assignment as the store had it at start.
+    slots: Option<String>,
+    /// The modules the store holds (as far as this node knows).
+    held: std::collections::HashSet<Digest>,
+    /// The background writer and watcher (set once the node runs).
+    sync: Option<offrac_cluster::library::LibrarySync>,
+}
+
+/// A change to the library seen in the cluster store, for
+/// [`ControlPlane::handle_store_event`].
+pub enum StoreEvent {
+    /// A module another node uploaded, compiled (off the I/O thread).
+    Module(Result<Prepared, LibraryError>),
+    /// The owners of module `hex` are now `tenants`.
+    Owners { hex: String, tenants: Vec<u16> },
+    /// Module `hex` was unloaded.
+    Removed { hex: String },
+}
+
+fn digest_from_hex(h: &str) -> Option<Digest> {
+    hex::decode(h).ok()?.try_into().ok()
 }
 
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -153,6 +193,17 @@ struct SavedSlot {
     /// The tenant whose module it is (only its connections see it).
     #[serde(default)]
     tenant: Option<u16>,
+}
+
+/// Write `dir/name` so that a crash leaves either the old file or the new
+/// one: a temporary file, flushed to disk, then renamed over it.
+fn write_atomically(dir: &std::path::Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let tmp = dir.join(format!("{name}.tmp"));
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, dir.join(name))
 }
 
 fn err_json(msg: &str) -> Vec<u8> {
@@ -172,7 +223,16 @@ impl ControlPlane {
         })?;
         Ok(ControlPlane {
             library,
-            auth: Authenticator::new(s.keys.clone(), s.window_ms),
+            auth: Authenticator::new(
+                s.keys
+                    .clone()
+                    .into_iter()
+                    .chain(s.node_key.clone().map(|k| (TENANT_NODE, k)))
+                    .collect(),
+                s.window_ms,
+            ),
+            node_key: s.node_key.clone(),
+            link_nonce: 0,
             cells: Vec::new(),
             state,
             state_dir: s.state_dir.clone(),
@@ -189,7 +249,183 @@ impl ControlPlane {
                 .filter_map(|(h, t)| Some((hex::decode(h).ok()?.try_into().ok()?, t)))
                 .collect(),
             compiling: 0,
+            store: None,
         })
+    }
+
+    /// The hello this node says on a link to another node at wall-clock
+    /// `now_ms` (`None`: no node key, links are anonymous). Its nonce is
+    /// unique across the cluster's nodes and restarts: the device id, then
+    /// the clock in microseconds plus a counter.
+    pub fn link_hello(&mut self, now_ms: u64, device: u8) -> Option<Vec<u8>> {
+        let key = self.node_key.as_ref()?;
+        self.link_nonce += 1;
+        let nonce = ((device as u64) << 56)
+            | (now_ms.wrapping_mul(1000).wrapping_add(self.link_nonce) & ((1 << 56) - 1));
+        Some(offrac_control::wire::encode(
+            TENANT_NODE,
+            now_ms,
+            nonce,
+            &Op::Hello,
+            key,
+        ))
+    }
+
+    /// The hex digests of the library's modules.
+    pub fn module_hexes(&self) -> Vec<String> {
+        self.library.list().map(|(d, _)| hex_digest(d)).collect()
+    }
+
+    /// A handle that checks and compiles modules on any thread.
+    pub fn compiler(&self) -> Compiler {
+        self.library.compiler()
+    }
+
+    /// Take in what the cluster store holds for this node (at start, before
+    /// the slot assignment is restored): its modules (compiled here), their
+    /// owners (joined with the state directory's), and the node's slot
+    /// assignment, which takes the place of `slots.json`'s.
+    pub fn absorb(&mut self, snap: offrac_cluster::library::LibrarySnapshot, device: u8) {
+        let mut held = std::collections::HashSet::new();
+        for bytes in snap.modules {
+            match self.library.upload(&bytes) {
+                Ok(d) => {
+                    held.insert(d);
+                }
+                Err(e) => tracing::warn!(error = %e, "module of the cluster store skipped"),
+            }
+        }
+        for (h, tenants) in snap.owners {
+            if let Some(d) = digest_from_hex(&h) {
+                self.uploaders.entry(d).or_default().extend(tenants);
+            }
+        }
+        self.save_uploaders();
+        self.store = Some(StoreLink {
+            device,
+            slots: snap.slots,
+            held,
+            sync: None,
+        });
+    }
+
+    /// Write through `sync` from now on; first, what this node has that the
+    /// store lacks (modules of its state directory, and every owner list).
+    pub fn attach_store(&mut self, sync: offrac_cluster::library::LibrarySync) {
+        use offrac_cluster::library::LibraryWrite;
+        let Some(link) = &mut self.store else {
+            return;
+        };
+        let dir = self.library.dir().map(|d| d.join("modules"));
+        for (d, _) in self.library.list() {
+            if link.held.contains(d) {
+                continue;
+            }
+            let hex = hex_digest(d);
+            let Some(bytes) = dir
+                .as_ref()
+                .and_then(|dir| std::fs::read(dir.join(format!("{hex}.wasm"))).ok())
+            else {
+                continue;
+            };
+            sync.write(LibraryWrite::Module { hex, bytes });
+            link.held.insert(*d);
+        }
+        for (d, t) in &self.uploaders {
+            sync.write(LibraryWrite::Owners {
+                hex: hex_digest(d),
+                tenants: t.iter().copied().collect(),
+            });
+        }
+        link.sync = Some(sync);
+    }
+
+    fn store_write(&self, w: offrac_cluster::library::LibraryWrite) {
+        if let Some(sync) = self.store.as_ref().and_then(|l| l.sync.as_ref()) {
+            sync.write(w);
+        }
+    }
+
+    /// Put module `d` in the store if it may not be there yet.
+    fn store_module(&mut self, d: Digest, bytes: &[u8]) {
+        let new = self.store.as_mut().is_some_and(|l| l.held.insert(d));
+        if new {
+            self.store_write(offrac_cluster::library::LibraryWrite::Module {
+                hex: hex_digest(&d),
+                bytes: bytes.to_vec(),
+            });
+        }
+    }
+
+    fn store_owners(&self, d: &Digest) {
+        let tenants = self
+            .uploaders
+            .get(d)
+            .map(|t| t.iter().copied().collect())
+            .unwrap_or_default();
+        self.store_write(offrac_cluster::library::LibraryWrite::Owners {
+            hex: hex_digest(d),
+            tenants,
+        });
+    }
+
+    /// A change another node made to the library in the cluster store.
+    /// `in_use`: whether a slot of this node runs a module (an unloaded
+    /// module a slot runs stays until it is swapped out).
+    pub fn handle_store_event(&mut self, ev: StoreEvent, in_use: impl Fn(&Digest) -> bool) {
+        match ev {
+            StoreEvent::Module(Ok(p)) => {
+                let d = self.library.admit(p);
+                if let Some(link) = &mut self.store {
+                    link.held.insert(d);
+                }
+            }
+            StoreEvent::Module(Err(e)) => {
+                tracing::warn!(error = %e, "module of the cluster store skipped")
+            }
+            StoreEvent::Owners { hex, tenants } => {
+                let Some(d) = digest_from_hex(&hex) else {
+                    return;
+                };
+                if tenants.is_empty() {
+                    self.uploaders.remove(&d);
+                } else {
+                    self.uploaders.insert(d, tenants.into_iter().collect());
+                }
+                self.save_uploaders();
+            }
+            StoreEvent::Removed { hex } => {
+                let Some(d) = digest_from_hex(&hex) else {
+                    return;
+                };
+                if let Some(link) = &mut self.store {
+                    link.held.remove(&d);
+                }
+                if in_use(&d) {
+                    tracing::warn!(
+                        digest = hex,
+                        "module unloaded elsewhere is run here; kept until swapped out"
+                    );
+                    return;
+                }
+                if self.library.contains(&d) {
+                    if let Err(e) = self.library.unload(&d) {
+                        tracing::warn!(digest = hex, error = %e, "cannot drop an unloaded module");
+                    }
+                }
+                self.uploaders.remove(&d);
+                self.save_uploaders();
+            }
+        }
+    }
+
+    /// The saved slot assignment's text: the cluster store's if it had one
+    /// for this node, else `<state_dir>/slots.json`'s.
+    fn saved_slots_text(&self) -> Option<String> {
+        if let Some(t) = self.store.as_ref().and_then(|l| l.slots.clone()) {
+            return Some(t);
+        }
+        std::fs::read_to_string(self.state_dir.as_ref()?.join("slots.json")).ok()
     }
 
     /// Keep who uploaded which module for a restart.
@@ -203,39 +439,56 @@ impl ControlPlane {
             .map(|(d, t)| (hex_digest(d), t))
             .collect();
         let text = serde_json::to_string_pretty(&by_hex).unwrap_or_default();
-        let tmp = dir.join("owners.json.tmp");
-        let r =
-            std::fs::write(&tmp, text).and_then(|_| std::fs::rename(&tmp, dir.join("owners.json")));
-        if let Err(e) = r {
+        if let Err(e) = write_atomically(dir, "owners.json", text.as_bytes()) {
             tracing::error!(error = %e, "cannot save the module owners");
         }
     }
 
-    /// The owners of the function ids the saved slot assignment serves
-    /// with tenants' modules.
-    pub fn saved_owners(&self) -> Vec<(u8, u16)> {
-        let Some(dir) = &self.state_dir else {
-            return Vec::new();
-        };
-        let Ok(text) = std::fs::read_to_string(dir.join("slots.json")) else {
-            return Vec::new();
-        };
-        let saved: Vec<SavedSlot> = serde_json::from_str(&text).unwrap_or_default();
-        saved
-            .iter()
-            .filter_map(|s| Some((s.function, s.tenant?)))
-            .collect()
+    /// The owners of the function ids that `targets` (the assignment the
+    /// node starts with, [`ControlPlane::saved_targets`] or the configured
+    /// one) serve with modules: the tenant `slots.json` recorded for the
+    /// slot, or, in a file written before slots recorded it, the module's
+    /// uploader if it has exactly one. A module slot with neither is served
+    /// to every connection, as before tenants, until swapped.
+    pub fn saved_owners(&self, targets: &[Target]) -> Vec<(u8, u16)> {
+        let saved: Vec<SavedSlot> = self
+            .saved_slots_text()
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or_default();
+        let mut owners = Vec::new();
+        for (i, t) in targets.iter().enumerate() {
+            let Target::Wasm { function, digest } = t else {
+                continue;
+            };
+            let recorded = saved
+                .get(i)
+                .filter(|s| s.function == *function)
+                .and_then(|s| s.tenant);
+            let sole = self
+                .uploaders
+                .get(digest)
+                .filter(|t| t.len() == 1)
+                .and_then(|t| t.first().copied());
+            match recorded.or(sole) {
+                Some(o) => owners.push((*function, o)),
+                None => tracing::warn!(
+                    function,
+                    digest = hex_digest(digest),
+                    "restored module slot has no known owner; served to every connection"
+                ),
+            }
+        }
+        owners
     }
 
     /// The slot assignment saved by the last swap, if any and if it still
     /// fits: `slots` entries, every module still in the library.
     pub fn saved_targets(&self, slots: usize) -> Option<Vec<Target>> {
-        let path = self.state_dir.as_ref()?.join("slots.json");
-        let text = std::fs::read_to_string(&path).ok()?;
+        let text = self.saved_slots_text()?;
         let saved: Vec<SavedSlot> = match serde_json::from_str(&text) {
             Ok(s) => s,
             Err(e) => {
-                tracing::warn!(path = %path.display(), error = %e, "saved slot assignment ignored");
+                tracing::warn!(error = %e, "saved slot assignment ignored");
                 return None;
             }
         };
@@ -274,9 +527,9 @@ impl ControlPlane {
 
     /// Save the slot assignment (after a swap) so a restart keeps it.
     pub fn save_targets(&self, targets: &[Target], owner_of: impl Fn(u8) -> Option<u16>) {
-        let Some(dir) = &self.state_dir else {
+        if self.state_dir.is_none() && self.store.is_none() {
             return;
-        };
+        }
         let saved: Vec<SavedSlot> = targets
             .iter()
             .map(|t| match t {
@@ -293,10 +546,16 @@ impl ControlPlane {
             })
             .collect();
         let text = serde_json::to_string_pretty(&saved).unwrap_or_default();
-        let tmp = dir.join("slots.json.tmp");
-        let r =
-            std::fs::write(&tmp, text).and_then(|_| std::fs::rename(&tmp, dir.join("slots.json")));
-        if let Err(e) = r {
+        if let Some(link) = &self.store {
+            self.store_write(offrac_cluster::library::LibraryWrite::Slots {
+                device: link.device,
+                json: text.clone(),
+            });
+        }
+        let Some(dir) = &self.state_dir else {
+            return;
+        };
+        if let Err(e) = write_atomically(dir, "slots.json", text.as_bytes()) {
             tracing::error!(error = %e, "cannot save the slot assignment");
         }
     }
@@ -349,7 +608,9 @@ impl ControlPlane {
         self.compiling = self.compiling.saturating_sub(1);
         match prepared {
             Ok(p) => {
-                let d = self.library.admit(p);
+                let d = p.digest;
+                self.store_module(d, p.bytes());
+                self.library.admit(p);
                 self.claim(tenant, d, size)
             }
             Err(e @ LibraryError::TooLarge { .. }) => (
@@ -366,6 +627,7 @@ impl ControlPlane {
     fn claim(&mut self, tenant: u16, d: Digest, size: usize) -> (Status, u64, Vec<u8>) {
         self.uploaders.entry(d).or_default().insert(tenant);
         self.save_uploaders();
+        self.store_owners(&d);
         let body = serde_json::json!({ "digest": hex_digest(&d), "size": size });
         (Status::Ok, 0, body.to_string().into_bytes())
     }
@@ -392,6 +654,15 @@ impl ControlPlane {
         }
         tracing::info!(tenant = env.tenant, op = env.op.name(), "control request");
         let tenant = env.tenant;
+        if tenant == TENANT_NODE {
+            return match env.op {
+                Op::Hello => Handled::PeerHello,
+                _ => {
+                    let msg = "the node key only says hello on links between nodes";
+                    Handled::Answer(Status::Unauthorized, 0, err_json(msg))
+                }
+            };
+        }
         let owns = |cp: &ControlPlane, d: &Digest| {
             cp.uploaders.get(d).is_some_and(|t| t.contains(&tenant))
         };
@@ -402,6 +673,7 @@ impl ControlPlane {
                 let d = digest_of(&bytes);
                 if self.library.contains(&d) {
                     // Nothing to compile: this tenant's claim, answered at once.
+                    self.store_module(d, &bytes);
                     let (status, detail, body) = self.claim(tenant, d, bytes.len());
                     Handled::Answer(status, detail, body)
                 } else if bytes.len() > max {
@@ -480,6 +752,7 @@ impl ControlPlane {
                 if let Some(t) = self.uploaders.get_mut(&d).filter(|t| t.len() > 1) {
                     t.remove(&tenant);
                     self.save_uploaders();
+                    self.store_owners(&d);
                     return Handled::Answer(Status::Ok, 0, Vec::new());
                 }
                 if in_use(&d) {
@@ -493,6 +766,12 @@ impl ControlPlane {
                     Ok(()) => {
                         self.uploaders.remove(&d);
                         self.save_uploaders();
+                        if let Some(link) = &mut self.store {
+                            link.held.remove(&d);
+                        }
+                        self.store_write(offrac_cluster::library::LibraryWrite::Remove {
+                            hex: hex_digest(&d),
+                        });
                         Handled::Answer(Status::Ok, 0, Vec::new())
                     }
                     Err(e @ LibraryError::Missing(_)) => {

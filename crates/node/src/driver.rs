@@ -20,7 +20,7 @@ mod control;
 mod links;
 
 pub use autoscale::{AutoscaleSettings, AutoscaleStats};
-pub use links::{LinkId, LinkState, LinkStats, PeerConfig};
+pub use links::{LinkId, LinkState, LinkStats, PeerConfig, LINK_HELLO_ID};
 
 use links::Link;
 use offrac_core::{Action, ConnId, Engine, EngineConfig, Instant, Job, Route, SlotId};
@@ -85,6 +85,9 @@ pub struct DriverConfig {
     pub tenancy: offrac_core::Tenancy,
     /// Function ids served by tenants' modules at start (a saved assignment).
     pub owners: Vec<(u8, u16)>,
+    /// Links to other nodes say the node's hello ([`Io::LinkHello`]) before
+    /// any hop, and forwarded hops carry their origin tenant.
+    pub link_hello: bool,
     /// Collectives across the device table (`docs/collectives.md`).
     pub collectives: offrac_collective::Config,
     /// Bytes the node's named buffers may keep, over all tenants.
@@ -111,6 +114,7 @@ impl DriverConfig {
             autoscale: None,
             tenancy: offrac_core::Tenancy::default(),
             owners: Vec::new(),
+            link_hello: false,
             collectives: offrac_collective::Config::default(),
             named_buffer_bytes: offrac_core::DEFAULT_BUFFER_BUDGET,
         }
@@ -172,6 +176,12 @@ pub enum Io {
     /// [`Driver::handle_link_bytes`]; an end of stream or error is
     /// [`Driver::handle_link_down`].
     Connect { link: LinkId, addr: String },
+    /// Write the node's hello on `link` (just opened) as request id
+    /// [`LINK_HELLO_ID`]: a control request signed with the node key
+    /// (`docs/protocol.md`, "Node links"). Its answer is
+    /// [`Driver::handle_link_bytes`]'s; nothing else is sent on the link
+    /// before an `OK` one.
+    LinkHello { link: LinkId },
     /// Write this request (header, then payload) on `link`.
     SendLink {
         link: LinkId,

@@ -168,6 +168,20 @@ pub fn start(cfg: NodeConfig, listen: &str) -> Result<NodeHandle, NodeError> {
     // saved (which overrides the configured one, `docs/control.md`).
     let mut plane = control::ControlPlane::open(&cfg.control, cfg.state.clone())
         .map_err(|e| NodeError::Control(e.to_string()))?;
+    // With a cluster store, the library's home is the store: its modules,
+    // owners and this node's slot assignment come first.
+    if let Some(c) = &cfg.cluster {
+        let snap = offrac_cluster::library::load_library(
+            &c.store,
+            cfg.engine.device_id,
+            cfg.control.max_module_bytes,
+        )
+        .unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "cannot read the library from the cluster store; starting from the state directory");
+            Default::default()
+        });
+        plane.absorb(snap, cfg.engine.device_id);
+    }
     let mut engine_cfg = cfg.engine.clone();
     let targets = plane
         .saved_targets(engine_cfg.slots.len())
@@ -218,11 +232,12 @@ pub fn start(cfg: NodeConfig, listen: &str) -> Result<NodeHandle, NodeError> {
     driver_cfg.collectives = cfg.collectives.clone();
     driver_cfg.named_buffer_bytes = cfg.named_buffer_bytes;
     driver_cfg.peers = cfg.devices.clone();
+    driver_cfg.owners = plane.saved_owners(&targets);
     driver_cfg.targets = targets;
     driver_cfg.swap_drain_timeout = Duration::from_millis(cfg.control.drain_timeout_ms);
     driver_cfg.autoscale = cfg.autoscale.clone();
     driver_cfg.tenancy = cfg.control.tenancy.clone();
-    driver_cfg.owners = plane.saved_owners();
+    driver_cfg.link_hello = cfg.control.node_key.is_some();
 
     let attach = cfg
         .attach
@@ -261,6 +276,30 @@ pub fn start(cfg: NodeConfig, listen: &str) -> Result<NodeHandle, NodeError> {
         flag.clone(),
         clock,
     );
+    if let Some(c) = &cfg.cluster {
+        use control::StoreEvent;
+        use offrac_cluster::library::LibraryEvent;
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let compiler = plane.compiler();
+        let waker = waker.clone();
+        let sync = offrac_cluster::library::spawn_library_sync(
+            c.store.clone(),
+            plane.module_hexes(),
+            cfg.control.max_module_bytes,
+            move |ev| {
+                // Another node's module is compiled here, off the I/O thread.
+                let ev = match ev {
+                    LibraryEvent::Module(bytes) => StoreEvent::Module(compiler.prepare(&bytes)),
+                    LibraryEvent::Owners { hex, tenants } => StoreEvent::Owners { hex, tenants },
+                    LibraryEvent::Removed { hex } => StoreEvent::Removed { hex },
+                };
+                let _ = tx.send(ev);
+                waker.wake();
+            },
+        )?;
+        plane.attach_store(sync);
+        reactor.set_store_events(rx);
+    }
     reactor.set_control(plane);
     let membership = match &cfg.cluster {
         Some(c) => {

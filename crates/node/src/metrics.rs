@@ -304,6 +304,11 @@ impl Metrics {
                 "Connection attempts to peers.",
                 e.links.connects,
             ),
+            (
+                "offrac_link_hellos_refused_total",
+                "Links closed because the peer refused this node's hello (another node key?).",
+                e.links.hellos_refused,
+            ),
         ] {
             gauge(&mut o, name, help, "counter");
             let _ = writeln!(o, "{name} {v}");

@@ -82,6 +82,8 @@ pub struct Reactor {
     control: Option<crate::control::ControlPlane>,
     /// Where uploads are compiled, started by the first one.
     compiles: Option<crate::compile::CompileThread>,
+    /// Changes to the library other nodes made in the cluster store.
+    store_events: Option<Receiver<crate::control::StoreEvent>>,
 }
 
 impl Reactor {
@@ -122,6 +124,7 @@ impl Reactor {
             membership: None,
             control: None,
             compiles: None,
+            store_events: None,
             errors: crate::ratelog::RateLog::new(Status::ALL.len(), Duration::from_secs(1)),
         }
     }
@@ -175,6 +178,10 @@ impl Reactor {
             Handled::Hello { tenant } => {
                 let now = self.clock.now();
                 self.driver.handle_hello(now, conn, job.header, tenant);
+            }
+            Handled::PeerHello => {
+                let now = self.clock.now();
+                self.driver.handle_peer_hello(now, conn, job.header);
             }
         }
     }
@@ -251,6 +258,25 @@ impl Reactor {
         any
     }
 
+    /// Take changes to the library from the cluster store as they come.
+    pub fn set_store_events(&mut self, rx: Receiver<crate::control::StoreEvent>) {
+        self.store_events = Some(rx);
+    }
+
+    /// Apply the library's changes seen in the cluster store.
+    fn drain_store(&mut self) -> bool {
+        let (Some(rx), Some(cp)) = (&self.store_events, &mut self.control) else {
+            return false;
+        };
+        let mut any = false;
+        for ev in rx.try_iter() {
+            any = true;
+            let driver = &self.driver;
+            cp.handle_store_event(ev, |d| driver.module_in_use(d));
+        }
+        any
+    }
+
     /// Take device tables from a cluster store as they come.
     pub fn set_membership(&mut self, rx: Receiver<Vec<PeerConfig>>, static_peers: Vec<PeerConfig>) {
         self.membership = Some((rx, static_peers));
@@ -294,6 +320,7 @@ impl Reactor {
             let mut work = self.drain_completions();
             work |= self.drain_compiles();
             work |= self.drain_membership();
+            work |= self.drain_store();
             work |= self.read_turns();
             let spinning = self.io_mode == IoMode::Poll && last_work.elapsed() < self.spin;
             if spinning && !work {
@@ -398,7 +425,13 @@ impl Reactor {
             .as_ref()
             .is_some_and(|(rx, _)| !rx.is_empty());
         let compiled = self.compiles.as_ref().is_some_and(|t| t.has_finished());
-        if !self.done_rx.is_empty() || members || compiled || self.shutdown.load(Ordering::SeqCst) {
+        let stored = self.store_events.as_ref().is_some_and(|rx| !rx.is_empty());
+        if !self.done_rx.is_empty()
+            || members
+            || compiled
+            || stored
+            || self.shutdown.load(Ordering::SeqCst)
+        {
             return Some(Duration::ZERO);
         }
         let until_timer = self
@@ -793,6 +826,34 @@ impl Reactor {
                     }
                 }
                 Io::Connect { link, addr } => self.connect_link(link, &addr),
+                Io::LinkHello { link } => {
+                    let device = self.driver.engine().config().device_id;
+                    let wall_ms = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map(|d| d.as_millis() as u64)
+                        .unwrap_or(0);
+                    let hello = self
+                        .control
+                        .as_mut()
+                        .and_then(|cp| cp.link_hello(wall_ms, device));
+                    match (hello, self.links.get(link)) {
+                        (Some(payload), Some(Some(l))) => {
+                            let mut header = offrac_proto::RequestHeader::single(
+                                crate::driver::LINK_HELLO_ID,
+                                offrac_proto::FN_CONTROL,
+                                0,
+                                payload.len() as u32,
+                            );
+                            header.tenant = offrac_proto::TENANT_NODE;
+                            let wire = header.encode_wire();
+                            l.out.send(&wire[..header.wire_len()], &payload);
+                        }
+                        _ => {
+                            tracing::error!(link, "cannot say the node's hello on a link");
+                            self.driver.handle_link_down(self.clock.now(), link);
+                        }
+                    }
+                }
                 Io::SendLink {
                     link,
                     header,

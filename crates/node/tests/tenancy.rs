@@ -4,7 +4,7 @@
 //! `QUOTA_EXCEEDED`, and the DRR share of a slot two tenants flood.
 
 use offrac_client::{Client, ClientError, FunctionId, RetryPolicy, Status};
-use offrac_control::examples::{compile_wat, ADD_WAT};
+use offrac_control::examples::{compile_wat, large_wat, ADD_WAT};
 use offrac_control::{wire, Op, Target, FN_CONTROL};
 use offrac_node::{start, NodeConfig, NodeHandle};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -284,4 +284,181 @@ fn a_tenants_modules_occupy_at_most_max_slots() {
         .unwrap();
     assert_eq!(one.call(140, 1, b"ab").unwrap().payload, b"bc");
     n.shutdown().unwrap();
+}
+
+/// A fresh state directory for one test.
+fn state_dir(name: &str) -> (std::path::PathBuf, String) {
+    let dir = std::env::temp_dir().join(format!("offrac-tenancy-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let line = format!("state_dir = {:?}", dir.display().to_string());
+    (dir, line)
+}
+
+fn control_json(c: &mut Client, tenant: u16, key: &[u8], op: &Op) -> serde_json::Value {
+    let r = c.call(FN_CONTROL, 0, &envelope(tenant, key, op)).unwrap();
+    serde_json::from_slice(&r.payload).unwrap()
+}
+
+fn digests(list: &serde_json::Value) -> Vec<String> {
+    list["modules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["digest"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn module_and_slot_owners_survive_a_restart() {
+    let (dir, state) = state_dir("owners");
+    let (add, kept) = {
+        let n = node(&state, "");
+        let mut one = tenant_client(&n, 1, KEY1);
+        let add = upload_add(&mut one);
+        let swap = Op::Swap {
+            slot: 1,
+            target: Target::Wasm {
+                function: 140,
+                digest: add,
+            },
+        };
+        one.call(FN_CONTROL, 0, &envelope(1, KEY1, &swap)).unwrap();
+        // A second module of tenant 1, in the library only.
+        let v = control_json(
+            &mut one,
+            1,
+            KEY1,
+            &Op::Upload(compile_wat(&large_wat(3)).unwrap()),
+        );
+        let kept: [u8; 32] = hex::decode(v["digest"].as_str().unwrap())
+            .unwrap()
+            .try_into()
+            .unwrap();
+        n.shutdown().unwrap();
+        (add, kept)
+    };
+    let n = node(&state, "");
+    // Tenant 2 sees neither module nor the slot's function, and cannot
+    // swap, unload or call them.
+    let mut two = tenant_client(&n, 2, KEY2);
+    let list = control_json(&mut two, 2, KEY2, &Op::List);
+    assert!(digests(&list).is_empty(), "{list}");
+    assert_eq!(list["slots"][1]["kind"], "another tenant's", "{list}");
+    let away = Op::Swap {
+        slot: 1,
+        target: Target::Builtin(FunctionId::Echo.id()),
+    };
+    assert_eq!(
+        status(two.call(FN_CONTROL, 0, &envelope(2, KEY2, &away))),
+        Status::BadInput
+    );
+    for d in [add, kept] {
+        let take = Op::Swap {
+            slot: 0,
+            target: Target::Wasm {
+                function: 141,
+                digest: d,
+            },
+        };
+        assert_eq!(
+            status(two.call(FN_CONTROL, 0, &envelope(2, KEY2, &take))),
+            Status::UnknownFunction
+        );
+        assert_eq!(
+            status(two.call(FN_CONTROL, 0, &envelope(2, KEY2, &Op::Unload(d)))),
+            Status::UnknownFunction
+        );
+    }
+    assert_eq!(status(two.call(140, 1, b"ab")), Status::UnknownFunction);
+    assert_eq!(
+        status(client(&n).call(140, 1, b"ab")),
+        Status::UnknownFunction
+    );
+    // Tenant 1 still sees, calls and unloads its own.
+    let mut one = tenant_client(&n, 1, KEY1);
+    let list = control_json(&mut one, 1, KEY1, &Op::List);
+    let mut mine = digests(&list);
+    mine.sort();
+    let mut want = vec![hex::encode(add), hex::encode(kept)];
+    want.sort();
+    assert_eq!(mine, want, "{list}");
+    assert_eq!(list["slots"][1]["digest"], hex::encode(add), "{list}");
+    assert_eq!(one.call(140, 1, b"ab").unwrap().payload, b"bc");
+    one.call(FN_CONTROL, 0, &envelope(1, KEY1, &Op::Unload(kept)))
+        .unwrap();
+    n.shutdown().unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn an_assignment_not_restored_leaves_no_owner_behind() {
+    let (dir, state) = state_dir("stale");
+    let add = {
+        let n = node(&state, "");
+        let mut one = tenant_client(&n, 1, KEY1);
+        let add = upload_add(&mut one);
+        let swap = Op::Swap {
+            slot: 1,
+            target: Target::Wasm {
+                function: 140,
+                digest: add,
+            },
+        };
+        one.call(FN_CONTROL, 0, &envelope(1, KEY1, &swap)).unwrap();
+        n.shutdown().unwrap();
+        add
+    };
+    // The module is gone from the state directory: the saved assignment is
+    // ignored, and with it tenant 1's hold on function 140.
+    std::fs::remove_file(dir.join(format!("modules/{}.wasm", hex::encode(add)))).unwrap();
+    let n = node(&state, "");
+    let mut two = tenant_client(&n, 2, KEY2);
+    let module = compile_wat(ADD_WAT).unwrap();
+    control_json(&mut two, 2, KEY2, &Op::Upload(module));
+    let swap = Op::Swap {
+        slot: 0,
+        target: Target::Wasm {
+            function: 140,
+            digest: add,
+        },
+    };
+    two.call(FN_CONTROL, 0, &envelope(2, KEY2, &swap)).unwrap();
+    assert_eq!(two.call(140, 1, b"ab").unwrap().payload, b"bc");
+    n.shutdown().unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_slot_saved_without_its_owner_takes_its_modules_uploader() {
+    let (dir, state) = state_dir("oldslots");
+    {
+        let n = node(&state, "");
+        let mut one = tenant_client(&n, 1, KEY1);
+        let add = upload_add(&mut one);
+        let swap = Op::Swap {
+            slot: 1,
+            target: Target::Wasm {
+                function: 140,
+                digest: add,
+            },
+        };
+        one.call(FN_CONTROL, 0, &envelope(1, KEY1, &swap)).unwrap();
+        n.shutdown().unwrap();
+    }
+    // A state directory written before slots recorded their owner.
+    let path = dir.join("slots.json");
+    let mut slots: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    for s in slots.as_array_mut().unwrap() {
+        s.as_object_mut().unwrap().remove("tenant");
+    }
+    std::fs::write(&path, slots.to_string()).unwrap();
+    let n = node(&state, "");
+    let mut two = tenant_client(&n, 2, KEY2);
+    assert_eq!(status(two.call(140, 1, b"ab")), Status::UnknownFunction);
+    let mut one = tenant_client(&n, 1, KEY1);
+    assert_eq!(one.call(140, 1, b"ab").unwrap().payload, b"bc");
+    n.shutdown().unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
 }

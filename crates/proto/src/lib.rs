@@ -34,6 +34,11 @@ pub const REQUEST_MAGIC: u16 = 0x4F51;
 pub const RESPONSE_MAGIC: u16 = 0x5352;
 /// Device id meaning "this node" in a hop, or "the caller" as reply device.
 pub const DEVICE_SELF: u8 = 0xFF;
+/// The tenant id reserved for nodes: a node signs the hello on its links to
+/// other nodes as this tenant (with the cluster's `node_key`), and a hop
+/// forwarded on such a link whose origin connection was anonymous carries
+/// it in the header's `tenant` (`docs/protocol.md`, "Node links").
+pub const TENANT_NODE: u16 = 0xFFFF;
 /// Control function: register the connection this request arrives on as a
 /// reply endpoint. `param`: the endpoint id wanted (0..=254), or 255 for any
 /// free one; answered `OK` with the endpoint id in `detail`. Requests whose

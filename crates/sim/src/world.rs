@@ -748,6 +748,8 @@ impl World {
                 Io::Control { job } => self.control(node, job),
                 // A swap's install (the autoscaler's or a client's) takes `install_ns`.
                 Io::SaveSlots { .. } => {}
+                // Simulated nodes have no node key: their links say no hello.
+                Io::LinkHello { .. } => {}
                 Io::Install { slot, .. } => {
                     let t = self.now + self.nodes[node].cfg.install_ns;
                     self.at(t, Ev::Installed(node, slot));

@@ -91,6 +91,29 @@ impl Driver {
         self.handle_control_answered(now, conn);
     }
 
+    /// An authenticated hello of another node ([`Io::Control`]) on `conn`:
+    /// a node link from now on (its hops keep their origin tenant); `OK`, or
+    /// `BAD_INPUT` if the connection belongs to a tenant.
+    pub fn handle_peer_hello(&mut self, now: Instant, conn: ConnId, header: RequestHeader) {
+        let (status, msg) = if self.engine.attribute_peer(conn) {
+            (Status::Ok, "")
+        } else {
+            (Status::BadInput, "this connection belongs to a tenant")
+        };
+        let h = ResponseHeader::answer(
+            &header,
+            status,
+            self.engine.config().device_id,
+            msg.len() as u32,
+        );
+        self.out.push_back(Io::Send {
+            conn,
+            header: h,
+            payload: msg.as_bytes().to_vec(),
+        });
+        self.handle_control_answered(now, conn);
+    }
+
     /// Which tenant owns `function` (a module it swapped in), if any.
     pub fn function_owner(&self, function: u8) -> Option<u16> {
         self.engine.owner(function)

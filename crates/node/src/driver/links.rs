@@ -23,6 +23,9 @@ use std::time::Duration;
 /// The driver's name for a link to a peer (an index into the device table).
 pub type LinkId = usize;
 
+/// The link-local request id of a link's hello (forwarded hops count from 1).
+pub const LINK_HELLO_ID: u64 = 0;
+
 /// One entry of the device table: a peer and where it listens.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PeerConfig {
@@ -34,6 +37,8 @@ pub struct PeerConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LinkState {
     Connecting,
+    /// Open; the node's hello was sent and its answer is awaited.
+    Greeting,
     Up,
     /// Down until `retry_at`, when it is reopened.
     Down {
@@ -90,6 +95,8 @@ pub struct LinkStats {
     /// it) wrote straight to the caller's direct reply endpoint.
     pub receipts: u64,
     pub connects: u64,
+    /// Links closed because the peer refused this node's hello.
+    pub hellos_refused: u64,
 }
 
 impl Link {
@@ -228,8 +235,19 @@ impl Driver {
         if l.state != LinkState::Connecting {
             return;
         }
-        l.state = LinkState::Up;
         l.backoff = min;
+        if self.cfg.link_hello {
+            l.state = LinkState::Greeting;
+            self.out.push_back(Io::LinkHello { link });
+            return;
+        }
+        self.link_greeted(link);
+    }
+
+    /// `link` may carry hops: write what waited for it.
+    fn link_greeted(&mut self, link: LinkId) {
+        let l = &mut self.links[link];
+        l.state = LinkState::Up;
         for (header, payload) in l.waiting.drain(..) {
             self.out.push_back(Io::SendLink {
                 link,
@@ -252,12 +270,15 @@ impl Driver {
             return;
         }
         let was_up = l.state == LinkState::Up;
+        let greeting = l.state == LinkState::Greeting;
         l.state = LinkState::Down {
             retry_at: now + l.backoff,
         };
         l.backoff = (l.backoff * 2).min(max);
         let device = l.device;
-        let msg = if was_up {
+        let msg = if greeting {
+            format!("device {device} did not accept this node's hello (another node key?)")
+        } else if was_up {
             format!("the link to device {device} broke before the hop's answer came back; the hop may have run")
         } else {
             format!("cannot connect to device {device}")
@@ -271,10 +292,11 @@ impl Driver {
         let Some(l) = self.links.get_mut(link) else {
             return;
         };
-        if l.state != LinkState::Up {
+        if !matches!(l.state, LinkState::Up | LinkState::Greeting) {
             return;
         }
         l.rx.extend_from_slice(data);
+        let mut greeted = None;
         let mut answers = Vec::new();
         let mut refused = Vec::new();
         let mut at = 0;
@@ -314,6 +336,22 @@ impl Driver {
             if h.receipt {
                 self.link_stats.receipts += 1;
             }
+            if l.state == LinkState::Greeting {
+                // Nothing but the hello was sent: this is its answer.
+                greeted = Some(
+                    (h.request_id == LINK_HELLO_ID && h.status == Status::Ok)
+                        .then_some(())
+                        .ok_or_else(|| {
+                            format!(
+                                "device {} refused this node's hello ({:?}: {})",
+                                l.device,
+                                h.status,
+                                String::from_utf8_lossy(&payload)
+                            )
+                        }),
+                );
+                break;
+            }
             match l.forwarded.remove(&h.request_id) {
                 Some(f) => {
                     l.bytes -= f.bytes;
@@ -330,6 +368,15 @@ impl Driver {
             }
         }
         l.rx.drain(..at);
+        match greeted {
+            Some(Ok(())) => self.link_greeted(link),
+            Some(Err(why)) => {
+                tracing::warn!(link, "{why}");
+                self.link_stats.hellos_refused += 1;
+                return self.handle_link_down(now, link);
+            }
+            None => {}
+        }
         for (f, h, payload) in answers {
             self.relay(now, f, h, payload);
         }
@@ -399,6 +446,11 @@ impl Driver {
         }
         header.origin_id = job.header.caller_id();
         header.flags |= offrac_proto::FLAG_FORWARDED;
+        // On an authenticated link the hop travels as its origin tenant
+        // (the connection's hello), not as whatever its header said.
+        if self.cfg.link_hello {
+            header.tenant = job.tenant.unwrap_or(offrac_proto::TENANT_NODE);
+        }
         header.set_ext_flag();
         // What is left of the budget travels on (time on the wire is not charged).
         if let Some(d) = job.deadline {
