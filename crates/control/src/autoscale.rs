@@ -263,6 +263,24 @@ impl Autoscaler {
         })
     }
 
+    /// An operator's decision (a control request, not the policy's):
+    /// `slot` is to take `role` once its swap is done ([`Autoscaler::swap_done`]).
+    /// Refused (`false`) while the slot has a decision pending.
+    pub fn assign(&mut self, slot: usize, role: SlotRole) -> bool {
+        if slot >= self.roles.len() || self.pending.contains_key(&slot) {
+            return false;
+        }
+        self.pending.insert(slot, role);
+        true
+    }
+
+    /// Spare slots with no decision pending, lowest first.
+    pub fn free_spares(&self) -> Vec<usize> {
+        (0..self.roles.len())
+            .filter(|i| self.roles[*i] == SlotRole::Spare && !self.pending.contains_key(i))
+            .collect()
+    }
+
     /// The caller carried out (`ok`) or gave up (`!ok`, e.g. the swap rolled
     /// back) the decision on `slot`.
     pub fn swap_done(&mut self, slot: usize, ok: bool) {

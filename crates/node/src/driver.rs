@@ -18,6 +18,7 @@ mod autoscale;
 mod collective;
 mod control;
 mod links;
+mod ops;
 
 pub use autoscale::{AutoscaleSettings, AutoscaleStats};
 pub use links::{LinkId, LinkState, LinkStats, PeerConfig};
@@ -195,6 +196,17 @@ pub enum Io {
     SaveSlots {
         targets: Vec<offrac_control::Target>,
     },
+    /// A forced unload's slots are swapped out (`swapped`: their swap
+    /// reports): remove module `digest` from the library for `tenant` and
+    /// answer the control request `header` of `conn` — then
+    /// [`Driver::handle_control_answered`].
+    RemoveModule {
+        conn: ConnId,
+        header: RequestHeader,
+        digest: offrac_control::Digest,
+        tenant: u16,
+        swapped: serde_json::Value,
+    },
 }
 
 #[derive(Debug, Default)]
@@ -247,6 +259,9 @@ pub struct Driver {
     next_swap_token: u64,
     /// Per slot: requests its last swap handed to a replica / refused.
     swap_counts: Vec<(u64, u64)>,
+    /// Forced unloads and replicates waiting for their swaps (`driver/ops.rs`),
+    /// by their first swap token.
+    batches: std::collections::BTreeMap<u64, ops::Pending>,
     /// The autoscaler (`driver/autoscale.rs`), when configured.
     autoscale: Option<autoscale::AutoscaleState>,
     /// Collectives (`driver/collective.rs`) and the calls waiting for them.
@@ -318,6 +333,7 @@ impl Driver {
             swap_waiters: FxHashMap::default(),
             next_swap_token: 0,
             swap_counts: vec![(0, 0); cfg.slots.len()],
+            batches: Default::default(),
             autoscale,
             collectives,
             calls: collective::Calls::default(),

@@ -661,10 +661,14 @@ impl World {
             Ok(env) => match self.nodes[node].auth.verify(wall, &env, &job.payload) {
                 Err(e) => Err((Status::Unauthorized, e.to_string())),
                 Ok(()) => match env.op {
-                    Op::Hello | Op::Swap { .. } => Ok((env.tenant, env.op)),
+                    Op::Hello
+                    | Op::Swap { .. }
+                    | Op::Replicate { .. }
+                    | Op::Unload { force: true, .. } => Ok((env.tenant, env.op)),
                     _ => Err((
                         Status::Unsupported,
-                        "the simulator runs hellos and swaps only".into(),
+                        "the simulator runs hellos, swaps, replicates and forced unloads only"
+                            .into(),
                     )),
                 },
             },
@@ -673,6 +677,12 @@ impl World {
         match verdict {
             Ok((tenant, Op::Swap { slot, target })) => {
                 driver.handle_swap(now, job.conn, job.header, slot as usize, target, tenant)
+            }
+            Ok((tenant, Op::Replicate { n, target })) => {
+                driver.handle_replicate(now, job.conn, job.header, target, n as usize, tenant)
+            }
+            Ok((tenant, Op::Unload { digest, .. })) => {
+                driver.handle_unload(now, job.conn, job.header, digest, tenant)
             }
             Ok((tenant, _)) => driver.handle_hello(now, job.conn, job.header, tenant),
             Err((status, msg)) => {
@@ -748,6 +758,28 @@ impl World {
                 Io::Control { job } => self.control(node, job),
                 // A swap's install (the autoscaler's or a client's) takes `install_ns`.
                 Io::SaveSlots { .. } => {}
+                // The simulator has no library: the module is simply gone.
+                Io::RemoveModule {
+                    conn,
+                    header,
+                    digest,
+                    swapped,
+                    ..
+                } => {
+                    let body = format!(
+                        r#"{{"digest":"{}","swapped_out":{swapped}}}"#,
+                        offrac_control::hex_digest(&digest)
+                    );
+                    let h = ResponseHeader::answer(
+                        &header,
+                        Status::Ok,
+                        self.nodes[node].cfg.engine.device_id,
+                        body.len() as u32,
+                    );
+                    self.write(node, conn, &h, body.as_bytes());
+                    let now = self.instant();
+                    self.nodes[node].driver.handle_control_answered(now, conn);
+                }
                 Io::Install { slot, .. } => {
                     let t = self.now + self.nodes[node].cfg.install_ns;
                     self.at(t, Ev::Installed(node, slot));

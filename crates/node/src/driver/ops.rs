@@ -1,0 +1,361 @@
+//! The driver's part of the control operations over several slots
+//! (`docs/control.md`, "Forced unload", "Replicate"): planned by
+//! [`offrac_control::ops`], each carried out as a batch of ordinary swaps
+//! through the swap controller (the same safety sequence, the same
+//! roll-back), answered once every swap of the batch has ended.
+
+use super::{Driver, Io};
+use offrac_control::{
+    plan_replicate, plan_unload, Batch, Digest, OpError, SlotRole, SwapError, SwapReport, Target,
+};
+use offrac_core::{ConnId, Instant};
+use offrac_proto::{RequestHeader, Status};
+
+/// What a batch is for.
+#[derive(Debug, Clone)]
+pub(super) enum Kind {
+    /// A forced unload of `digest`: once its slots are swapped out, the
+    /// shell removes the module ([`Io::RemoveModule`]).
+    Unload { digest: Digest },
+    /// A replicate of `target` into spare slots.
+    Replicate { target: Target },
+}
+
+/// A multi-slot control request waiting for its swaps.
+#[derive(Debug, Clone)]
+pub(super) struct Pending {
+    conn: ConnId,
+    header: RequestHeader,
+    tenant: u16,
+    kind: Kind,
+    batch: Batch,
+    /// Per swapped slot: requests handed to a replica / refused `BUSY`.
+    counts: Vec<(usize, u64, u64)>,
+}
+
+impl Pending {
+    /// The slots a replicate of one of `tenant`'s modules is loading it into
+    /// (they count against its slot quota until answered).
+    pub(super) fn module_slots_of(&self, tenant: u16) -> Vec<usize> {
+        match self.kind {
+            Kind::Replicate {
+                target: Target::Wasm { .. },
+            } if self.tenant == tenant => self.batch.pending_slots(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Whether this batch removes module `d` once done.
+    pub(super) fn unloads(&self, d: &Digest) -> bool {
+        matches!(&self.kind, Kind::Unload { digest } if digest == d)
+    }
+}
+
+fn op_status(e: &OpError) -> (Status, u64) {
+    match e {
+        OpError::Busy(slot) => (Status::Busy, *slot as u64),
+        OpError::NotEnoughSpares { available, .. } => (Status::Busy, *available as u64),
+    }
+}
+
+fn report_json(r: &SwapReport, handed: u64, refused: u64) -> serde_json::Value {
+    serde_json::json!({
+        "slot": r.slot,
+        "previous": crate::control::target_json(r.slot, &r.previous, false),
+        "target": crate::control::target_json(r.slot, &r.target, false),
+        "total_ns": r.total_ns,
+        "drain_ns": r.drain_ns,
+        "install_ns": r.install_ns,
+        "handed_to_replica": handed,
+        "refused_busy": refused,
+    })
+}
+
+impl Driver {
+    /// Answer a control request of `conn` from the driver (it was handed
+    /// to the shell as [`Io::Control`]).
+    pub(super) fn answer_control_request(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        header: &RequestHeader,
+        status: Status,
+        detail: u64,
+        body: String,
+    ) {
+        let payload = body.into_bytes();
+        let mut h = offrac_proto::ResponseHeader::answer(
+            header,
+            status,
+            self.engine.config().device_id,
+            payload.len() as u32,
+        );
+        h.detail = detail;
+        self.out.push_back(Io::Send {
+            conn,
+            header: h,
+            payload,
+        });
+        self.handle_control_answered(now, conn);
+    }
+
+    /// Whether a forced unload of module `d` is under way (a swap or a
+    /// replicate to it is refused `BUSY` meanwhile).
+    pub(super) fn unloading(&self, d: &Digest) -> bool {
+        self.batches.values().any(|p| p.unloads(d))
+    }
+
+    /// An authenticated forced `UNLOAD` of module `digest` by `tenant` (the
+    /// shell checked that it is the tenant's alone): every slot running it
+    /// is swapped to its configured built-in, then the shell removes it
+    /// ([`Io::RemoveModule`]).
+    pub fn handle_unload(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        header: RequestHeader,
+        digest: Digest,
+        tenant: u16,
+    ) {
+        if self.unloading(&digest) {
+            let msg = "this module is being unloaded already; retry".to_string();
+            self.answer_control_request(now, conn, &header, Status::Busy, 0, msg);
+            return;
+        }
+        let slots = match plan_unload(&self.swaps, &digest) {
+            Ok(s) => s,
+            Err(e) => {
+                let (status, detail) = op_status(&e);
+                self.answer_control_request(now, conn, &header, status, detail, e.to_string());
+                return;
+            }
+        };
+        if slots.is_empty() {
+            // No slot runs it (any more): the shell removes it at once.
+            self.out.push_back(Io::RemoveModule {
+                conn,
+                header,
+                digest,
+                tenant,
+                swapped: serde_json::json!([]),
+            });
+            return;
+        }
+        let spare = self
+            .cfg
+            .autoscale
+            .as_ref()
+            .map(|a| a.spare.clone())
+            .unwrap_or_default();
+        let mut parts = Vec::new();
+        for &slot in &slots {
+            let token = self.next_swap_token;
+            self.next_swap_token += 1;
+            parts.push((token, slot));
+            // A configured spare slot goes back to being spare.
+            if spare.contains(&slot) {
+                if let Some(a) = &mut self.autoscale {
+                    a.assign(slot, SlotRole::Spare);
+                }
+            }
+        }
+        let id = parts[0].0;
+        self.batches.insert(
+            id,
+            Pending {
+                conn,
+                header,
+                tenant,
+                kind: Kind::Unload { digest },
+                batch: Batch::new(parts.iter().copied()),
+                counts: Vec::new(),
+            },
+        );
+        for (token, slot) in parts {
+            let target = Target::Builtin(self.cfg.slots[slot].function);
+            let busy = self.engine.slots()[slot].is_busy();
+            self.swaps
+                .handle_swap(now.as_nanos(), token, slot, target, busy);
+        }
+        self.run_swaps(now);
+    }
+
+    /// An authenticated `REPLICATE` of `target`, `n` more instances, by
+    /// `tenant`: all or nothing over the autoscaler's free spare slots.
+    pub fn handle_replicate(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        header: RequestHeader,
+        target: Target,
+        n: usize,
+        tenant: u16,
+    ) {
+        if let Target::Wasm { digest, .. } = target {
+            if self.unloading(&digest) {
+                let msg = "this module is being unloaded; retry".to_string();
+                self.answer_control_request(now, conn, &header, Status::Busy, 0, msg);
+                return;
+            }
+            if let Some(max) = self.slot_quota_hit_n(tenant, &[], n) {
+                let msg = format!("tenant {tenant}'s modules may occupy at most {max} slots");
+                self.answer_control_request(
+                    now,
+                    conn,
+                    &header,
+                    Status::QuotaExceeded,
+                    max as u64,
+                    msg,
+                );
+                return;
+            }
+        }
+        let spares = self
+            .autoscale
+            .as_ref()
+            .map(|a| a.free_spares())
+            .unwrap_or_default();
+        let slots = match plan_replicate(&self.swaps, &spares, n) {
+            Ok(s) => s,
+            Err(e) => {
+                let (status, detail) = op_status(&e);
+                self.answer_control_request(now, conn, &header, status, detail, e.to_string());
+                return;
+            }
+        };
+        let mut parts = Vec::new();
+        for &slot in &slots {
+            let token = self.next_swap_token;
+            self.next_swap_token += 1;
+            parts.push((token, slot));
+            if let Some(a) = &mut self.autoscale {
+                // An operator's replica: the autoscaler never reclaims it.
+                a.assign(slot, SlotRole::Fixed(target.function()));
+            }
+        }
+        let id = parts[0].0;
+        self.batches.insert(
+            id,
+            Pending {
+                conn,
+                header,
+                tenant,
+                kind: Kind::Replicate { target },
+                batch: Batch::new(parts.iter().copied()),
+                counts: Vec::new(),
+            },
+        );
+        for (token, slot) in parts {
+            let busy = self.engine.slots()[slot].is_busy();
+            self.swaps
+                .handle_swap(now.as_nanos(), token, slot, target, busy);
+        }
+        self.run_swaps(now);
+    }
+
+    /// The outcome of swap `token`, if it belongs to a batch; the batch is
+    /// answered once complete.
+    pub(super) fn batch_reply(
+        &mut self,
+        now: Instant,
+        token: u64,
+        outcome: &Result<SwapReport, SwapError>,
+    ) -> bool {
+        let Some((&id, p)) = self.batches.iter_mut().find(|(_, p)| p.batch.has(token)) else {
+            return false;
+        };
+        let tenant = p.tenant;
+        let kind = p.kind.clone();
+        let slot = match outcome {
+            Ok(r) => r.slot,
+            Err(_) => p.batch.slot_of(token).unwrap_or(usize::MAX),
+        };
+        if let Ok(r) = outcome {
+            let (handed, refused) = std::mem::take(&mut self.swap_counts[r.slot]);
+            p.counts.push((r.slot, handed, refused));
+        }
+        let complete = p.batch.record(token, outcome.clone());
+        // The autoscaler's view of the slot follows the outcome.
+        let was_spare = self
+            .autoscale
+            .as_ref()
+            .is_some_and(|a| a.role(slot) == Some(SlotRole::Spare));
+        if let Some(a) = &mut self.autoscale {
+            a.done(slot, outcome.is_ok());
+        }
+        let now_spare = self
+            .autoscale
+            .as_ref()
+            .is_some_and(|a| a.role(slot) == Some(SlotRole::Spare));
+        match (&kind, outcome) {
+            (_, Ok(r)) => {
+                let owner = match kind {
+                    Kind::Replicate { .. } => Some(tenant),
+                    Kind::Unload { .. } => None,
+                };
+                self.note_swapped(r, owner);
+                if now_spare {
+                    // Back to spare: it serves nothing until the next replica.
+                    self.engine.pause_slot(now, slot);
+                }
+            }
+            (Kind::Replicate { .. }, Err(_)) if was_spare => {
+                // A rolled-back replica resumed the spare's old function.
+                self.engine.pause_slot(now, slot);
+            }
+            _ => {}
+        }
+        if complete {
+            if let Some(p) = self.batches.remove(&id) {
+                self.finish_batch(now, p);
+            }
+        }
+        true
+    }
+
+    fn finish_batch(&mut self, now: Instant, p: Pending) {
+        let reports: Vec<serde_json::Value> = p
+            .batch
+            .outcomes()
+            .iter()
+            .filter_map(|(_, o)| o.as_ref().ok())
+            .map(|r| {
+                let (h, b) = p
+                    .counts
+                    .iter()
+                    .find(|(s, _, _)| *s == r.slot)
+                    .map(|&(_, h, b)| (h, b))
+                    .unwrap_or((0, 0));
+                report_json(r, h, b)
+            })
+            .collect();
+        let swapped = p.batch.swapped();
+        if let Some((slot, e)) = p.batch.first_error() {
+            let status = super::control::status_of(e);
+            let what = match p.kind {
+                Kind::Unload { .. } => "the module stays in the library",
+                Kind::Replicate { .. } => "the replicas loaded stay",
+            };
+            let msg = format!("slot {slot}: {e}; {what} (swapped: {swapped:?})");
+            self.answer_control_request(now, p.conn, &p.header, status, slot as u64, msg);
+            return;
+        }
+        match p.kind {
+            Kind::Unload { digest } => self.out.push_back(Io::RemoveModule {
+                conn: p.conn,
+                header: p.header,
+                digest,
+                tenant: p.tenant,
+                swapped: serde_json::Value::Array(reports),
+            }),
+            Kind::Replicate { target } => {
+                let body = serde_json::json!({
+                    "function": target.function(),
+                    "slots": swapped,
+                    "swaps": reports,
+                });
+                self.answer_control_request(now, p.conn, &p.header, Status::Ok, 0, body.to_string());
+            }
+        }
+    }
+}
