@@ -234,59 +234,58 @@ impl Envelope {
             };
             Ok((n, target))
         };
-        let op = match payload[0] {
-            1 => Op::Upload(body.to_vec()),
-            2 => {
-                let (slot, target) = targeted("swap")?;
-                Op::Swap { slot, target }
-            }
-            6 => match targeted("replicate")? {
-                (0, _) => {
+        let op =
+            match payload[0] {
+                1 => Op::Upload(body.to_vec()),
+                2 => {
+                    let (slot, target) = targeted("swap")?;
+                    Op::Swap { slot, target }
+                }
+                6 => match targeted("replicate")? {
+                    (0, _) => {
+                        return Err(WireError::Body {
+                            op: "replicate",
+                            why: "n must be at least 1",
+                        })
+                    }
+                    (n, target) => Op::Replicate { n, target },
+                },
+                3 if body.is_empty() => Op::List,
+                3 => {
                     return Err(WireError::Body {
-                        op: "replicate",
-                        why: "n must be at least 1",
+                        op: "list",
+                        why: "the body must be empty",
                     })
                 }
-                (n, target) => Op::Replicate { n, target },
-            },
-            3 if body.is_empty() => Op::List,
-            3 => {
-                return Err(WireError::Body {
-                    op: "list",
-                    why: "the body must be empty",
-                })
-            }
-            4 => match body.len() {
-                32 => Op::Unload {
-                    digest: digest("unload", body)?,
-                    force: false,
-                },
-                33 if body[32] == 1 => Op::Unload {
-                    digest: digest("unload", &body[..32])?,
-                    force: true,
-                },
-                33 => {
-                    return Err(WireError::Body {
+                4 => match body.len() {
+                    32 => Op::Unload {
+                        digest: digest("unload", body)?,
+                        force: false,
+                    },
+                    33 if body[32] == 1 => Op::Unload {
+                        digest: digest("unload", &body[..32])?,
+                        force: true,
+                    },
+                    33 => return Err(WireError::Body {
                         op: "unload",
                         why: "the flags byte must be 1 (force); without force send the digest only",
-                    })
-                }
-                _ => {
+                    }),
+                    _ => {
+                        return Err(WireError::Body {
+                            op: "unload",
+                            why: "a digest is 32 bytes (33 with the force flag)",
+                        })
+                    }
+                },
+                5 if body.is_empty() => Op::Hello,
+                5 => {
                     return Err(WireError::Body {
-                        op: "unload",
-                        why: "a digest is 32 bytes (33 with the force flag)",
+                        op: "hello",
+                        why: "the body must be empty",
                     })
                 }
-            },
-            5 if body.is_empty() => Op::Hello,
-            5 => {
-                return Err(WireError::Body {
-                    op: "hello",
-                    why: "the body must be empty",
-                })
-            }
-            other => return Err(WireError::UnknownOp(other)),
-        };
+                other => return Err(WireError::UnknownOp(other)),
+            };
         let signed_len = ENVELOPE_HEADER + body_len;
         let mut mac = [0u8; MAC_LEN];
         mac.copy_from_slice(&payload[signed_len..]);

@@ -177,10 +177,14 @@ fn upload_swap_call_list_and_bad_modules() {
         slot: 1,
         target: Target::Builtin(0),
     });
-    assert_eq!(ctl.send(&Op::Unload {
+    assert_eq!(
+        ctl.send(&Op::Unload {
             digest: add,
             force: false
-        }).unwrap(), b"");
+        })
+        .unwrap(),
+        b""
+    );
     assert_eq!(status(c.call(130, 1, b"ab")), Status::UnknownFunction);
     n.shutdown().unwrap();
 }

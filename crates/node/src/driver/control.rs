@@ -180,7 +180,11 @@ impl Driver {
                 .filter(|w| w.tenant == tenant)
                 .filter_map(|w| w.module_slot),
         );
-        held.extend(self.batches.values().flat_map(|p| p.module_slots_of(tenant)));
+        held.extend(
+            self.batches
+                .values()
+                .flat_map(|p| p.module_slots_of(tenant)),
+        );
         for s in besides {
             held.remove(s);
         }

@@ -354,7 +354,14 @@ impl Driver {
                     "slots": swapped,
                     "swaps": reports,
                 });
-                self.answer_control_request(now, p.conn, &p.header, Status::Ok, 0, body.to_string());
+                self.answer_control_request(
+                    now,
+                    p.conn,
+                    &p.header,
+                    Status::Ok,
+                    0,
+                    body.to_string(),
+                );
             }
         }
     }
