@@ -562,4 +562,25 @@ mod tests {
             AutoscaleError::Periods
         );
     }
+
+    #[test]
+    fn an_operators_assignment_takes_a_spare_the_policy_then_leaves_alone() {
+        let mut a = scaler(vec![SlotRole::Fixed(1), SlotRole::Spare, SlotRole::Spare]);
+        assert_eq!(a.free_spares(), vec![1, 2]);
+        assert!(a.assign(1, SlotRole::Fixed(4)));
+        assert!(!a.assign(1, SlotRole::Spare), "a decision is pending");
+        assert_eq!(a.free_spares(), vec![2]);
+        // A failed swap leaves the slot spare; a done one takes the role.
+        a.swap_done(1, false);
+        assert_eq!(a.roles()[1], SlotRole::Spare);
+        assert!(a.assign(1, SlotRole::Fixed(4)));
+        a.swap_done(1, true);
+        assert_eq!(a.roles()[1], SlotRole::Fixed(4));
+        // Function 4 idle for long: an operator's replica is never reclaimed.
+        for _ in 0..20 {
+            let ds = a.observe(SEC, 0.0, &[load(4, 0, 0, 100.0)]);
+            assert!(ds.iter().all(|d| !matches!(d, Decision::Reclaim { slot: 1 })));
+        }
+        assert_eq!(a.roles()[1], SlotRole::Fixed(4));
+    }
 }
