@@ -84,6 +84,9 @@ enum Sub {
     /// Measure swap time (built-in, small and large module) and a swap under load, on a node
     /// started in this process.
     BenchSwap(BenchArgs),
+    /// Measure a replicate of n = 2 and a forced unload under load (a swap as the baseline),
+    /// on a node started in this process.
+    BenchOps(crate::ctl_bench_ops::BenchOpsArgs),
 }
 
 #[derive(clap::Args)]
@@ -249,6 +252,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
             std::fs::write(&output, bytes)?;
         }
         Sub::BenchSwap(b) => crate::ctl_bench::run(b)?,
+        Sub::BenchOps(b) => crate::ctl_bench_ops::run(b)?,
     }
     Ok(())
 }

@@ -579,7 +579,9 @@ mod tests {
         // Function 4 idle for long: an operator's replica is never reclaimed.
         for _ in 0..20 {
             let ds = a.observe(SEC, 0.0, &[load(4, 0, 0, 100.0)]);
-            assert!(ds.iter().all(|d| !matches!(d, Decision::Reclaim { slot: 1 })));
+            assert!(ds
+                .iter()
+                .all(|d| !matches!(d, Decision::Reclaim { slot: 1 })));
         }
         assert_eq!(a.roles()[1], SlotRole::Fixed(4));
     }

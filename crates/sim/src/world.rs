@@ -211,6 +211,11 @@ pub struct SimNode {
     acc: std::collections::BTreeMap<u8, (f64, u64)>,
     /// Verifies control envelopes (hellos) on the virtual wall clock.
     auth: offrac_control::Authenticator,
+    /// Per slot: runs in flight, and whether a swap's install is under way.
+    /// A swap must never install while its slot runs, nor a job be run by
+    /// a slot being installed (the job would meet the new function): checked.
+    running: Vec<u32>,
+    installing: Vec<bool>,
 }
 
 impl SimNode {
@@ -218,6 +223,8 @@ impl SimNode {
         Ok(SimNode {
             driver: Driver::new(cfg.engine.clone(), cfg.driver.clone())?,
             busy_ns: vec![0; cfg.engine.slots.len()],
+            running: vec![0; cfg.engine.slots.len()],
+            installing: vec![false; cfg.engine.slots.len()],
             acc: Default::default(),
             auth: offrac_control::Authenticator::new(cfg.tenant_keys.clone(), 30_000),
             cfg,
@@ -526,6 +533,8 @@ impl World {
                 route,
             } => {
                 if !self.nodes[node].down {
+                    let n = &mut self.nodes[node];
+                    n.running[slot] = n.running[slot].saturating_sub(1);
                     self.finish(node, slot, *job, started, route);
                 }
             }
@@ -555,6 +564,7 @@ impl World {
             }
             Ev::Installed(node, slot) => {
                 if !self.nodes[node].down {
+                    self.nodes[node].installing[slot] = false;
                     self.nodes[node].driver.handle_installed(now, slot, Ok(()));
                     self.apply(node);
                 }
@@ -710,6 +720,12 @@ impl World {
                     route,
                 } => {
                     let n = &mut self.nodes[node];
+                    assert!(
+                        !n.installing[slot],
+                        "node {node}: a job of function {} was dispatched to slot {slot} while its swap installs",
+                        job.function()
+                    );
+                    n.running[slot] += 1;
                     let started = if inline {
                         self.now
                     } else {
@@ -781,6 +797,12 @@ impl World {
                     self.nodes[node].driver.handle_control_answered(now, conn);
                 }
                 Io::Install { slot, .. } => {
+                    let n = &mut self.nodes[node];
+                    assert_eq!(
+                        n.running[slot], 0,
+                        "node {node}: slot {slot} is installed while it runs a job"
+                    );
+                    n.installing[slot] = true;
                     let t = self.now + self.nodes[node].cfg.install_ns;
                     self.at(t, Ev::Installed(node, slot));
                 }

@@ -269,3 +269,115 @@ fn replicate_takes_spare_slots_all_or_nothing_within_the_quota() {
         assert_eq!(a[0].header.status, Status::Busy, "seed {seed}");
     });
 }
+
+/// Forty rounds of replicate (n = 2) and forced unload of a module while
+/// three clients call it with requests of mixed cost: the two slots of a
+/// batch end their runs at different times, so one is often idle while the
+/// other still has a queue to hand off. The world checks that no slot is
+/// installed while it runs, nor given a job while it installs (a job handed
+/// to the batch's other slot before that slot stopped would meet the new
+/// function); every call is answered exactly once.
+#[test]
+fn repeated_replicates_and_forced_unloads_never_run_a_job_on_the_wrong_function() {
+    for_seeds(|seed| {
+        let mut w = world(seed, |c| {
+            c.engine.slots = vec![SPIN, ECHO, ECHO];
+            c.engine.slot_queue_depths = vec![Some(8); 3];
+            c.driver = offrac_node::DriverConfig::new(
+                [SPIN, ECHO, ECHO]
+                    .iter()
+                    .map(|&function| offrac_node::SlotConfig {
+                        function,
+                        inline_max_bytes: 0,
+                    })
+                    .collect(),
+            );
+            c.driver.tenancy = tenancy(None);
+            c.driver.autoscale = Some(AutoscaleSettings {
+                policy: AutoscaleConfig {
+                    grow_periods: 1_000_000,
+                    shrink_periods: 1_000_000,
+                    ..AutoscaleConfig::default()
+                },
+                period: Duration::from_millis(10),
+                spare: vec![1, 2],
+            });
+            c.exec.base_ns = 20 * US;
+            c.exec.per_kib_ns = 100 * US;
+            c.exec.real_results = false;
+            c.tenant_keys = HashMap::from([(1, KEY.to_vec())]);
+        });
+        let ctl = w.connect();
+        let loaders: Vec<usize> = (0..3).map(|_| w.connect()).collect();
+        for &l in &loaders {
+            hello(&mut w, l);
+        }
+        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut sent = 0u64;
+        let mut ctl_answers = Vec::new();
+        for round in 0..40u64 {
+            control(
+                &mut w,
+                ctl,
+                &Op::Replicate {
+                    n: 2,
+                    target: MODULE,
+                },
+                100 + 2 * round,
+            );
+            let unload = Op::Unload {
+                digest: M,
+                force: true,
+            };
+            for step in 0..40 {
+                if step == 25 {
+                    control(&mut w, ctl, &unload, 101 + 2 * round);
+                }
+                let len = 512 + (next() % 6144) as usize;
+                let mut h = RequestHeader::single(sent, 140, 1, len as u32);
+                h.tenant = 1;
+                let mut b = h.encode().to_vec();
+                b.extend(std::iter::repeat_n(1u8, len));
+                w.send(loaders[sent as usize % 3], &b);
+                sent += 1;
+                // From heavy to light load, round by round.
+                w.run_for((round % 6 + 1) * 50 * US + next() % (100 * US));
+            }
+            w.run_for(3 * MS);
+            ctl_answers.extend(w.drain_answers(ctl));
+        }
+        w.run_for(10 * MS);
+        assert_eq!(ctl_answers.len(), 80, "seed {seed}");
+        for a in &ctl_answers {
+            assert_eq!(a.header.status, Status::Ok, "seed {seed}: {a:?}");
+            if std::env::var("DBG").is_ok() {
+                eprintln!("{}", String::from_utf8_lossy(&a.payload));
+            }
+        }
+        let mut seen = HashSet::new();
+        for &l in &loaders {
+            for a in w.drain_answers(l) {
+                assert!(seen.insert(a.header.request_id), "seed {seed}: twice");
+                assert!(
+                    matches!(
+                        a.header.status,
+                        Status::Ok | Status::Busy | Status::UnknownFunction
+                    ),
+                    "seed {seed}: {:?}",
+                    a.header.status
+                );
+            }
+        }
+        assert_eq!(
+            seen.len() as u64,
+            sent,
+            "seed {seed}: every call answered once"
+        );
+    });
+}

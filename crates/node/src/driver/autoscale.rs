@@ -201,9 +201,10 @@ impl Driver {
             if let Some(a) = &mut self.autoscale {
                 a.tokens.insert(token, (slot, reclaim));
             }
-            let busy = self.engine.slots()[slot].is_busy();
+            // Busy until the hand-off shows otherwise (`run_swaps`): a
+            // donor's hand-off may give work to another decision's slot.
             self.swaps
-                .handle_swap(now.as_nanos(), token, slot, target, busy);
+                .handle_swap(now.as_nanos(), token, slot, target, true);
         }
         self.run_swaps(now);
     }

@@ -146,9 +146,9 @@ impl Driver {
                 module_slot,
             },
         );
-        let busy = self.engine.slots().get(slot).is_some_and(|q| q.is_busy());
+        // Busy until the hand-off shows otherwise (`run_swaps`).
         self.swaps
-            .handle_swap(now.as_nanos(), token, slot, target, busy);
+            .handle_swap(now.as_nanos(), token, slot, target, true);
         self.run_swaps(now);
     }
 
@@ -243,6 +243,12 @@ impl Driver {
                 Command::StopDispatch { slot } => self.engine.pause_slot(now, slot),
                 Command::HandOff { slot, to_replica } => {
                     self.swap_counts[slot] = self.engine.hand_off(now, slot, to_replica);
+                    // Whether the slot is idle is known only now: the swaps
+                    // started with it (a batch, or the autoscaler's decisions)
+                    // may have handed work to it before it stopped.
+                    if !self.engine.slots()[slot].is_busy() {
+                        self.swaps.handle_slot_idle(now.as_nanos(), slot);
+                    }
                 }
                 Command::Install { slot, target } => {
                     self.out.push_back(Io::Install { slot, target })

@@ -173,9 +173,10 @@ impl Driver {
         );
         for (token, slot) in parts {
             let target = Target::Builtin(self.cfg.slots[slot].function);
-            let busy = self.engine.slots()[slot].is_busy();
+            // Busy until its hand-off shows otherwise (`run_swaps`): the
+            // hand-off of another slot of the batch may give it work first.
             self.swaps
-                .handle_swap(now.as_nanos(), token, slot, target, busy);
+                .handle_swap(now.as_nanos(), token, slot, target, true);
         }
         self.run_swaps(now);
     }
@@ -246,9 +247,10 @@ impl Driver {
             },
         );
         for (token, slot) in parts {
-            let busy = self.engine.slots()[slot].is_busy();
+            // Busy until its hand-off shows otherwise (`run_swaps`): the
+            // hand-off of another slot of the batch may give it work first.
             self.swaps
-                .handle_swap(now.as_nanos(), token, slot, target, busy);
+                .handle_swap(now.as_nanos(), token, slot, target, true);
         }
         self.run_swaps(now);
     }
