@@ -88,7 +88,7 @@ fn a_forced_unload_under_load_answers_every_request_once() {
             c.exec.real_results = false;
             c.tenant_keys = HashMap::from([(1, KEY.to_vec())]);
         });
-        let (ctl, other) = (w.connect(), w.connect());
+        let (ctl, other, third) = (w.connect(), w.connect(), w.connect());
         for (i, slot) in [1u16, 2].into_iter().enumerate() {
             let op = Op::Swap {
                 slot,
@@ -130,6 +130,12 @@ fn a_forced_unload_under_load_answers_every_request_once() {
                     target: Target::Builtin(ECHO),
                 };
                 control(&mut w, other, &op, 21);
+                // A swap of another slot to the module being unloaded too.
+                let op = Op::Swap {
+                    slot: 0,
+                    target: MODULE,
+                };
+                control(&mut w, third, &op, 22);
             }
             let id = sent.len() as u64;
             let l = loaders[id as usize % loaders.len()];
@@ -146,6 +152,13 @@ fn a_forced_unload_under_load_answers_every_request_once() {
         let busy = w.drain_answers(other);
         assert_eq!(busy.len(), 1);
         assert_eq!(busy[0].header.status, Status::Busy, "seed {seed}");
+        let busy = w.drain_answers(third);
+        assert_eq!(busy.len(), 1);
+        assert_eq!(
+            busy[0].header.status,
+            Status::Busy,
+            "seed {seed}: unloading"
+        );
         // Every request answered exactly once: run, refused BUSY (queue
         // full, or handed off with no replica), or UNKNOWN_FUNCTION after.
         let mut seen = HashSet::new();
