@@ -21,6 +21,9 @@ pub struct BenchOpsArgs {
     /// Rounds (each: upload, replicate n = 2, forced unload, and a swap there and back).
     #[arg(long, default_value_t = 50)]
     pub rounds: usize,
+    /// The callers' back-off after a BUSY answer, µs.
+    #[arg(long, default_value_t = 200)]
+    pub backoff_us: u64,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -91,6 +94,7 @@ fn load(
     addr: &str,
     key: &[u8],
     threads: usize,
+    backoff_us: u64,
     stop: Arc<AtomicBool>,
 ) -> Vec<std::thread::JoinHandle<Counts>> {
     (0..threads)
@@ -123,7 +127,12 @@ fn load(
                         Err(ClientError::Status {
                             status: Status::Busy,
                             ..
-                        }) => c.busy += 1,
+                        }) => {
+                            c.busy += 1;
+                            // BUSY says retry with back-off: a client that
+                            // retries at once only competes for the 2 cores.
+                            std::thread::sleep(Duration::from_micros(backoff_us));
+                        }
                         Err(ClientError::Status {
                             status: Status::UnknownFunction,
                             ..
@@ -173,7 +182,7 @@ pub fn run(a: BenchOpsArgs) -> Result<(), CliError> {
     let mut ctl = Ctl::connect(&addr, 1, key.clone())?;
     let module = examples::compile_wat(examples::ADD_WAT).map_err(CliError::Usage)?;
     let stop = Arc::new(AtomicBool::new(false));
-    let handles = load(&addr, &key, 3, stop.clone());
+    let handles = load(&addr, &key, 3, a.backoff_us, stop.clone());
     std::thread::sleep(Duration::from_millis(100));
     let (mut rep_rtt, mut rep_node, mut unl_rtt, mut unl_node) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
@@ -250,6 +259,7 @@ pub fn run(a: BenchOpsArgs) -> Result<(), CliError> {
             / rows[0]["rtt_us_p50"].as_f64().unwrap_or(f64::NAN)
     };
     let out = serde_json::json!({
+        "backoff_us": a.backoff_us,
         "ops": rows,
         "rtt_p50_ratio_to_swap": {"replicate": ratio(1), "forced_unload": ratio(2)},
         "calls": {"sent": c.sent, "ok": c.ok, "refused_busy": c.busy,
@@ -261,7 +271,10 @@ pub fn run(a: BenchOpsArgs) -> Result<(), CliError> {
         println!("{out}");
         return Ok(());
     }
-    println!("control operations under load (3 callers of the module), µs");
+    println!(
+        "control operations under load (3 callers of the module, {} µs back-off after BUSY), µs",
+        a.backoff_us
+    );
     println!("(node: the slowest of the op's swaps, request → resume; rtt: client round trip)");
     println!(
         "{:<26} {:>5} {:>9} {:>9} {:>9} {:>9}",
