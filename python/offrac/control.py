@@ -32,6 +32,7 @@ __all__ = [
     "OP_HELLO",
     "OP_LIST",
     "OP_REPLICATE",
+    "OP_SHRINK",
     "OP_SWAP",
     "OP_UNLOAD",
     "OP_UPLOAD",
@@ -47,6 +48,7 @@ OP_LIST: Final = 3
 OP_UNLOAD: Final = 4
 OP_HELLO: Final = 5
 OP_REPLICATE: Final = 6
+OP_SHRINK: Final = 7
 
 _FIXED = struct.Struct("<BBHIQQ8x")
 assert _FIXED.size == 32
@@ -140,6 +142,16 @@ class Controller:
         if not 1 <= n <= 0xFFFF:
             raise ValueError("n must be in 1..=65535")
         answer: dict[str, Any] = json.loads(self.request(OP_REPLICATE, _targeted(n, builtin, wasm, function)))
+        return answer
+
+    def shrink(self, function: str | int, *, keep: int = 0) -> dict[str, Any]:
+        """Give the spare slots serving ``function`` (a built-in's name or any function id)
+        back to spare, all but ``keep`` of them (highest slot first); configured slots are never
+        touched. Returns ``{"function", "slots": [given back], "swaps": [reports]}``."""
+        fid = FUNCTION_IDS[function] if isinstance(function, str) else int(function)
+        if not 0 <= keep <= 0xFFFF:
+            raise ValueError("keep must be in 0..=65535")
+        answer: dict[str, Any] = json.loads(self.request(OP_SHRINK, struct.pack("<HBB", keep, fid, 0)))
         return answer
 
     def list(self) -> dict[str, Any]:

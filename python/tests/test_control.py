@@ -115,7 +115,7 @@ def test_envelopes_match_the_vectors() -> None:
 
     path = Path(__file__).resolve().parents[2] / "docs" / "vectors" / "control.json"
     vectors = json.loads(path.read_text())["vectors"]
-    ops = {"upload": 1, "swap": 2, "list": 3, "unload": 4, "hello": 5, "replicate": 6}
+    ops = {"upload": 1, "swap": 2, "list": 3, "unload": 4, "hello": 5, "replicate": 6, "shrink": 7}
     checked = 0
     for v in vectors:
         if not (v["valid"] and v["mac_ok"]):
@@ -128,6 +128,8 @@ def test_envelopes_match_the_vectors() -> None:
             body = bytes.fromhex(op["module"])
         elif kind == "unload":
             body = bytes.fromhex(op["digest"]) + (b"\x01" if op.get("force") else b"")
+        elif kind == "shrink":
+            body = op["keep"].to_bytes(2, "little") + bytes([op["function"], 0])
         else:
             first = op["n"] if kind == "replicate" else op["slot"]
             body = first.to_bytes(2, "little") + bytes([op["function"], 0 if op["wasm"] is None else 1])
@@ -143,7 +145,7 @@ def test_envelopes_match_the_vectors() -> None:
         )
         assert env.hex() == v["envelope"], v["note"]
         checked += 1
-    assert checked == 10
+    assert checked == 11
 
 
 SPARE_CONFIG = f"""
@@ -171,7 +173,7 @@ key = "{KEY.hex()}"
 
 def test_replicate_into_spares_and_forced_unload(start_node: Callable[..., Node]) -> None:
     """REPLICATE loads into spare slots, all or nothing; a forced UNLOAD swaps the module out
-    of its slot (back to spare) and removes it."""
+    of its slot (back to spare) and removes it; SHRINK gives replicas back to spare."""
     node = start_node(SPARE_CONFIG)
     with node.client(tenant=3, key=KEY) as c:
         ctl = c.control(tenant=3, key=KEY)
@@ -191,5 +193,8 @@ def test_replicate_into_spares_and_forced_unload(start_node: Callable[..., Node]
         assert c.call_raw(140, b"\x01", 2)[0].status == Status.UNKNOWN_FUNCTION
         assert ctl.list()["modules"] == []
         assert ctl.replicate(2, builtin="minmax")["slots"] == [1, 2]
+        assert ctl.shrink("minmax", keep=1)["slots"] == [2]
+        assert ctl.shrink("minmax")["slots"] == [1]
+        assert ctl.replicate(2, builtin="topk")["slots"] == [1, 2]
         with pytest.raises(ValueError):
             ctl.replicate(0, builtin="echo")

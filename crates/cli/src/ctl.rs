@@ -79,6 +79,22 @@ enum Sub {
         #[arg(long)]
         function: Option<u8>,
     },
+    /// Give the spare slots serving a function (--builtin NAME or --function ID) back to spare,
+    /// all but --keep of them.
+    Shrink {
+        #[command(flatten)]
+        auth: Auth,
+        #[arg(long, default_value_t = 0)]
+        keep: u16,
+        #[arg(
+            long,
+            conflicts_with = "function",
+            required_unless_present = "function"
+        )]
+        builtin: Option<String>,
+        #[arg(long)]
+        function: Option<u8>,
+    },
     /// Assemble WebAssembly text (.wat) into a binary module (.wasm).
     Wat2wasm { input: String, output: String },
     /// Measure swap time (built-in, small and large module) and a swap under load, on a node
@@ -239,6 +255,23 @@ pub fn run(a: Args) -> Result<(), CliError> {
             print_answer(&connect(&auth)?.request(&Op::Replicate { n, target })?);
         }
         Sub::List { auth } => print_answer(&connect(&auth)?.request(&Op::List)?),
+        Sub::Shrink {
+            auth,
+            keep,
+            builtin,
+            function,
+        } => {
+            let function = match (builtin, function) {
+                (Some(name), None) => parse_target(Some(name), None, None)?.function(),
+                (None, Some(f)) => f,
+                _ => {
+                    return Err(CliError::Usage(
+                        "give --builtin NAME or --function ID".into(),
+                    ))
+                }
+            };
+            print_answer(&connect(&auth)?.request(&Op::Shrink { keep, function })?);
+        }
         Sub::Unload {
             auth,
             digest,

@@ -61,6 +61,25 @@ pub fn plan_replicate(
     Ok(free[..n].to_vec())
 }
 
+/// Which of `serving` (the spare slots serving a function, lowest first)
+/// to give back so that `keep` stay: the highest first. A slot among them
+/// being swapped refuses the shrink (`Busy`).
+pub fn plan_shrink(
+    ctl: &SwapController,
+    serving: &[usize],
+    keep: usize,
+) -> Result<Vec<usize>, OpError> {
+    if let Some(&s) = serving.iter().find(|&&s| ctl.is_swapping(s)) {
+        return Err(OpError::Busy(s));
+    }
+    Ok(serving
+        .iter()
+        .rev()
+        .take(serving.len().saturating_sub(keep))
+        .copied()
+        .collect())
+}
+
 /// The swaps of one operation and their outcomes as they come back.
 #[derive(Debug, Clone, Default)]
 pub struct Batch {
@@ -183,6 +202,16 @@ mod tests {
             })
         );
         assert_eq!(plan_replicate(&c, &[1, 3], 1), Ok(vec![1]));
+    }
+
+    #[test]
+    fn shrink_gives_back_the_highest_slots_beyond_keep() {
+        let mut c = ctl();
+        assert_eq!(plan_shrink(&c, &[1, 3], 0), Ok(vec![3, 1]));
+        assert_eq!(plan_shrink(&c, &[1, 3], 1), Ok(vec![3]));
+        assert_eq!(plan_shrink(&c, &[1, 3], 5), Ok(vec![]));
+        c.handle_swap(0, 1, 1, Target::Builtin(4), true);
+        assert_eq!(plan_shrink(&c, &[1, 3], 1), Err(OpError::Busy(1)));
     }
 
     #[test]

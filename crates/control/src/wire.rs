@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! off len  field
-//!   0   1  op          1 UPLOAD, 2 SWAP, 3 LIST, 4 UNLOAD, 5 HELLO, 6 REPLICATE
+//!   0   1  op          1 UPLOAD, 2 SWAP, 3 LIST, 4 UNLOAD, 5 HELLO, 6 REPLICATE, 7 SHRINK
 //!   1   1  reserved    0
 //!   2   2  tenant      whose key signs the envelope (u16 LE)
 //!   4   4  body_len    (u32 LE)
@@ -20,7 +20,8 @@
 //! then optionally a flags byte `1` (force: swap the slots running it out
 //! first); HELLO — empty (it attributes the connection it arrives on to the
 //! tenant); REPLICATE — `u16 n`, `u8 function`, `u8 kind`, then for kind 1
-//! the digest (load `n` more instances into spare slots).
+//! the digest (load `n` more instances into spare slots); SHRINK — `u16 keep`,
+//! `u8 function`, `u8` 0 (give spare slots serving it back, all but `keep`).
 
 use hmac::{KeyInit, Mac};
 use sha2::Sha256;
@@ -78,6 +79,12 @@ pub enum Op {
         n: u16,
         target: Target,
     },
+    /// Give the spare slots serving `function` back to spare, all but
+    /// `keep` of them (`docs/control.md`, "Replicate").
+    Shrink {
+        keep: u16,
+        function: u8,
+    },
     /// Attribute the data connection this arrives on to the envelope's
     /// tenant (`docs/protocol.md`, "Tenants").
     Hello,
@@ -92,6 +99,7 @@ impl Op {
             Op::Unload { .. } => 4,
             Op::Hello => 5,
             Op::Replicate { .. } => 6,
+            Op::Shrink { .. } => 7,
         }
     }
 
@@ -103,6 +111,7 @@ impl Op {
             Op::Unload { .. } => "unload",
             Op::Hello => "hello",
             Op::Replicate { .. } => "replicate",
+            Op::Shrink { .. } => "shrink",
         }
     }
 
@@ -121,6 +130,11 @@ impl Op {
                 b
             }
             Op::List | Op::Hello => Vec::new(),
+            Op::Shrink { keep, function } => {
+                let mut b = keep.to_le_bytes().to_vec();
+                b.extend_from_slice(&[*function, 0]);
+                b
+            }
             Op::Unload { digest, force } => {
                 let mut b = digest.to_vec();
                 if *force {
@@ -257,6 +271,18 @@ impl Envelope {
                         why: "the body must be empty",
                     })
                 }
+                7 => match body {
+                    [k0, k1, function, 0] => Op::Shrink {
+                        keep: u16::from_le_bytes([*k0, *k1]),
+                        function: *function,
+                    },
+                    _ => {
+                        return Err(WireError::Body {
+                            op: "shrink",
+                            why: "the body is u16 keep, u8 function, u8 0",
+                        })
+                    }
+                },
                 4 => match body.len() {
                     32 => Op::Unload {
                         digest: digest("unload", body)?,
@@ -345,6 +371,10 @@ mod tests {
             Op::Replicate {
                 n: 2,
                 target: Target::Builtin(1),
+            },
+            Op::Shrink {
+                keep: 1,
+                function: 5,
             },
             Op::Replicate {
                 n: 1,

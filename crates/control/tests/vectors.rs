@@ -31,6 +31,10 @@ fn op_of(v: &Value) -> Op {
             digest: digest(&v["digest"]),
             force: v["force"].as_bool().unwrap_or(false),
         },
+        "shrink" => Op::Shrink {
+            keep: v["keep"].as_u64().unwrap() as u16,
+            function: v["function"].as_u64().unwrap() as u8,
+        },
         "swap" | "replicate" => {
             let function = v["function"].as_u64().unwrap() as u8;
             let target = match &v["wasm"] {

@@ -112,6 +112,13 @@ pub enum Handled {
         n: usize,
         tenant: u16,
     },
+    /// An authenticated shrink: for the driver
+    /// ([`crate::driver::Driver::handle_shrink`]).
+    Shrink {
+        function: u8,
+        keep: usize,
+        tenant: u16,
+    },
     /// An authenticated hello: the connection is `tenant`'s from now on.
     Hello { tenant: u16 },
     /// An upload to check and compile off the I/O thread
@@ -472,6 +479,17 @@ impl ControlPlane {
                     .collect();
                 let body = serde_json::json!({ "modules": modules, "slots": slots });
                 Handled::Answer(Status::Ok, 0, body.to_string().into_bytes())
+            }
+            Op::Shrink { keep, function } => {
+                if owner_of(function).is_some_and(|o| o != tenant) {
+                    let msg = "the function id belongs to another tenant";
+                    return Handled::Answer(Status::BadInput, 0, err_json(msg));
+                }
+                Handled::Shrink {
+                    function,
+                    keep: keep as usize,
+                    tenant,
+                }
             }
             Op::Unload { digest: d, force } => {
                 if !owns(self, &d) {

@@ -181,6 +181,15 @@ impl Reactor {
                 self.driver
                     .handle_unload(now, conn, job.header, digest, tenant);
             }
+            Handled::Shrink {
+                function,
+                keep,
+                tenant,
+            } => {
+                let now = self.clock.now();
+                self.driver
+                    .handle_shrink(now, conn, job.header, function, keep, tenant);
+            }
             Handled::Replicate { target, n, tenant } => {
                 let now = self.clock.now();
                 self.driver

@@ -306,5 +306,17 @@ fn replicate_takes_spares_all_or_nothing_within_the_quota() {
             });
         }
     });
+    // Shrink SPIN's spare slots to none: both go back; slot 0 stays.
+    let shrink = Op::Shrink {
+        keep: 0,
+        function: FunctionId::Spin.id(),
+    };
+    let v = ctl.json(&shrink);
+    assert_eq!(v["slots"], serde_json::json!([3, 2]), "{v}");
+    assert_eq!(roles(&mut probe), ["fixed", "fixed", "spare", "spare"]);
+    let mut c = Client::connect(&n.addr.to_string()).unwrap();
+    c.call(FunctionId::Spin, 1_000, b"x")
+        .expect("slot 0 still spins");
+    assert_eq!(ctl.json(&shrink)["slots"], serde_json::json!([]));
     n.shutdown().unwrap();
 }

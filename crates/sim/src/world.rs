@@ -674,10 +674,11 @@ impl World {
                     Op::Hello
                     | Op::Swap { .. }
                     | Op::Replicate { .. }
+                    | Op::Shrink { .. }
                     | Op::Unload { force: true, .. } => Ok((env.tenant, env.op)),
                     _ => Err((
                         Status::Unsupported,
-                        "the simulator runs hellos, swaps, replicates and forced unloads only"
+                        "the simulator runs hellos, swaps, replicates, shrinks and forced unloads only"
                             .into(),
                     )),
                 },
@@ -690,6 +691,9 @@ impl World {
             }
             Ok((tenant, Op::Replicate { n, target })) => {
                 driver.handle_replicate(now, job.conn, job.header, target, n as usize, tenant)
+            }
+            Ok((tenant, Op::Shrink { keep, function })) => {
+                driver.handle_shrink(now, job.conn, job.header, function, keep as usize, tenant)
             }
             Ok((tenant, Op::Unload { digest, .. })) => {
                 driver.handle_unload(now, job.conn, job.header, digest, tenant)

@@ -280,6 +280,42 @@ fn replicate_takes_spare_slots_all_or_nothing_within_the_quota() {
         w.run_for(MS);
         let a = w.drain_answers(caller);
         assert_eq!(a[0].header.status, Status::Busy, "seed {seed}");
+        // SPIN shrunk to one spare slot: the highest goes back; its
+        // configured slot 0 is never counted nor touched.
+        control(
+            &mut w,
+            ctl,
+            &Op::Shrink {
+                keep: 1,
+                function: SPIN,
+            },
+            7,
+        );
+        let a = answer(&mut w, ctl, MS);
+        assert_eq!(a.header.status, Status::Ok, "seed {seed}");
+        let body: serde_json::Value = serde_json::from_slice(&a.payload).unwrap();
+        assert_eq!(body["slots"], serde_json::json!([2]), "{body}");
+        assert_eq!(
+            roles(&w),
+            [
+                SlotRole::Fixed(SPIN),
+                SlotRole::Fixed(SPIN),
+                SlotRole::Spare,
+                SlotRole::Spare
+            ]
+        );
+        control(
+            &mut w,
+            ctl,
+            &Op::Shrink {
+                keep: 0,
+                function: SPIN,
+            },
+            8,
+        );
+        assert_eq!(answer(&mut w, ctl, MS).header.status, Status::Ok);
+        assert_eq!(roles(&w)[1..], [SlotRole::Spare; 3]);
+        assert_eq!(roles(&w)[0], SlotRole::Fixed(SPIN));
     });
 }
 

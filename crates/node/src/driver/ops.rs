@@ -6,7 +6,8 @@
 
 use super::{Driver, Io};
 use offrac_control::{
-    plan_replicate, plan_unload, Batch, Digest, OpError, SlotRole, SwapError, SwapReport, Target,
+    plan_replicate, plan_shrink, plan_unload, Batch, Digest, OpError, SlotRole, SwapError,
+    SwapReport, Target,
 };
 use offrac_core::{ConnId, Instant};
 use offrac_proto::{RequestHeader, Status};
@@ -19,6 +20,8 @@ pub(super) enum Kind {
     Unload { digest: Digest },
     /// A replicate of `target` into spare slots.
     Replicate { target: Target },
+    /// A shrink of `function`'s spare slots back to spare.
+    Shrink { function: u8 },
 }
 
 /// A multi-slot control request waiting for its swaps.
@@ -255,6 +258,77 @@ impl Driver {
         self.run_swaps(now);
     }
 
+    /// An authenticated `SHRINK` of `function` to `keep` spare slots: the
+    /// configured spare slots serving it beyond `keep` (highest first) are
+    /// swapped back to their configured built-in and become spare again.
+    /// Configured (not spare) slots are never touched.
+    pub fn handle_shrink(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        header: RequestHeader,
+        function: u8,
+        keep: usize,
+        tenant: u16,
+    ) {
+        let spare = self
+            .cfg
+            .autoscale
+            .as_ref()
+            .map(|a| a.spare.clone())
+            .unwrap_or_default();
+        let targets: Vec<Target> = self.swaps.targets().collect();
+        let serving: Vec<usize> = spare
+            .iter()
+            .copied()
+            .filter(|&s| {
+                targets.get(s).is_some_and(|t| t.function() == function)
+                    && !self.engine.is_paused(s)
+            })
+            .collect();
+        let slots = match plan_shrink(&self.swaps, &serving, keep) {
+            Ok(s) => s,
+            Err(e) => {
+                let (status, detail) = op_status(&e);
+                self.answer_control_request(now, conn, &header, status, detail, e.to_string());
+                return;
+            }
+        };
+        if slots.is_empty() {
+            let body = serde_json::json!({ "function": function, "slots": [], "swaps": [] });
+            self.answer_control_request(now, conn, &header, Status::Ok, 0, body.to_string());
+            return;
+        }
+        let mut parts = Vec::new();
+        for &slot in &slots {
+            let token = self.next_swap_token;
+            self.next_swap_token += 1;
+            parts.push((token, slot));
+            if let Some(a) = &mut self.autoscale {
+                a.assign(slot, SlotRole::Spare);
+            }
+        }
+        let id = parts[0].0;
+        self.batches.insert(
+            id,
+            Pending {
+                conn,
+                header,
+                tenant,
+                kind: Kind::Shrink { function },
+                batch: Batch::new(parts.iter().copied()),
+                counts: Vec::new(),
+            },
+        );
+        for (token, slot) in parts {
+            let target = Target::Builtin(self.cfg.slots[slot].function);
+            // Busy until its hand-off shows otherwise (`run_swaps`).
+            self.swaps
+                .handle_swap(now.as_nanos(), token, slot, target, true);
+        }
+        self.run_swaps(now);
+    }
+
     /// The outcome of swap `token`, if it belongs to a batch; the batch is
     /// answered once complete.
     pub(super) fn batch_reply(
@@ -293,7 +367,7 @@ impl Driver {
             (_, Ok(r)) => {
                 let owner = match kind {
                     Kind::Replicate { .. } => Some(tenant),
-                    Kind::Unload { .. } => None,
+                    Kind::Unload { .. } | Kind::Shrink { .. } => None,
                 };
                 self.note_swapped(r, owner);
                 if now_spare {
@@ -337,6 +411,7 @@ impl Driver {
             let what = match p.kind {
                 Kind::Unload { .. } => "the module stays in the library",
                 Kind::Replicate { .. } => "the replicas loaded stay",
+                Kind::Shrink { .. } => "the slots given back stay spare",
             };
             let msg = format!("slot {slot}: {e}; {what} (swapped: {swapped:?})");
             self.answer_control_request(now, p.conn, &p.header, status, slot as u64, msg);
@@ -350,9 +425,12 @@ impl Driver {
                 tenant: p.tenant,
                 swapped: serde_json::Value::Array(reports),
             }),
-            Kind::Replicate { target } => {
+            Kind::Replicate {
+                target: Target::Builtin(function) | Target::Wasm { function, .. },
+            }
+            | Kind::Shrink { function } => {
                 let body = serde_json::json!({
-                    "function": target.function(),
+                    "function": function,
                     "slots": swapped,
                     "swaps": reports,
                 });
