@@ -70,6 +70,8 @@ vectors = [
            struct.pack("<HBB", 1, 5, 0), nonce=18),
     vector("SHRINK with a nonzero reserved byte (MALFORMED)", 7, None, struct.pack("<HBB", 1, 5, 1), nonce=19,
            valid=False, mac_ok=False, error="Body"),
+    vector("RESIZE to the template \"dlrm\"", 8, dict(kind="resize", name="dlrm"), b"dlrm", nonce=20),
+    vector("RESIZE with an empty name (MALFORMED)", 8, None, b"", nonce=21, valid=False, mac_ok=False, error="Body"),
     vector("REPLICATE of 0 instances (MALFORMED)", 6, None, struct.pack("<HBB", 0, 5, 0), nonce=17, valid=False,
            mac_ok=False, error="Body"),
     vector("HELLO: attribute the data connection to tenant 1", 5, dict(kind="hello"), b"", nonce=10),

@@ -32,6 +32,7 @@ __all__ = [
     "OP_HELLO",
     "OP_LIST",
     "OP_REPLICATE",
+    "OP_RESIZE",
     "OP_SHRINK",
     "OP_SWAP",
     "OP_UNLOAD",
@@ -49,6 +50,7 @@ OP_UNLOAD: Final = 4
 OP_HELLO: Final = 5
 OP_REPLICATE: Final = 6
 OP_SHRINK: Final = 7
+OP_RESIZE: Final = 8
 
 _FIXED = struct.Struct("<BBHIQQ8x")
 assert _FIXED.size == 32
@@ -152,6 +154,16 @@ class Controller:
         if not 0 <= keep <= 0xFFFF:
             raise ValueError("keep must be in 0..=65535")
         answer: dict[str, Any] = json.loads(self.request(OP_SHRINK, struct.pack("<HBB", keep, fid, 0)))
+        return answer
+
+    def resize(self, template: str) -> dict[str, Any]:
+        """Move the node's slots to the arrangement of a template of its configuration
+        (``[[control.templates]]``), each changed slot through the swap sequence. Returns
+        ``{"template", "slots": [changed], "swaps": [reports]}``."""
+        name = template.encode()
+        if not 1 <= len(name) <= 64:
+            raise ValueError("a template name is 1 to 64 bytes of UTF-8")
+        answer: dict[str, Any] = json.loads(self.request(OP_RESIZE, name))
         return answer
 
     def list(self) -> dict[str, Any]:

@@ -115,7 +115,7 @@ def test_envelopes_match_the_vectors() -> None:
 
     path = Path(__file__).resolve().parents[2] / "docs" / "vectors" / "control.json"
     vectors = json.loads(path.read_text())["vectors"]
-    ops = {"upload": 1, "swap": 2, "list": 3, "unload": 4, "hello": 5, "replicate": 6, "shrink": 7}
+    ops = {"upload": 1, "swap": 2, "list": 3, "unload": 4, "hello": 5, "replicate": 6, "shrink": 7, "resize": 8}
     checked = 0
     for v in vectors:
         if not (v["valid"] and v["mac_ok"]):
@@ -128,6 +128,8 @@ def test_envelopes_match_the_vectors() -> None:
             body = bytes.fromhex(op["module"])
         elif kind == "unload":
             body = bytes.fromhex(op["digest"]) + (b"\x01" if op.get("force") else b"")
+        elif kind == "resize":
+            body = op["name"].encode()
         elif kind == "shrink":
             body = op["keep"].to_bytes(2, "little") + bytes([op["function"], 0])
         else:
@@ -145,7 +147,7 @@ def test_envelopes_match_the_vectors() -> None:
         )
         assert env.hex() == v["envelope"], v["note"]
         checked += 1
-    assert checked == 11
+    assert checked == 12
 
 
 SPARE_CONFIG = f"""
@@ -169,6 +171,27 @@ fuel = 5000000
 id = 3
 key = "{KEY.hex()}"
 """
+
+
+TEMPLATE_CONFIG = CONFIG + """
+[[control.templates]]
+name = "sorting"
+slots = ["topk", "minmax"]
+"""
+
+
+def test_resize_to_a_template(start_node: Callable[..., Node]) -> None:
+    """RESIZE moves the slots to a configured template; an unknown one is BAD_INPUT."""
+    node = start_node(TEMPLATE_CONFIG)
+    with node.client() as c:
+        ctl = c.control(tenant=3, key=KEY)
+        answer = ctl.resize("sorting")
+        assert answer["template"] == "sorting" and answer["slots"] == [0, 1]
+        assert [s["name"] for s in ctl.list()["slots"]] == ["topk", "minmax"]
+        with pytest.raises(BadInputError):
+            ctl.resize("nope")
+        with pytest.raises(ValueError):
+            ctl.resize("")
 
 
 def test_replicate_into_spares_and_forced_unload(start_node: Callable[..., Node]) -> None:

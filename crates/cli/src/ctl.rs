@@ -95,6 +95,12 @@ enum Sub {
         #[arg(long)]
         function: Option<u8>,
     },
+    /// Move the node's slots to a template of its configuration ([[control.templates]]).
+    Resize {
+        #[command(flatten)]
+        auth: Auth,
+        name: String,
+    },
     /// Assemble WebAssembly text (.wat) into a binary module (.wasm).
     Wat2wasm { input: String, output: String },
     /// Measure swap time (built-in, small and large module) and a swap under load, on a node
@@ -255,6 +261,15 @@ pub fn run(a: Args) -> Result<(), CliError> {
             print_answer(&connect(&auth)?.request(&Op::Replicate { n, target })?);
         }
         Sub::List { auth } => print_answer(&connect(&auth)?.request(&Op::List)?),
+        Sub::Resize { auth, name } => {
+            if name.is_empty() || name.len() > wire::MAX_TEMPLATE_NAME {
+                return Err(CliError::Usage(format!(
+                    "a template name is 1 to {} bytes",
+                    wire::MAX_TEMPLATE_NAME
+                )));
+            }
+            print_answer(&connect(&auth)?.request(&Op::Resize(name))?);
+        }
         Sub::Shrink {
             auth,
             keep,

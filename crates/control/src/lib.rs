@@ -21,7 +21,7 @@ pub use autoscale::{
 pub use library::{
     digest_of, hex_digest, Compiler, Library, LibraryConfig, LibraryError, Prepared,
 };
-pub use ops::{plan_replicate, plan_shrink, plan_unload, Batch, OpError};
+pub use ops::{plan_replicate, plan_resize, plan_shrink, plan_unload, Batch, OpError};
 pub use swap::{Command, SwapController, SwapError, SwapReport, WASM_FUNCTIONS};
 pub use wasm::{WasmError, WasmFunction, WasmLimits};
 pub use wire::{Digest, Envelope, Op, Target, WireError, FN_CONTROL};

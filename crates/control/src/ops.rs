@@ -80,6 +80,25 @@ pub fn plan_shrink(
         .collect())
 }
 
+/// The swaps that move the slots to `template` (a target per slot): those
+/// whose current target differs. While any slot is being swapped the resize
+/// is refused (`Busy`): it would race that swap.
+pub fn plan_resize(
+    ctl: &SwapController,
+    template: &[Target],
+) -> Result<Vec<(usize, Target)>, OpError> {
+    if let Some(s) = (0..template.len()).find(|&s| ctl.is_swapping(s)) {
+        return Err(OpError::Busy(s));
+    }
+    Ok(ctl
+        .targets()
+        .zip(template)
+        .enumerate()
+        .filter(|(_, (current, want))| current != *want)
+        .map(|(i, (_, want))| (i, *want))
+        .collect())
+}
+
 /// The swaps of one operation and their outcomes as they come back.
 #[derive(Debug, Clone, Default)]
 pub struct Batch {
@@ -212,6 +231,23 @@ mod tests {
         assert_eq!(plan_shrink(&c, &[1, 3], 5), Ok(vec![]));
         c.handle_swap(0, 1, 1, Target::Builtin(4), true);
         assert_eq!(plan_shrink(&c, &[1, 3], 1), Err(OpError::Busy(1)));
+    }
+
+    #[test]
+    fn resize_swaps_only_the_slots_that_differ_and_waits_for_no_swap() {
+        let mut c = ctl();
+        let t = [
+            Target::Builtin(2),
+            Target::Builtin(1),
+            Target::Builtin(2),
+            Target::Builtin(0),
+        ];
+        assert_eq!(
+            plan_resize(&c, &t),
+            Ok(vec![(0, Target::Builtin(2)), (2, Target::Builtin(2))])
+        );
+        c.handle_swap(0, 1, 3, Target::Builtin(4), true);
+        assert_eq!(plan_resize(&c, &t), Err(OpError::Busy(3)));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! off len  field
-//!   0   1  op          1 UPLOAD, 2 SWAP, 3 LIST, 4 UNLOAD, 5 HELLO, 6 REPLICATE, 7 SHRINK
+//!   0   1  op          1 UPLOAD, 2 SWAP, 3 LIST, 4 UNLOAD, 5 HELLO, 6 REPLICATE, 7 SHRINK, 8 RESIZE
 //!   1   1  reserved    0
 //!   2   2  tenant      whose key signs the envelope (u16 LE)
 //!   4   4  body_len    (u32 LE)
@@ -21,7 +21,8 @@
 //! first); HELLO — empty (it attributes the connection it arrives on to the
 //! tenant); REPLICATE — `u16 n`, `u8 function`, `u8 kind`, then for kind 1
 //! the digest (load `n` more instances into spare slots); SHRINK — `u16 keep`,
-//! `u8 function`, `u8` 0 (give spare slots serving it back, all but `keep`).
+//! `u8 function`, `u8` 0 (give spare slots serving it back, all but `keep`);
+//! RESIZE — a template's name, UTF-8, 1 to 64 bytes.
 
 use hmac::{KeyInit, Mac};
 use sha2::Sha256;
@@ -33,6 +34,8 @@ pub use offrac_proto::FN_CONTROL;
 pub const ENVELOPE_HEADER: usize = 32;
 /// Length of the trailing MAC.
 pub const MAC_LEN: usize = 32;
+/// Longest template name of a RESIZE.
+pub const MAX_TEMPLATE_NAME: usize = 64;
 
 type HmacSha256 = hmac::Hmac<Sha256>;
 
@@ -85,6 +88,9 @@ pub enum Op {
         keep: u16,
         function: u8,
     },
+    /// Move the node's slots to the arrangement of a configured template
+    /// (`docs/control.md`, "Resize").
+    Resize(String),
     /// Attribute the data connection this arrives on to the envelope's
     /// tenant (`docs/protocol.md`, "Tenants").
     Hello,
@@ -100,6 +106,7 @@ impl Op {
             Op::Hello => 5,
             Op::Replicate { .. } => 6,
             Op::Shrink { .. } => 7,
+            Op::Resize(_) => 8,
         }
     }
 
@@ -112,6 +119,7 @@ impl Op {
             Op::Hello => "hello",
             Op::Replicate { .. } => "replicate",
             Op::Shrink { .. } => "shrink",
+            Op::Resize(_) => "resize",
         }
     }
 
@@ -130,6 +138,7 @@ impl Op {
                 b
             }
             Op::List | Op::Hello => Vec::new(),
+            Op::Resize(name) => name.as_bytes().to_vec(),
             Op::Shrink { keep, function } => {
                 let mut b = keep.to_le_bytes().to_vec();
                 b.extend_from_slice(&[*function, 0]);
@@ -271,6 +280,17 @@ impl Envelope {
                         why: "the body must be empty",
                     })
                 }
+                8 => match std::str::from_utf8(body) {
+                    Ok(name) if !name.is_empty() && name.len() <= MAX_TEMPLATE_NAME => {
+                        Op::Resize(name.to_string())
+                    }
+                    _ => {
+                        return Err(WireError::Body {
+                            op: "resize",
+                            why: "a template name is 1 to 64 bytes of UTF-8",
+                        })
+                    }
+                },
                 7 => match body {
                     [k0, k1, function, 0] => Op::Shrink {
                         keep: u16::from_le_bytes([*k0, *k1]),
@@ -376,6 +396,7 @@ mod tests {
                 keep: 1,
                 function: 5,
             },
+            Op::Resize("dlrm".into()),
             Op::Replicate {
                 n: 1,
                 target: Target::Wasm {

@@ -31,6 +31,7 @@ fn op_of(v: &Value) -> Op {
             digest: digest(&v["digest"]),
             force: v["force"].as_bool().unwrap_or(false),
         },
+        "resize" => Op::Resize(v["name"].as_str().unwrap().to_string()),
         "shrink" => Op::Shrink {
             keep: v["keep"].as_u64().unwrap() as u16,
             function: v["function"].as_u64().unwrap() as u8,

@@ -36,6 +36,8 @@ pub struct ControlSettings {
     /// Tenants' DRR weights and quotas, and whether anonymous data
     /// connections are served (`docs/control.md`, "Tenants").
     pub tenancy: offrac_core::Tenancy,
+    /// `[[control.templates]]`: name → the built-in of each slot.
+    pub templates: Vec<(String, Vec<u8>)>,
 }
 
 impl Default for ControlSettings {
@@ -50,6 +52,7 @@ impl Default for ControlSettings {
             fuel: lib.limits.fuel,
             max_memory_bytes: lib.limits.max_memory,
             tenancy: offrac_core::Tenancy::default(),
+            templates: Vec::new(),
         }
     }
 }
@@ -119,6 +122,9 @@ pub enum Handled {
         keep: usize,
         tenant: u16,
     },
+    /// An authenticated resize to a template: for the driver
+    /// ([`crate::driver::Driver::handle_resize`]).
+    Resize { name: String, tenant: u16 },
     /// An authenticated hello: the connection is `tenant`'s from now on.
     Hello { tenant: u16 },
     /// An upload to check and compile off the I/O thread
@@ -480,6 +486,7 @@ impl ControlPlane {
                 let body = serde_json::json!({ "modules": modules, "slots": slots });
                 Handled::Answer(Status::Ok, 0, body.to_string().into_bytes())
             }
+            Op::Resize(name) => Handled::Resize { name, tenant },
             Op::Shrink { keep, function } => {
                 if owner_of(function).is_some_and(|o| o != tenant) {
                     let msg = "the function id belongs to another tenant";

@@ -86,6 +86,9 @@ pub struct DriverConfig {
     pub tenancy: offrac_core::Tenancy,
     /// Function ids served by tenants' modules at start (a saved assignment).
     pub owners: Vec<(u8, u16)>,
+    /// Named slot arrangements a RESIZE moves the node to: the built-in of
+    /// each slot (`docs/control.md`, "Resize").
+    pub templates: Vec<(String, Vec<u8>)>,
     /// Collectives across the device table (`docs/collectives.md`).
     pub collectives: offrac_collective::Config,
     /// Bytes the node's named buffers may keep, over all tenants.
@@ -112,6 +115,7 @@ impl DriverConfig {
             autoscale: None,
             tenancy: offrac_core::Tenancy::default(),
             owners: Vec::new(),
+            templates: Vec::new(),
             collectives: offrac_collective::Config::default(),
             named_buffer_bytes: offrac_core::DEFAULT_BUFFER_BUDGET,
         }

@@ -222,6 +222,7 @@ pub fn start(cfg: NodeConfig, listen: &str) -> Result<NodeHandle, NodeError> {
     driver_cfg.swap_drain_timeout = Duration::from_millis(cfg.control.drain_timeout_ms);
     driver_cfg.autoscale = cfg.autoscale.clone();
     driver_cfg.tenancy = cfg.control.tenancy.clone();
+    driver_cfg.templates = cfg.control.templates.clone();
     driver_cfg.owners = plane.saved_owners();
 
     let attach = cfg

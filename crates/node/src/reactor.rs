@@ -181,6 +181,11 @@ impl Reactor {
                 self.driver
                     .handle_unload(now, conn, job.header, digest, tenant);
             }
+            Handled::Resize { name, tenant } => {
+                let now = self.clock.now();
+                self.driver
+                    .handle_resize(now, conn, job.header, &name, tenant);
+            }
             Handled::Shrink {
                 function,
                 keep,

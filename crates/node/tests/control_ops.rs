@@ -320,3 +320,85 @@ fn replicate_takes_spares_all_or_nothing_within_the_quota() {
     assert_eq!(ctl.json(&shrink)["slots"], serde_json::json!([]));
     n.shutdown().unwrap();
 }
+
+#[test]
+fn resize_moves_the_slots_to_a_configured_template() {
+    let cfg = NodeConfig::parse(&format!(
+        r#"
+[metrics]
+listen = ""
+[[slots]]
+function = "echo"
+[[slots]]
+function = "echo"
+[[slots]]
+function = "logit"
+[control]
+[[control.tenants]]
+id = 1
+key = "{}"
+[[control.tenants]]
+id = 2
+key = "{}"
+[[control.templates]]
+name = "sorting"
+slots = ["echo", "topk", "minmax"]
+[[control.templates]]
+name = "start"
+slots = ["echo", "echo", "logit"]
+"#,
+        hex::encode(KEYS[0]),
+        hex::encode(KEYS[1])
+    ))
+    .expect("config");
+    let n = start(cfg, "127.0.0.1:0").expect("node starts");
+    let mut ctl = Ctl::new(&n, 1);
+    let resize = |name: &str| Op::Resize(name.into());
+    assert_eq!(
+        refusal(ctl.send(&resize("nope"))).0,
+        Status::BadInput,
+        "unknown template"
+    );
+    let mut forged = Ctl::new(&n, 1);
+    forged.key = b"not the key at all".to_vec();
+    assert_eq!(
+        refusal(forged.send(&resize("sorting"))).0,
+        Status::Unauthorized
+    );
+    let names = |ctl: &mut Ctl| -> Vec<String> {
+        let list = ctl.json(&Op::List);
+        (0..3)
+            .map(|i| list["slots"][i]["name"].as_str().unwrap_or("-").to_string())
+            .collect()
+    };
+    assert_eq!(names(&mut ctl), ["echo", "echo", "logit"]);
+    let v = ctl.json(&resize("sorting"));
+    assert_eq!(v["slots"], serde_json::json!([1, 2]), "{v}");
+    assert_eq!(v["template"], "sorting");
+    assert_eq!(names(&mut ctl), ["echo", "topk", "minmax"]);
+    let mut c = Client::connect(&n.addr.to_string()).unwrap();
+    assert_eq!(c.call(FunctionId::Echo, 0, b"x").unwrap().payload, b"x");
+    assert_eq!(
+        refusal(c.call(FunctionId::Logit, 0, &[0; 8])).0,
+        Status::UnknownFunction,
+        "logit has no slot in this template"
+    );
+    // Already there: nothing to swap.
+    assert_eq!(ctl.json(&resize("sorting"))["slots"], serde_json::json!([]));
+    // Tenant 2's module in slot 2: tenant 1 may not resize it away.
+    let mut other = Ctl::new(&n, 2);
+    let add = upload(&mut other, ADD_WAT);
+    other.json(&Op::Swap {
+        slot: 2,
+        target: Target::Wasm {
+            function: 133,
+            digest: add,
+        },
+    });
+    assert_eq!(refusal(ctl.send(&resize("start"))), (Status::BadInput, 2));
+    // Tenant 2 may: back to the start arrangement.
+    let v = other.json(&resize("start"));
+    assert_eq!(v["slots"], serde_json::json!([1, 2]), "{v}");
+    assert_eq!(names(&mut ctl), ["echo", "echo", "logit"]);
+    n.shutdown().unwrap();
+}

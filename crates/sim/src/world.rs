@@ -675,10 +675,11 @@ impl World {
                     | Op::Swap { .. }
                     | Op::Replicate { .. }
                     | Op::Shrink { .. }
+                    | Op::Resize(_)
                     | Op::Unload { force: true, .. } => Ok((env.tenant, env.op)),
                     _ => Err((
                         Status::Unsupported,
-                        "the simulator runs hellos, swaps, replicates, shrinks and forced unloads only"
+                        "the simulator runs hellos, swaps, replicates, shrinks, resizes and forced unloads only"
                             .into(),
                     )),
                 },
@@ -691,6 +692,9 @@ impl World {
             }
             Ok((tenant, Op::Replicate { n, target })) => {
                 driver.handle_replicate(now, job.conn, job.header, target, n as usize, tenant)
+            }
+            Ok((tenant, Op::Resize(name))) => {
+                driver.handle_resize(now, job.conn, job.header, &name, tenant)
             }
             Ok((tenant, Op::Shrink { keep, function })) => {
                 driver.handle_shrink(now, job.conn, job.header, function, keep as usize, tenant)

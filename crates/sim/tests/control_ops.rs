@@ -430,3 +430,130 @@ fn repeated_replicates_and_forced_unloads_never_run_a_job_on_the_wrong_function(
         );
     });
 }
+
+/// RESIZE to configured templates under a SPIN load that keeps the slots
+/// busy: only the slots that differ are swapped, a second resize meanwhile
+/// is refused `BUSY`, every request is answered exactly once; an unknown
+/// template, a template of the wrong size, and a slot running another
+/// tenant's module are refused `BAD_INPUT` and change nothing.
+#[test]
+fn resize_moves_the_slots_to_a_template_under_load() {
+    use common::MINMAX;
+    for_seeds(|seed| {
+        let mut w = world(seed, |c| {
+            c.engine.slots = vec![SPIN, ECHO, ECHO];
+            c.engine.slot_queue_depths = vec![Some(8); 3];
+            c.driver = offrac_node::DriverConfig::new(
+                [SPIN, ECHO, ECHO]
+                    .iter()
+                    .map(|&function| offrac_node::SlotConfig {
+                        function,
+                        inline_max_bytes: 0,
+                    })
+                    .collect(),
+            );
+            c.driver.tenancy = tenancy(None);
+            c.driver.tenancy.tenants.insert(2, TenantPolicy::default());
+            c.driver.templates = vec![
+                ("spin3".into(), vec![SPIN, SPIN, SPIN]),
+                ("mixed".into(), vec![ECHO, SPIN, MINMAX]),
+                ("short".into(), vec![SPIN]),
+            ];
+            c.exec.fixed = vec![(SPIN, 200 * US)];
+            c.exec.real_results = false;
+            c.tenant_keys = HashMap::from([(1, KEY.to_vec()), (2, b"tenant-two-key-0".to_vec())]);
+        });
+        let (ctl, other) = (w.connect(), w.connect());
+        let resize = |name: &str| Op::Resize(name.into());
+        for (i, bad) in ["nope", "short"].into_iter().enumerate() {
+            control(&mut w, ctl, &resize(bad), 1 + i as u64);
+            let a = answer(&mut w, ctl, MS);
+            assert_eq!(a.header.status, Status::BadInput, "seed {seed}: {bad}");
+        }
+        control(&mut w, ctl, &resize("spin3"), 3);
+        let a = answer(&mut w, ctl, MS);
+        assert_eq!(a.header.status, Status::Ok, "seed {seed}");
+        let body: serde_json::Value = serde_json::from_slice(&a.payload).unwrap();
+        assert_eq!(body["slots"], serde_json::json!([1, 2]), "{body}");
+        // Load: SPIN from three clients, 3 slots' worth and more.
+        let loaders: Vec<usize> = (0..3).map(|_| w.connect()).collect();
+        let mut sent = 0u64;
+        for _ in 0..60 {
+            let l = loaders[sent as usize % 3];
+            call(&mut w, l, sent, SPIN);
+            sent += 1;
+            w.run_for(50 * US);
+        }
+        // To "mixed": slots 0 and 2 change (both busy), slot 1 keeps SPIN.
+        control(&mut w, ctl, &resize("mixed"), 4);
+        w.run_for(20 * US);
+        control(&mut w, ctl, &resize("spin3"), 5);
+        for _ in 0..60 {
+            let l = loaders[sent as usize % 3];
+            call(&mut w, l, sent, SPIN);
+            sent += 1;
+            w.run_for(50 * US);
+        }
+        w.run_for(20 * MS);
+        let a = w.drain_answers(ctl);
+        assert_eq!(a.len(), 2, "seed {seed}");
+        let (first, second) = if a[0].header.request_id == 4 {
+            (&a[0], &a[1])
+        } else {
+            (&a[1], &a[0])
+        };
+        assert_eq!(first.header.status, Status::Ok, "seed {seed}");
+        let body: serde_json::Value = serde_json::from_slice(&first.payload).unwrap();
+        assert_eq!(body["slots"].as_array().unwrap().len(), 2, "{body}");
+        assert_eq!(
+            second.header.status,
+            Status::Busy,
+            "seed {seed}: concurrent"
+        );
+        let targets: Vec<Target> = w.driver().slot_targets().iter().map(|t| t.0).collect();
+        assert_eq!(
+            targets,
+            vec![
+                Target::Builtin(ECHO),
+                Target::Builtin(SPIN),
+                Target::Builtin(MINMAX)
+            ],
+            "seed {seed}"
+        );
+        let mut seen = HashSet::new();
+        for &l in &loaders {
+            for a in w.drain_answers(l) {
+                assert!(seen.insert(a.header.request_id), "seed {seed}: twice");
+                assert!(
+                    matches!(a.header.status, Status::Ok | Status::Busy),
+                    "seed {seed}: {:?}",
+                    a.header.status
+                );
+            }
+        }
+        assert_eq!(
+            seen.len() as u64,
+            sent,
+            "seed {seed}: every call answered once"
+        );
+        // Tenant 2's module in slot 2: tenant 1 may not resize it away.
+        let env = w.control_envelope(
+            2,
+            b"tenant-two-key-0",
+            50,
+            &Op::Swap {
+                slot: 2,
+                target: MODULE,
+            },
+        );
+        let h = RequestHeader::single(50, offrac_proto::FN_CONTROL, 0, env.len() as u32);
+        let mut b = h.encode().to_vec();
+        b.extend(env);
+        w.send(other, &b);
+        assert_eq!(answer(&mut w, other, MS).header.status, Status::Ok);
+        control(&mut w, ctl, &resize("spin3"), 6);
+        let a = answer(&mut w, ctl, MS);
+        assert_eq!((a.header.status, a.header.detail), (Status::BadInput, 2));
+        assert_eq!(w.driver().slot_targets()[2].0, MODULE);
+    });
+}

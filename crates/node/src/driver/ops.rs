@@ -6,8 +6,8 @@
 
 use super::{Driver, Io};
 use offrac_control::{
-    plan_replicate, plan_shrink, plan_unload, Batch, Digest, OpError, SlotRole, SwapError,
-    SwapReport, Target,
+    plan_replicate, plan_resize, plan_shrink, plan_unload, Batch, Digest, OpError, SlotRole,
+    SwapError, SwapReport, Target,
 };
 use offrac_core::{ConnId, Instant};
 use offrac_proto::{RequestHeader, Status};
@@ -22,6 +22,8 @@ pub(super) enum Kind {
     Replicate { target: Target },
     /// A shrink of `function`'s spare slots back to spare.
     Shrink { function: u8 },
+    /// A resize to the template `name`.
+    Resize { name: String },
 }
 
 /// A multi-slot control request waiting for its swaps.
@@ -329,6 +331,86 @@ impl Driver {
         self.run_swaps(now);
     }
 
+    /// An authenticated `RESIZE` to the configured template `name`: every
+    /// slot whose function differs from the template's is swapped to it,
+    /// all as one batch. Refused: an unknown template (`BAD_INPUT`), a node
+    /// with an autoscaler (`UNSUPPORTED`: its spare slots are the policy's),
+    /// a slot running another tenant's module (`BAD_INPUT`), a slot being
+    /// swapped (`BUSY`).
+    pub fn handle_resize(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        header: RequestHeader,
+        name: &str,
+        tenant: u16,
+    ) {
+        let refuse = |d: &mut Driver, status: Status, detail: u64, msg: String| {
+            d.answer_control_request(now, conn, &header, status, detail, msg);
+        };
+        let Some((_, functions)) = self.cfg.templates.iter().find(|(n, _)| n == name) else {
+            return refuse(self, Status::BadInput, 0, format!("no template {name:?}"));
+        };
+        let template: Vec<Target> = functions.iter().map(|&f| Target::Builtin(f)).collect();
+        if template.len() != self.cfg.slots.len() {
+            let msg = format!(
+                "template {name:?} names {} slots, the node has {}",
+                template.len(),
+                self.cfg.slots.len()
+            );
+            return refuse(self, Status::BadInput, 0, msg);
+        }
+        if self.autoscale.is_some() {
+            let msg = "a node with an autoscaler keeps its slot arrangement".to_string();
+            return refuse(self, Status::Unsupported, 0, msg);
+        }
+        let changes = match plan_resize(&self.swaps, &template) {
+            Ok(c) => c,
+            Err(e) => {
+                let (status, detail) = op_status(&e);
+                return refuse(self, status, detail, e.to_string());
+            }
+        };
+        let targets: Vec<Target> = self.swaps.targets().collect();
+        if let Some(&(slot, _)) = changes.iter().find(|(s, _)| {
+            matches!(targets[*s], Target::Wasm { function, .. }
+                if self.engine.owner(function).is_some_and(|o| o != tenant))
+        }) {
+            let msg = format!("slot {slot} runs another tenant's module");
+            return refuse(self, Status::BadInput, slot as u64, msg);
+        }
+        if changes.is_empty() {
+            let body = serde_json::json!({ "template": name, "slots": [], "swaps": [] });
+            return refuse(self, Status::Ok, 0, body.to_string());
+        }
+        let mut parts = Vec::new();
+        for &(slot, _) in &changes {
+            let token = self.next_swap_token;
+            self.next_swap_token += 1;
+            parts.push((token, slot));
+        }
+        let id = parts[0].0;
+        self.batches.insert(
+            id,
+            Pending {
+                conn,
+                header,
+                tenant,
+                kind: Kind::Resize {
+                    name: name.to_string(),
+                },
+                batch: Batch::new(parts.iter().copied()),
+                counts: Vec::new(),
+            },
+        );
+        for ((token, slot), (_, target)) in parts.into_iter().zip(changes) {
+            // Busy until its hand-off shows otherwise (`run_swaps`).
+            self.swaps
+                .handle_swap(now.as_nanos(), token, slot, target, true);
+        }
+        self.run_swaps(now);
+    }
+
     /// The outcome of swap `token`, if it belongs to a batch; the batch is
     /// answered once complete.
     pub(super) fn batch_reply(
@@ -367,7 +449,7 @@ impl Driver {
             (_, Ok(r)) => {
                 let owner = match kind {
                     Kind::Replicate { .. } => Some(tenant),
-                    Kind::Unload { .. } | Kind::Shrink { .. } => None,
+                    Kind::Unload { .. } | Kind::Shrink { .. } | Kind::Resize { .. } => None,
                 };
                 self.note_swapped(r, owner);
                 if now_spare {
@@ -412,6 +494,7 @@ impl Driver {
                 Kind::Unload { .. } => "the module stays in the library",
                 Kind::Replicate { .. } => "the replicas loaded stay",
                 Kind::Shrink { .. } => "the slots given back stay spare",
+                Kind::Resize { .. } => "the slots already swapped keep the template's function",
             };
             let msg = format!("slot {slot}: {e}; {what} (swapped: {swapped:?})");
             self.answer_control_request(now, p.conn, &p.header, status, slot as u64, msg);
@@ -431,6 +514,21 @@ impl Driver {
             | Kind::Shrink { function } => {
                 let body = serde_json::json!({
                     "function": function,
+                    "slots": swapped,
+                    "swaps": reports,
+                });
+                self.answer_control_request(
+                    now,
+                    p.conn,
+                    &p.header,
+                    Status::Ok,
+                    0,
+                    body.to_string(),
+                );
+            }
+            Kind::Resize { name } => {
+                let body = serde_json::json!({
+                    "template": name,
                     "slots": swapped,
                     "swaps": reports,
                 });
