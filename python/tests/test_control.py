@@ -115,7 +115,16 @@ def test_envelopes_match_the_vectors() -> None:
 
     path = Path(__file__).resolve().parents[2] / "docs" / "vectors" / "control.json"
     vectors = json.loads(path.read_text())["vectors"]
-    ops = {"upload": 1, "swap": 2, "list": 3, "unload": 4, "hello": 5, "replicate": 6, "shrink": 7, "resize": 8}
+    ops = {
+        "upload": 1,
+        "swap": 2,
+        "list": 3,
+        "unload": 4,
+        "hello": 5,
+        "replicate": 6,
+        "shrink": 7,
+        "resize": 8,
+    }
     checked = 0
     for v in vectors:
         if not (v["valid"] and v["mac_ok"]):
@@ -173,11 +182,14 @@ key = "{KEY.hex()}"
 """
 
 
-TEMPLATE_CONFIG = CONFIG + """
+TEMPLATE_CONFIG = (
+    CONFIG
+    + """
 [[control.templates]]
 name = "sorting"
 slots = ["topk", "minmax"]
 """
+)
 
 
 def test_resize_to_a_template(start_node: Callable[..., Node]) -> None:
