@@ -402,3 +402,67 @@ slots = ["echo", "echo", "logit"]
     assert_eq!(names(&mut ctl), ["echo", "echo", "logit"]);
     n.shutdown().unwrap();
 }
+
+/// A forced unload whose slot is busy past the drain timeout (a looping call
+/// that runs until its fuel is gone) is rolled back and answered `TIMEOUT`
+/// (detail = the slot): the module stays and still serves; the looping call
+/// gets its own answer (`FUEL_EXHAUSTED`); once the slot is free the unload
+/// goes through.
+#[test]
+fn a_forced_unload_that_outlasts_the_drain_timeout_keeps_the_module() {
+    let cfg = NodeConfig::parse(&format!(
+        r#"
+[metrics]
+listen = ""
+[[slots]]
+function = "echo"
+[[slots]]
+function = "echo"
+[control]
+drain_timeout_ms = 20
+fuel = 2000000000
+[[control.tenants]]
+id = 1
+key = "{}"
+"#,
+        hex::encode(KEYS[0])
+    ))
+    .expect("config");
+    let n = start(cfg, "127.0.0.1:0").expect("node starts");
+    let mut ctl = Ctl::new(&n, 1);
+    let bad = upload(&mut ctl, offrac_control::examples::BAD_WAT);
+    ctl.json(&Op::Swap {
+        slot: 1,
+        target: Target::Wasm {
+            function: 141,
+            digest: bad,
+        },
+    });
+    // A call that loops until its (large) fuel budget is gone.
+    let mut looper = tenant_client(&n, 1 << 42);
+    let looping = std::thread::spawn(move || {
+        let t = std::time::Instant::now();
+        let r = looper.call(141, 1, b"x");
+        (r.map(|r| r.payload), t.elapsed())
+    });
+    std::thread::sleep(Duration::from_millis(30));
+    let answer = refusal(ctl.send(&unload(bad, true)));
+    let (r, took) = looping.join().unwrap();
+    assert!(
+        took > Duration::from_millis(60),
+        "the loop ended after {took:?}: too soon to hold the slot past the drain timeout"
+    );
+    assert_eq!(answer, (Status::Timeout, 1), "rolled back");
+    assert_eq!(
+        r.expect_err("the loop is stopped").status(),
+        Some(Status::FuelExhausted)
+    );
+    let list = ctl.json(&Op::List);
+    assert_eq!(list["modules"].as_array().unwrap().len(), 1, "{list}");
+    assert_eq!(list["slots"][1]["kind"], "wasm", "{list}");
+    let mut c = tenant_client(&n, 1 << 43);
+    assert_eq!(c.call(141, 0, b"ok").unwrap().payload, b"ok");
+    let v = ctl.json(&unload(bad, true));
+    assert_eq!(v["swapped_out"].as_array().unwrap().len(), 1, "{v}");
+    n.shutdown().unwrap();
+}
