@@ -1,5 +1,6 @@
 """Control requests (``docs/control.md``): upload a WebAssembly module to a node's library,
-swap a slot's function, list, unload — each an envelope signed with the tenant's
+swap a slot's function, list, unload (with ``force=True`` even from slots running it),
+replicate a function into spare slots — each an envelope signed with the tenant's
 HMAC-SHA256 key, sent to the reserved function ``FN_CONTROL``.
 
 >>> from offrac import Client
@@ -30,6 +31,9 @@ __all__ = [
     "FN_CONTROL",
     "OP_HELLO",
     "OP_LIST",
+    "OP_REPLICATE",
+    "OP_RESIZE",
+    "OP_SHRINK",
     "OP_SWAP",
     "OP_UNLOAD",
     "OP_UPLOAD",
@@ -44,6 +48,9 @@ OP_SWAP: Final = 2
 OP_LIST: Final = 3
 OP_UNLOAD: Final = 4
 OP_HELLO: Final = 5
+OP_REPLICATE: Final = 6
+OP_SHRINK: Final = 7
+OP_RESIZE: Final = 8
 
 _FIXED = struct.Struct("<BBHIQQ8x")
 assert _FIXED.size == 32
@@ -61,6 +68,19 @@ def _digest_bytes(digest: str) -> bytes:
     if len(raw) != 32:
         raise ValueError(f"{digest!r} is not a 64-digit hex SHA-256 digest")
     return raw
+
+
+def _targeted(first: int, builtin: str | int | None, wasm: str | None, function: int | None) -> bytes:
+    """The body of SWAP (``first`` = slot) and REPLICATE (``first`` = n): ``u16``, the function
+    id, its kind, and a module's digest."""
+    if (builtin is None) == (wasm is None):
+        raise ValueError("give exactly one of builtin= or wasm=")
+    if builtin is not None:
+        fid = FUNCTION_IDS[builtin] if isinstance(builtin, str) else int(builtin)
+        return struct.pack("<HBB", first, fid, 0)
+    if function is None:
+        raise ValueError("wasm= needs function= (128..=250)")
+    return struct.pack("<HBB", first, function, 1) + _digest_bytes(str(wasm))
 
 
 class Controller:
@@ -106,17 +126,45 @@ class Controller:
         (``wasm=`` digest, served as ``function=`` 128..=250). Returns the node's report:
         ``{"slot", "previous", "target", "total_ns", "drain_ns", "install_ns",
         "handed_to_replica", "refused_busy"}``."""
-        if (builtin is None) == (wasm is None):
-            raise ValueError("give exactly one of builtin= or wasm=")
-        if builtin is not None:
-            fid = FUNCTION_IDS[builtin] if isinstance(builtin, str) else int(builtin)
-            body = struct.pack("<HBB", slot, fid, 0)
-        else:
-            if function is None:
-                raise ValueError("wasm= needs function= (128..=250)")
-            body = struct.pack("<HBB", slot, function, 1) + _digest_bytes(str(wasm))
-        report: dict[str, Any] = json.loads(self.request(OP_SWAP, body))
+        report: dict[str, Any] = json.loads(self.request(OP_SWAP, _targeted(slot, builtin, wasm, function)))
         return report
+
+    def replicate(
+        self,
+        n: int = 1,
+        *,
+        builtin: str | int | None = None,
+        wasm: str | None = None,
+        function: int | None = None,
+    ) -> dict[str, Any]:
+        """Load ``n`` more instances of a built-in (``builtin=``) or of a library module
+        (``wasm=`` digest, served as ``function=``) into spare slots the node chooses, all or
+        nothing: too few spare slots raises ``BusyError`` (``detail`` = how many are free) and
+        changes nothing. Returns ``{"function", "slots": [...], "swaps": [reports]}``."""
+        if not 1 <= n <= 0xFFFF:
+            raise ValueError("n must be in 1..=65535")
+        answer: dict[str, Any] = json.loads(self.request(OP_REPLICATE, _targeted(n, builtin, wasm, function)))
+        return answer
+
+    def shrink(self, function: str | int, *, keep: int = 0) -> dict[str, Any]:
+        """Give the spare slots serving ``function`` (a built-in's name or any function id)
+        back to spare, all but ``keep`` of them (highest slot first); configured slots are never
+        touched. Returns ``{"function", "slots": [given back], "swaps": [reports]}``."""
+        fid = FUNCTION_IDS[function] if isinstance(function, str) else int(function)
+        if not 0 <= keep <= 0xFFFF:
+            raise ValueError("keep must be in 0..=65535")
+        answer: dict[str, Any] = json.loads(self.request(OP_SHRINK, struct.pack("<HBB", keep, fid, 0)))
+        return answer
+
+    def resize(self, template: str) -> dict[str, Any]:
+        """Move the node's slots to the arrangement of a template of its configuration
+        (``[[control.templates]]``), each changed slot through the swap sequence. Returns
+        ``{"template", "slots": [changed], "swaps": [reports]}``."""
+        name = template.encode()
+        if not 1 <= len(name) <= 64:
+            raise ValueError("a template name is 1 to 64 bytes of UTF-8")
+        answer: dict[str, Any] = json.loads(self.request(OP_RESIZE, name))
+        return answer
 
     def list(self) -> dict[str, Any]:
         """The library's modules and what each slot runs: ``{"modules": [...], "slots": [...]}``."""
@@ -128,6 +176,13 @@ class Controller:
         on its requests are charged to it and see its modules. ``Client(key=...)`` does this."""
         self.request(OP_HELLO)
 
-    def unload(self, digest: str) -> None:
-        """Remove a module from the library (no slot may run it)."""
-        self.request(OP_UNLOAD, _digest_bytes(digest))
+    def unload(self, digest: str, *, force: bool = False) -> dict[str, Any] | None:
+        """Remove a module from the library. No slot may run it, unless ``force``: then every
+        slot running it is swapped to its configured built-in first (the swap sequence: nothing
+        is lost) and the answer lists those swaps, ``{"digest", "swapped_out": [reports]}``."""
+        body = _digest_bytes(digest) + (b"\x01" if force else b"")
+        answer = self.request(OP_UNLOAD, body)
+        if not answer:
+            return None
+        report: dict[str, Any] = json.loads(answer)
+        return report

@@ -13,6 +13,7 @@ import pytest
 from offrac import (
     FN_CONTROL,
     BadInputError,
+    BusyError,
     FuelExhaustedError,
     Status,
     TrappedError,
@@ -114,7 +115,16 @@ def test_envelopes_match_the_vectors() -> None:
 
     path = Path(__file__).resolve().parents[2] / "docs" / "vectors" / "control.json"
     vectors = json.loads(path.read_text())["vectors"]
-    ops = {"upload": 1, "swap": 2, "list": 3, "unload": 4, "hello": 5}
+    ops = {
+        "upload": 1,
+        "swap": 2,
+        "list": 3,
+        "unload": 4,
+        "hello": 5,
+        "replicate": 6,
+        "shrink": 7,
+        "resize": 8,
+    }
     checked = 0
     for v in vectors:
         if not (v["valid"] and v["mac_ok"]):
@@ -126,11 +136,16 @@ def test_envelopes_match_the_vectors() -> None:
         elif kind == "upload":
             body = bytes.fromhex(op["module"])
         elif kind == "unload":
-            body = bytes.fromhex(op["digest"])
-        elif op["wasm"] is None:
-            body = op["slot"].to_bytes(2, "little") + bytes([op["function"], 0])
+            body = bytes.fromhex(op["digest"]) + (b"\x01" if op.get("force") else b"")
+        elif kind == "resize":
+            body = op["name"].encode()
+        elif kind == "shrink":
+            body = op["keep"].to_bytes(2, "little") + bytes([op["function"], 0])
         else:
-            body = op["slot"].to_bytes(2, "little") + bytes([op["function"], 1]) + bytes.fromhex(op["wasm"])
+            first = op["n"] if kind == "replicate" else op["slot"]
+            body = first.to_bytes(2, "little") + bytes([op["function"], 0 if op["wasm"] is None else 1])
+            if op["wasm"] is not None:
+                body += bytes.fromhex(op["wasm"])
         env = encode_envelope(
             ops[kind],
             body,
@@ -141,4 +156,80 @@ def test_envelopes_match_the_vectors() -> None:
         )
         assert env.hex() == v["envelope"], v["note"]
         checked += 1
-    assert checked == 8
+    assert checked == 13
+
+
+SPARE_CONFIG = f"""
+[metrics]
+listen = ""
+[[slots]]
+function = "echo"
+[[slots]]
+function = "echo"
+spare = true
+[[slots]]
+function = "echo"
+spare = true
+[autoscale]
+period_ms = 1000
+grow_periods = 1000000
+shrink_periods = 1000000
+[control]
+fuel = 5000000
+[[control.tenants]]
+id = 3
+key = "{KEY.hex()}"
+"""
+
+
+TEMPLATE_CONFIG = (
+    CONFIG
+    + """
+[[control.templates]]
+name = "sorting"
+slots = ["topk", "minmax"]
+"""
+)
+
+
+def test_resize_to_a_template(start_node: Callable[..., Node]) -> None:
+    """RESIZE moves the slots to a configured template; an unknown one is BAD_INPUT."""
+    node = start_node(TEMPLATE_CONFIG)
+    with node.client() as c:
+        ctl = c.control(tenant=3, key=KEY)
+        answer = ctl.resize("sorting")
+        assert answer["template"] == "sorting" and answer["slots"] == [0, 1]
+        assert [s["name"] for s in ctl.list()["slots"]] == ["topk", "minmax"]
+        with pytest.raises(BadInputError):
+            ctl.resize("nope")
+        with pytest.raises(ValueError):
+            ctl.resize("")
+
+
+def test_replicate_into_spares_and_forced_unload(start_node: Callable[..., Node]) -> None:
+    """REPLICATE loads into spare slots, all or nothing; a forced UNLOAD swaps the module out
+    of its slot (back to spare) and removes it; SHRINK gives replicas back to spare."""
+    node = start_node(SPARE_CONFIG)
+    with node.client(tenant=3, key=KEY) as c:
+        ctl = c.control(tenant=3, key=KEY)
+        digest = ctl.upload(_module(node, "add"))
+        answer = ctl.replicate(1, wasm=digest, function=140)
+        assert answer["slots"] == [1] and answer["function"] == 140
+        header, payload = c.call_raw(140, b"\x01", 2)
+        assert header.status == Status.OK and payload == b"\x03"
+        with pytest.raises(BusyError) as busy:
+            ctl.replicate(2, builtin="minmax")  # one spare left: nothing happens
+        assert busy.value.detail == 1
+        with pytest.raises(BadInputError):
+            ctl.unload(digest)  # in use, no force
+        report = ctl.unload(digest, force=True)
+        assert report is not None and len(report["swapped_out"]) == 1
+        assert report["swapped_out"][0]["target"]["name"] == "echo"
+        assert c.call_raw(140, b"\x01", 2)[0].status == Status.UNKNOWN_FUNCTION
+        assert ctl.list()["modules"] == []
+        assert ctl.replicate(2, builtin="minmax")["slots"] == [1, 2]
+        assert ctl.shrink("minmax", keep=1)["slots"] == [2]
+        assert ctl.shrink("minmax")["slots"] == [1]
+        assert ctl.replicate(2, builtin="topk")["slots"] == [1, 2]
+        with pytest.raises(ValueError):
+            ctl.replicate(0, builtin="echo")

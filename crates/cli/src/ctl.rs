@@ -55,17 +55,60 @@ enum Sub {
         #[command(flatten)]
         auth: Auth,
     },
-    /// Remove a module from the library (no slot may run it).
+    /// Remove a module from the library (no slot may run it, unless --force: then every slot
+    /// running it is swapped to its configured built-in first).
     Unload {
         #[command(flatten)]
         auth: Auth,
         digest: String,
+        #[arg(long)]
+        force: bool,
+    },
+    /// Load N more instances of a built-in (--builtin NAME) or of a library module (--wasm DIGEST
+    /// --function ID) into spare slots the node chooses (all or nothing).
+    Replicate {
+        #[command(flatten)]
+        auth: Auth,
+        #[arg(long, default_value_t = 1)]
+        n: u16,
+        #[arg(long, conflicts_with = "wasm", required_unless_present = "wasm")]
+        builtin: Option<String>,
+        #[arg(long, requires = "function")]
+        wasm: Option<String>,
+        /// The function id the module answers to (128..=250).
+        #[arg(long)]
+        function: Option<u8>,
+    },
+    /// Give the spare slots serving a function (--builtin NAME or --function ID) back to spare,
+    /// all but --keep of them.
+    Shrink {
+        #[command(flatten)]
+        auth: Auth,
+        #[arg(long, default_value_t = 0)]
+        keep: u16,
+        #[arg(
+            long,
+            conflicts_with = "function",
+            required_unless_present = "function"
+        )]
+        builtin: Option<String>,
+        #[arg(long)]
+        function: Option<u8>,
+    },
+    /// Move the node's slots to a template of its configuration ([[control.templates]]).
+    Resize {
+        #[command(flatten)]
+        auth: Auth,
+        name: String,
     },
     /// Assemble WebAssembly text (.wat) into a binary module (.wasm).
     Wat2wasm { input: String, output: String },
     /// Measure swap time (built-in, small and large module) and a swap under load, on a node
     /// started in this process.
     BenchSwap(BenchArgs),
+    /// Measure a replicate of n = 2 and a forced unload under load (a swap as the baseline),
+    /// on a node started in this process.
+    BenchOps(crate::ctl_bench_ops::BenchOpsArgs),
 }
 
 #[derive(clap::Args)]
@@ -123,6 +166,33 @@ impl Ctl {
     }
 }
 
+/// A built-in by name, or a module by digest and function id.
+fn parse_target(
+    builtin: Option<String>,
+    wasm: Option<String>,
+    function: Option<u8>,
+) -> Result<Target, CliError> {
+    match (builtin, wasm, function) {
+        (Some(name), None, _) => Ok(Target::Builtin(
+            FunctionId::from_name(&name)
+                .ok_or_else(|| {
+                    CliError::Usage(format!(
+                        "unknown built-in {name:?} (known: {})",
+                        FunctionId::known_names()
+                    ))
+                })?
+                .id(),
+        )),
+        (None, Some(d), Some(function)) => Ok(Target::Wasm {
+            function,
+            digest: parse_digest(&d)?,
+        }),
+        _ => Err(CliError::Usage(
+            "give --builtin NAME, or --wasm DIGEST --function ID".into(),
+        )),
+    }
+}
+
 fn connect(a: &Auth) -> Result<Ctl, CliError> {
     let key = hex::decode(&a.key).map_err(|_| CliError::Usage("--key is not hex".into()))?;
     Ctl::connect(&a.addr, a.tenant, key)
@@ -174,38 +244,63 @@ pub fn run(a: Args) -> Result<(), CliError> {
             wasm,
             function,
         } => {
-            let target = match (builtin, wasm, function) {
-                (Some(name), None, _) => Target::Builtin(
-                    FunctionId::from_name(&name)
-                        .ok_or_else(|| {
-                            CliError::Usage(format!(
-                                "unknown built-in {name:?} (known: {})",
-                                FunctionId::known_names()
-                            ))
-                        })?
-                        .id(),
-                ),
-                (None, Some(d), Some(function)) => Target::Wasm {
-                    function,
-                    digest: parse_digest(&d)?,
-                },
+            let target = parse_target(builtin, wasm, function)?;
+            print_answer(&connect(&auth)?.request(&Op::Swap { slot, target })?);
+        }
+        Sub::Replicate {
+            auth,
+            n,
+            builtin,
+            wasm,
+            function,
+        } => {
+            if n == 0 {
+                return Err(CliError::Usage("--n must be at least 1".into()));
+            }
+            let target = parse_target(builtin, wasm, function)?;
+            print_answer(&connect(&auth)?.request(&Op::Replicate { n, target })?);
+        }
+        Sub::List { auth } => print_answer(&connect(&auth)?.request(&Op::List)?),
+        Sub::Resize { auth, name } => {
+            if name.is_empty() || name.len() > wire::MAX_TEMPLATE_NAME {
+                return Err(CliError::Usage(format!(
+                    "a template name is 1 to {} bytes",
+                    wire::MAX_TEMPLATE_NAME
+                )));
+            }
+            print_answer(&connect(&auth)?.request(&Op::Resize(name))?);
+        }
+        Sub::Shrink {
+            auth,
+            keep,
+            builtin,
+            function,
+        } => {
+            let function = match (builtin, function) {
+                (Some(name), None) => parse_target(Some(name), None, None)?.function(),
+                (None, Some(f)) => f,
                 _ => {
                     return Err(CliError::Usage(
-                        "give --builtin NAME, or --wasm DIGEST --function ID".into(),
+                        "give --builtin NAME or --function ID".into(),
                     ))
                 }
             };
-            print_answer(&connect(&auth)?.request(&Op::Swap { slot, target })?);
+            print_answer(&connect(&auth)?.request(&Op::Shrink { keep, function })?);
         }
-        Sub::List { auth } => print_answer(&connect(&auth)?.request(&Op::List)?),
-        Sub::Unload { auth, digest } => {
-            print_answer(&connect(&auth)?.request(&Op::Unload(parse_digest(&digest)?))?)
-        }
+        Sub::Unload {
+            auth,
+            digest,
+            force,
+        } => print_answer(&connect(&auth)?.request(&Op::Unload {
+            digest: parse_digest(&digest)?,
+            force,
+        })?),
         Sub::Wat2wasm { input, output } => {
             let bytes = read_module(&input)?;
             std::fs::write(&output, bytes)?;
         }
         Sub::BenchSwap(b) => crate::ctl_bench::run(b)?,
+        Sub::BenchOps(b) => crate::ctl_bench_ops::run(b)?,
     }
     Ok(())
 }

@@ -7,6 +7,7 @@ mod collective;
 mod config;
 mod ctl;
 mod ctl_bench;
+mod ctl_bench_ops;
 mod demo;
 mod functions;
 mod payload_text;

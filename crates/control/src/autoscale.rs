@@ -263,6 +263,24 @@ impl Autoscaler {
         })
     }
 
+    /// An operator's decision (a control request, not the policy's):
+    /// `slot` is to take `role` once its swap is done ([`Autoscaler::swap_done`]).
+    /// Refused (`false`) while the slot has a decision pending.
+    pub fn assign(&mut self, slot: usize, role: SlotRole) -> bool {
+        if slot >= self.roles.len() || self.pending.contains_key(&slot) {
+            return false;
+        }
+        self.pending.insert(slot, role);
+        true
+    }
+
+    /// Spare slots with no decision pending, lowest first.
+    pub fn free_spares(&self) -> Vec<usize> {
+        (0..self.roles.len())
+            .filter(|i| self.roles[*i] == SlotRole::Spare && !self.pending.contains_key(i))
+            .collect()
+    }
+
     /// The caller carried out (`ok`) or gave up (`!ok`, e.g. the swap rolled
     /// back) the decision on `slot`.
     pub fn swap_done(&mut self, slot: usize, ok: bool) {
@@ -543,5 +561,28 @@ mod tests {
             Autoscaler::new(cfg, vec![]).unwrap_err(),
             AutoscaleError::Periods
         );
+    }
+
+    #[test]
+    fn an_operators_assignment_takes_a_spare_the_policy_then_leaves_alone() {
+        let mut a = scaler(vec![SlotRole::Fixed(1), SlotRole::Spare, SlotRole::Spare]);
+        assert_eq!(a.free_spares(), vec![1, 2]);
+        assert!(a.assign(1, SlotRole::Fixed(4)));
+        assert!(!a.assign(1, SlotRole::Spare), "a decision is pending");
+        assert_eq!(a.free_spares(), vec![2]);
+        // A failed swap leaves the slot spare; a done one takes the role.
+        a.swap_done(1, false);
+        assert_eq!(a.roles()[1], SlotRole::Spare);
+        assert!(a.assign(1, SlotRole::Fixed(4)));
+        a.swap_done(1, true);
+        assert_eq!(a.roles()[1], SlotRole::Fixed(4));
+        // Function 4 idle for long: an operator's replica is never reclaimed.
+        for _ in 0..20 {
+            let ds = a.observe(SEC, 0.0, &[load(4, 0, 0, 100.0)]);
+            assert!(ds
+                .iter()
+                .all(|d| !matches!(d, Decision::Reclaim { slot: 1 })));
+        }
+        assert_eq!(a.roles()[1], SlotRole::Fixed(4));
     }
 }

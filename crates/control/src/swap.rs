@@ -152,6 +152,14 @@ impl SwapController {
             .is_some_and(|s| s.phase != Phase::Serving)
     }
 
+    /// What `slot` is being swapped to, if a swap is in progress.
+    pub fn pending_target(&self, slot: usize) -> Option<Target> {
+        match &self.slots.get(slot)?.phase {
+            Phase::Draining(p) | Phase::Installing(p) => Some(p.target),
+            Phase::Serving => None,
+        }
+    }
+
     /// Whether some slot runs WebAssembly module `digest` (or is being swapped to it).
     pub fn uses(&self, digest: &crate::wire::Digest) -> bool {
         let is = |t: &Target| matches!(t, Target::Wasm { digest: d, .. } if d == digest);

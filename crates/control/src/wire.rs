@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! off len  field
-//!   0   1  op          1 UPLOAD, 2 SWAP, 3 LIST, 4 UNLOAD, 5 HELLO
+//!   0   1  op          1 UPLOAD, 2 SWAP, 3 LIST, 4 UNLOAD, 5 HELLO, 6 REPLICATE, 7 SHRINK, 8 RESIZE
 //!   1   1  reserved    0
 //!   2   2  tenant      whose key signs the envelope (u16 LE)
 //!   4   4  body_len    (u32 LE)
@@ -16,8 +16,13 @@
 //!
 //! Bodies: UPLOAD — the module's bytes (`.wasm`); SWAP — `u16 slot`,
 //! `u8 function`, `u8 kind` (0 built-in, 1 WebAssembly), then for kind 1 the
-//! module's 32-byte SHA-256 digest; LIST — empty; UNLOAD — a 32-byte digest;
-//! HELLO — empty (it attributes the connection it arrives on to the tenant).
+//! module's 32-byte SHA-256 digest; LIST — empty; UNLOAD — a 32-byte digest,
+//! then optionally a flags byte `1` (force: swap the slots running it out
+//! first); HELLO — empty (it attributes the connection it arrives on to the
+//! tenant); REPLICATE — `u16 n`, `u8 function`, `u8 kind`, then for kind 1
+//! the digest (load `n` more instances into spare slots); SHRINK — `u16 keep`,
+//! `u8 function`, `u8` 0 (give spare slots serving it back, all but `keep`);
+//! RESIZE — a template's name, UTF-8, 1 to 64 bytes.
 
 use hmac::{KeyInit, Mac};
 use sha2::Sha256;
@@ -29,6 +34,8 @@ pub use offrac_proto::FN_CONTROL;
 pub const ENVELOPE_HEADER: usize = 32;
 /// Length of the trailing MAC.
 pub const MAC_LEN: usize = 32;
+/// Longest template name of a RESIZE.
+pub const MAX_TEMPLATE_NAME: usize = 64;
 
 type HmacSha256 = hmac::Hmac<Sha256>;
 
@@ -63,7 +70,27 @@ pub enum Op {
         target: Target,
     },
     List,
-    Unload(Digest),
+    /// Remove a module from the library; `force`: swap every slot running
+    /// it out to the slot's configured built-in first (`docs/control.md`).
+    Unload {
+        digest: Digest,
+        force: bool,
+    },
+    /// Load `n` more instances of `target` into spare slots chosen by the
+    /// node (`docs/control.md`, "Replicate").
+    Replicate {
+        n: u16,
+        target: Target,
+    },
+    /// Give the spare slots serving `function` back to spare, all but
+    /// `keep` of them (`docs/control.md`, "Replicate").
+    Shrink {
+        keep: u16,
+        function: u8,
+    },
+    /// Move the node's slots to the arrangement of a configured template
+    /// (`docs/control.md`, "Resize").
+    Resize(String),
     /// Attribute the data connection this arrives on to the envelope's
     /// tenant (`docs/protocol.md`, "Tenants").
     Hello,
@@ -75,8 +102,11 @@ impl Op {
             Op::Upload(_) => 1,
             Op::Swap { .. } => 2,
             Op::List => 3,
-            Op::Unload(_) => 4,
+            Op::Unload { .. } => 4,
             Op::Hello => 5,
+            Op::Replicate { .. } => 6,
+            Op::Shrink { .. } => 7,
+            Op::Resize(_) => 8,
         }
     }
 
@@ -85,16 +115,19 @@ impl Op {
             Op::Upload(_) => "upload",
             Op::Swap { .. } => "swap",
             Op::List => "list",
-            Op::Unload(_) => "unload",
+            Op::Unload { .. } => "unload",
             Op::Hello => "hello",
+            Op::Replicate { .. } => "replicate",
+            Op::Shrink { .. } => "shrink",
+            Op::Resize(_) => "resize",
         }
     }
 
     fn body(&self) -> Vec<u8> {
         match self {
             Op::Upload(m) => m.clone(),
-            Op::Swap { slot, target } => {
-                let mut b = slot.to_le_bytes().to_vec();
+            Op::Swap { slot: n, target } | Op::Replicate { n, target } => {
+                let mut b = n.to_le_bytes().to_vec();
                 match target {
                     Target::Builtin(f) => b.extend_from_slice(&[*f, 0]),
                     Target::Wasm { function, digest } => {
@@ -105,7 +138,19 @@ impl Op {
                 b
             }
             Op::List | Op::Hello => Vec::new(),
-            Op::Unload(d) => d.to_vec(),
+            Op::Resize(name) => name.as_bytes().to_vec(),
+            Op::Shrink { keep, function } => {
+                let mut b = keep.to_le_bytes().to_vec();
+                b.extend_from_slice(&[*function, 0]);
+                b
+            }
+            Op::Unload { digest, force } => {
+                let mut b = digest.to_vec();
+                if *force {
+                    b.push(1);
+                }
+                b
+            }
         }
     }
 }
@@ -193,43 +238,100 @@ impl Envelope {
                 why: "a digest is 32 bytes",
             })
         };
-        let op = match payload[0] {
-            1 => Op::Upload(body.to_vec()),
-            2 => {
-                let bad = |why| WireError::Body { op: "swap", why };
-                if body.len() < 4 {
-                    return Err(bad("shorter than 4 bytes"));
-                }
-                let slot = u16::from_le_bytes([body[0], body[1]]);
-                let function = body[2];
-                let target = match (body[3], body.len()) {
-                    (0, 4) => Target::Builtin(function),
-                    (1, 36) => Target::Wasm {
-                        function,
-                        digest: digest("swap", &body[4..])?,
-                    },
-                    (0 | 1, _) => return Err(bad("length does not match its kind")),
-                    _ => return Err(bad("kind is neither 0 (built-in) nor 1 (WebAssembly)")),
-                };
-                Op::Swap { slot, target }
+        // SWAP and REPLICATE: `u16`, `u8 function`, `u8 kind`, [digest].
+        let targeted = |op: &'static str| -> Result<(u16, Target), WireError> {
+            let bad = |why| WireError::Body { op, why };
+            if body.len() < 4 {
+                return Err(bad("shorter than 4 bytes"));
             }
-            3 if body.is_empty() => Op::List,
-            3 => {
-                return Err(WireError::Body {
-                    op: "list",
-                    why: "the body must be empty",
-                })
-            }
-            4 => Op::Unload(digest("unload", body)?),
-            5 if body.is_empty() => Op::Hello,
-            5 => {
-                return Err(WireError::Body {
-                    op: "hello",
-                    why: "the body must be empty",
-                })
-            }
-            other => return Err(WireError::UnknownOp(other)),
+            let n = u16::from_le_bytes([body[0], body[1]]);
+            let function = body[2];
+            let target = match (body[3], body.len()) {
+                (0, 4) => Target::Builtin(function),
+                (1, 36) => Target::Wasm {
+                    function,
+                    digest: digest(op, &body[4..])?,
+                },
+                (0 | 1, _) => return Err(bad("length does not match its kind")),
+                _ => return Err(bad("kind is neither 0 (built-in) nor 1 (WebAssembly)")),
+            };
+            Ok((n, target))
         };
+        let op =
+            match payload[0] {
+                1 => Op::Upload(body.to_vec()),
+                2 => {
+                    let (slot, target) = targeted("swap")?;
+                    Op::Swap { slot, target }
+                }
+                6 => match targeted("replicate")? {
+                    (0, _) => {
+                        return Err(WireError::Body {
+                            op: "replicate",
+                            why: "n must be at least 1",
+                        })
+                    }
+                    (n, target) => Op::Replicate { n, target },
+                },
+                3 if body.is_empty() => Op::List,
+                3 => {
+                    return Err(WireError::Body {
+                        op: "list",
+                        why: "the body must be empty",
+                    })
+                }
+                8 => match std::str::from_utf8(body) {
+                    Ok(name) if !name.is_empty() && name.len() <= MAX_TEMPLATE_NAME => {
+                        Op::Resize(name.to_string())
+                    }
+                    _ => {
+                        return Err(WireError::Body {
+                            op: "resize",
+                            why: "a template name is 1 to 64 bytes of UTF-8",
+                        })
+                    }
+                },
+                7 => match body {
+                    [k0, k1, function, 0] => Op::Shrink {
+                        keep: u16::from_le_bytes([*k0, *k1]),
+                        function: *function,
+                    },
+                    _ => {
+                        return Err(WireError::Body {
+                            op: "shrink",
+                            why: "the body is u16 keep, u8 function, u8 0",
+                        })
+                    }
+                },
+                4 => match body.len() {
+                    32 => Op::Unload {
+                        digest: digest("unload", body)?,
+                        force: false,
+                    },
+                    33 if body[32] == 1 => Op::Unload {
+                        digest: digest("unload", &body[..32])?,
+                        force: true,
+                    },
+                    33 => return Err(WireError::Body {
+                        op: "unload",
+                        why: "the flags byte must be 1 (force); without force send the digest only",
+                    }),
+                    _ => {
+                        return Err(WireError::Body {
+                            op: "unload",
+                            why: "a digest is 32 bytes (33 with the force flag)",
+                        })
+                    }
+                },
+                5 if body.is_empty() => Op::Hello,
+                5 => {
+                    return Err(WireError::Body {
+                        op: "hello",
+                        why: "the body must be empty",
+                    })
+                }
+                other => return Err(WireError::UnknownOp(other)),
+            };
         let signed_len = ENVELOPE_HEADER + body_len;
         let mut mac = [0u8; MAC_LEN];
         mac.copy_from_slice(&payload[signed_len..]);
@@ -277,8 +379,31 @@ mod tests {
                 },
             },
             Op::List,
-            Op::Unload([9; 32]),
+            Op::Unload {
+                digest: [9; 32],
+                force: false,
+            },
+            Op::Unload {
+                digest: [9; 32],
+                force: true,
+            },
             Op::Hello,
+            Op::Replicate {
+                n: 2,
+                target: Target::Builtin(1),
+            },
+            Op::Shrink {
+                keep: 1,
+                function: 5,
+            },
+            Op::Resize("dlrm".into()),
+            Op::Replicate {
+                n: 1,
+                target: Target::Wasm {
+                    function: 131,
+                    digest: [4; 32],
+                },
+            },
         ];
         for op in ops {
             let b = encode(5, 1_700_000_000_000, 42, &op, key);
@@ -318,13 +443,55 @@ mod tests {
             Envelope::decode(&b),
             Err(WireError::Length { .. })
         ));
-        let b = encode(1, 2, 3, &Op::Unload([0; 32]), b"key");
+        let b = encode(
+            1,
+            2,
+            3,
+            &Op::Unload {
+                digest: [0; 32],
+                force: false,
+            },
+            b"key",
+        );
         let mut short = b[..ENVELOPE_HEADER].to_vec();
         short[4] = 3;
         short.extend_from_slice(&[0; 3 + MAC_LEN]);
         assert!(matches!(
             Envelope::decode(&short),
             Err(WireError::Body { .. })
+        ));
+        // An unload flags byte other than 1, and a replicate of 0 instances.
+        let mut b = encode(
+            1,
+            2,
+            3,
+            &Op::Unload {
+                digest: [0; 32],
+                force: true,
+            },
+            b"key",
+        );
+        b[ENVELOPE_HEADER + 32] = 2;
+        assert!(matches!(
+            Envelope::decode(&b),
+            Err(WireError::Body { op: "unload", .. })
+        ));
+        let b = encode(
+            1,
+            2,
+            3,
+            &Op::Replicate {
+                n: 0,
+                target: Target::Builtin(1),
+            },
+            b"key",
+        );
+        assert!(matches!(
+            Envelope::decode(&b),
+            Err(WireError::Body {
+                op: "replicate",
+                ..
+            })
         ));
     }
 }

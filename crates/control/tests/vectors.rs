@@ -27,8 +27,16 @@ fn op_of(v: &Value) -> Op {
         "list" => Op::List,
         "hello" => Op::Hello,
         "upload" => Op::Upload(hex::decode(v["module"].as_str().unwrap()).unwrap()),
-        "unload" => Op::Unload(digest(&v["digest"])),
-        "swap" => {
+        "unload" => Op::Unload {
+            digest: digest(&v["digest"]),
+            force: v["force"].as_bool().unwrap_or(false),
+        },
+        "resize" => Op::Resize(v["name"].as_str().unwrap().to_string()),
+        "shrink" => Op::Shrink {
+            keep: v["keep"].as_u64().unwrap() as u16,
+            function: v["function"].as_u64().unwrap() as u8,
+        },
+        "swap" | "replicate" => {
             let function = v["function"].as_u64().unwrap() as u8;
             let target = match &v["wasm"] {
                 Value::Null => Target::Builtin(function),
@@ -37,9 +45,16 @@ fn op_of(v: &Value) -> Op {
                     digest: digest(d),
                 },
             };
-            Op::Swap {
-                slot: v["slot"].as_u64().unwrap() as u16,
-                target,
+            if v["kind"] == "replicate" {
+                Op::Replicate {
+                    n: v["n"].as_u64().unwrap() as u16,
+                    target,
+                }
+            } else {
+                Op::Swap {
+                    slot: v["slot"].as_u64().unwrap() as u16,
+                    target,
+                }
             }
         }
         k => panic!("kind {k}"),

@@ -238,6 +238,18 @@ struct RawControl {
     anonymous_max_inflight: Option<u32>,
     anonymous_max_pool_bytes: Option<u64>,
     anonymous_max_buffer_bytes: Option<u64>,
+    /// Named slot arrangements RESIZE moves the node to.
+    #[serde(default)]
+    templates: Vec<RawTemplate>,
+}
+
+/// `[[control.templates]]`: a named slot arrangement (OffRAC App. F's
+/// nested-reconfiguration templates): one built-in per slot.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTemplate {
+    name: String,
+    slots: Vec<String>,
 }
 
 /// `[[control.tenants]]`: a tenant's id and HMAC-SHA256 key (hex).
@@ -265,6 +277,28 @@ fn control_settings(raw: Option<RawControl>) -> Result<crate::ControlSettings, C
     c.fuel = raw.fuel.unwrap_or(c.fuel);
     c.max_memory_bytes = raw.max_memory_bytes.unwrap_or(c.max_memory_bytes);
     let bad = |m: String| ConfigError::BadControl(m);
+    for t in raw.templates {
+        if t.name.is_empty() || t.name.len() > offrac_control::wire::MAX_TEMPLATE_NAME {
+            return Err(bad(format!(
+                "template {:?}: a name is 1 to {} bytes",
+                t.name,
+                offrac_control::wire::MAX_TEMPLATE_NAME
+            )));
+        }
+        let functions = t
+            .slots
+            .iter()
+            .map(|n| {
+                FunctionId::from_name(n)
+                    .map(|f| f.id())
+                    .ok_or_else(|| bad(format!("template {:?}: no built-in {n:?}", t.name)))
+            })
+            .collect::<Result<Vec<u8>, _>>()?;
+        if c.templates.iter().any(|(n, _)| *n == t.name) {
+            return Err(bad(format!("template {:?} is listed twice", t.name)));
+        }
+        c.templates.push((t.name, functions));
+    }
     c.tenancy.refuse_anonymous = match raw.anonymous.as_deref() {
         None | Some("allow") => false,
         Some("refuse") => true,
@@ -700,6 +734,18 @@ impl NodeConfig {
         let collectives = collective_settings(raw.collectives, engine.max_payload)?;
         let metrics_listen = Some(raw.metrics.listen).filter(|s| !s.is_empty());
         let autoscale = autoscale_settings(raw.autoscale, &slot_settings)?;
+        let control = control_settings(raw.control)?;
+        if let Some((name, f)) = control
+            .templates
+            .iter()
+            .find(|(_, f)| f.len() != slot_settings.len())
+        {
+            return Err(ConfigError::BadControl(format!(
+                "template {name:?} names {} slots, the node has {}",
+                f.len(),
+                slot_settings.len()
+            )));
+        }
         Ok(NodeConfig {
             engine,
             io_mode,
@@ -725,7 +771,7 @@ impl NodeConfig {
                 .into_iter()
                 .map(|a| a.validate())
                 .collect::<Result<_, _>>()?,
-            control: control_settings(raw.control)?,
+            control,
             autoscale,
             collectives,
             named_buffer_bytes: raw.named_buffers.max_bytes,
@@ -874,5 +920,26 @@ mod tests {
         let reserved = format!("[[control.tenants]]\nid = 65535\nkey = \"{key}\"");
         let e = NodeConfig::parse(&format!("[control]\n{reserved}")).unwrap_err();
         assert!(e.to_string().contains("reserved"), "{e}");
+    }
+
+    #[test]
+    fn templates_name_built_ins_for_every_slot() {
+        let base = "[[slots]]\nfunction = \"echo\"\n[[slots]]\nfunction = \"logit\"\n[control]\n";
+        let with = |t: &str| NodeConfig::parse(&format!("{base}{t}"));
+        let ok = with("[[control.templates]]\nname = \"a\"\nslots = [\"topk\", \"spin\"]\n")
+            .expect("valid template");
+        assert_eq!(ok.control.templates, vec![("a".to_string(), vec![1, 5])]);
+        for bad in [
+            "[[control.templates]]\nname = \"a\"\nslots = [\"topk\"]\n",
+            "[[control.templates]]\nname = \"a\"\nslots = [\"topk\", \"nope\"]\n",
+            "[[control.templates]]\nname = \"\"\nslots = [\"topk\", \"spin\"]\n",
+            "[[control.templates]]\nname = \"a\"\nslots = [\"echo\", \"echo\"]\n\
+             [[control.templates]]\nname = \"a\"\nslots = [\"echo\", \"echo\"]\n",
+        ] {
+            assert!(
+                matches!(with(bad), Err(ConfigError::BadControl(_))),
+                "{bad}"
+            );
+        }
     }
 }

@@ -40,6 +40,8 @@ pub struct ControlSettings {
     /// Tenants' DRR weights and quotas, and whether anonymous data
     /// connections are served (`docs/control.md`, "Tenants").
     pub tenancy: offrac_core::Tenancy,
+    /// `[[control.templates]]`: name → the built-in of each slot.
+    pub templates: Vec<(String, Vec<u8>)>,
 }
 
 impl Default for ControlSettings {
@@ -55,6 +57,7 @@ impl Default for ControlSettings {
             fuel: lib.limits.fuel,
             max_memory_bytes: lib.limits.max_memory,
             tenancy: offrac_core::Tenancy::default(),
+            templates: Vec::new(),
         }
     }
 }
@@ -107,6 +110,26 @@ pub enum Handled {
         target: Target,
         tenant: u16,
     },
+    /// An authenticated forced unload of a module `tenant` alone holds and a
+    /// slot runs: for the driver ([`crate::driver::Driver::handle_unload`]).
+    Unload { digest: Digest, tenant: u16 },
+    /// An authenticated replicate: for the driver
+    /// ([`crate::driver::Driver::handle_replicate`]).
+    Replicate {
+        target: Target,
+        n: usize,
+        tenant: u16,
+    },
+    /// An authenticated shrink: for the driver
+    /// ([`crate::driver::Driver::handle_shrink`]).
+    Shrink {
+        function: u8,
+        keep: usize,
+        tenant: u16,
+    },
+    /// An authenticated resize to a template: for the driver
+    /// ([`crate::driver::Driver::handle_resize`]).
+    Resize { name: String, tenant: u16 },
     /// An authenticated hello: the connection is `tenant`'s from now on.
     Hello { tenant: u16 },
     /// An authenticated hello of another node: the connection is a node link.
@@ -695,31 +718,23 @@ impl ControlPlane {
                 }
             }
             Op::Swap { slot, target } => {
-                // Another tenant's function id, or a slot running another
-                // tenant's module, is not this tenant's to change.
-                let foreign = |f: u8| owner_of(f).is_some_and(|o| o != tenant);
                 let current = slots.get(slot as usize).map(|(t, _)| t.function());
-                if foreign(target.function()) || current.is_some_and(foreign) {
-                    let msg = "the function id or the slot's module belongs to another tenant";
-                    return Handled::Answer(Status::BadInput, 0, err_json(msg));
-                }
-                if let Target::Wasm { digest, .. } = target {
-                    // Another tenant's module is answered as a missing one.
-                    if !self.library.contains(&digest) || !owns(self, &digest) {
-                        let msg = format!(
-                            "no module with digest {} in the library",
-                            hex_digest(&digest)
-                        );
-                        return Handled::Answer(
-                            Status::UnknownFunction,
-                            target.function() as u64,
-                            err_json(&msg),
-                        );
-                    }
+                if let Some(refusal) = self.target_refusal(tenant, target, current, &owner_of) {
+                    return refusal;
                 }
                 Handled::Swap {
                     slot: slot as usize,
                     target,
+                    tenant,
+                }
+            }
+            Op::Replicate { n, target } => {
+                if let Some(refusal) = self.target_refusal(tenant, target, None, &owner_of) {
+                    return refusal;
+                }
+                Handled::Replicate {
+                    target,
+                    n: n as usize,
                     tenant,
                 }
             }
@@ -743,7 +758,19 @@ impl ControlPlane {
                 let body = serde_json::json!({ "modules": modules, "slots": slots });
                 Handled::Answer(Status::Ok, 0, body.to_string().into_bytes())
             }
-            Op::Unload(d) => {
+            Op::Resize(name) => Handled::Resize { name, tenant },
+            Op::Shrink { keep, function } => {
+                if owner_of(function).is_some_and(|o| o != tenant) {
+                    let msg = "the function id belongs to another tenant";
+                    return Handled::Answer(Status::BadInput, 0, err_json(msg));
+                }
+                Handled::Shrink {
+                    function,
+                    keep: keep as usize,
+                    tenant,
+                }
+            }
+            Op::Unload { digest: d, force } => {
                 if !owns(self, &d) {
                     let msg = format!("no module with digest {} in the library", hex_digest(&d));
                     return Handled::Answer(Status::UnknownFunction, 0, err_json(&msg));
@@ -756,30 +783,113 @@ impl ControlPlane {
                     return Handled::Answer(Status::Ok, 0, Vec::new());
                 }
                 if in_use(&d) {
+                    if force {
+                        return Handled::Unload { digest: d, tenant };
+                    }
                     let msg = format!(
-                        "module {} is run by a slot; swap it out first",
+                        "module {} is run by a slot; swap it out first (or unload with force)",
                         hex_digest(&d)
                     );
                     return Handled::Answer(Status::BadInput, 0, err_json(&msg));
                 }
-                match self.library.unload(&d) {
-                    Ok(()) => {
-                        self.uploaders.remove(&d);
-                        self.save_uploaders();
-                        if let Some(link) = &mut self.store {
-                            link.held.remove(&d);
-                        }
-                        self.store_write(offrac_cluster::library::LibraryWrite::Remove {
-                            hex: hex_digest(&d),
-                        });
-                        Handled::Answer(Status::Ok, 0, Vec::new())
-                    }
-                    Err(e @ LibraryError::Missing(_)) => {
-                        Handled::Answer(Status::UnknownFunction, 0, err_json(&e.to_string()))
-                    }
-                    Err(e) => Handled::Answer(Status::Internal, 0, err_json(&e.to_string())),
-                }
+                let (status, detail, body) = self.remove(&d);
+                Handled::Answer(status, detail, body)
             }
+        }
+    }
+
+    /// Why `tenant` may not make a slot (now serving function `current`, if
+    /// one is named) run `target`: another tenant's function id or slot
+    /// (`BAD_INPUT`), a module not in the library or not its own
+    /// (`UNKNOWN_FUNCTION`).
+    fn target_refusal(
+        &self,
+        tenant: u16,
+        target: Target,
+        current: Option<u8>,
+        owner_of: &impl Fn(u8) -> Option<u16>,
+    ) -> Option<Handled> {
+        // Another tenant's function id, or a slot running another
+        // tenant's module, is not this tenant's to change.
+        let foreign = |f: u8| owner_of(f).is_some_and(|o| o != tenant);
+        if foreign(target.function()) || current.is_some_and(foreign) {
+            let msg = "the function id or the slot's module belongs to another tenant";
+            return Some(Handled::Answer(Status::BadInput, 0, err_json(msg)));
+        }
+        if let Target::Wasm { digest, .. } = target {
+            // Another tenant's module is answered as a missing one.
+            let owns = self
+                .uploaders
+                .get(&digest)
+                .is_some_and(|t| t.contains(&tenant));
+            if !self.library.contains(&digest) || !owns {
+                let msg = format!(
+                    "no module with digest {} in the library",
+                    hex_digest(&digest)
+                );
+                return Some(Handled::Answer(
+                    Status::UnknownFunction,
+                    target.function() as u64,
+                    err_json(&msg),
+                ));
+            }
+        }
+        None
+    }
+
+    /// Remove module `d` from the library and the state directory.
+    fn remove(&mut self, d: &Digest) -> (Status, u64, Vec<u8>) {
+        match self.library.unload(d) {
+            Ok(()) => {
+                self.uploaders.remove(d);
+                self.save_uploaders();
+                if let Some(link) = &mut self.store {
+                    link.held.remove(d);
+                }
+                self.store_write(offrac_cluster::library::LibraryWrite::Remove {
+                    hex: hex_digest(d),
+                });
+                (Status::Ok, 0, Vec::new())
+            }
+            Err(e @ LibraryError::Missing(_)) => {
+                (Status::UnknownFunction, 0, err_json(&e.to_string()))
+            }
+            Err(e) => (Status::Internal, 0, err_json(&e.to_string())),
+        }
+    }
+
+    /// The end of a forced unload ([`Handled::Unload`]): its slots are
+    /// swapped out (`swapped`: the swap reports), the module goes. Checked
+    /// again: if another tenant claimed it meanwhile only `tenant`'s claim
+    /// goes; if a slot runs it again, `BUSY` (the driver refuses swaps to a
+    /// module being unloaded, so this does not happen).
+    pub fn finish_unload(
+        &mut self,
+        d: &Digest,
+        tenant: u16,
+        swapped: serde_json::Value,
+        in_use: bool,
+    ) -> (Status, u64, Vec<u8>) {
+        let claims = self.uploaders.get(d).map(|t| t.len()).unwrap_or(0);
+        let ok_body = || {
+            let body = serde_json::json!({ "digest": hex_digest(d), "swapped_out": swapped });
+            body.to_string().into_bytes()
+        };
+        if claims > 1 {
+            if let Some(t) = self.uploaders.get_mut(d) {
+                t.remove(&tenant);
+            }
+            self.save_uploaders();
+            self.store_owners(d);
+            return (Status::Ok, 0, ok_body());
+        }
+        if in_use {
+            let msg = "a slot runs the module again; retry the unload";
+            return (Status::Busy, 0, err_json(msg));
+        }
+        match self.remove(d) {
+            (Status::Ok, detail, _) => (Status::Ok, detail, ok_body()),
+            other => other,
         }
     }
 }

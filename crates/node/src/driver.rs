@@ -18,6 +18,7 @@ mod autoscale;
 mod collective;
 mod control;
 mod links;
+mod ops;
 
 pub use autoscale::{AutoscaleSettings, AutoscaleStats};
 pub use links::{LinkId, LinkState, LinkStats, PeerConfig, LINK_HELLO_ID};
@@ -88,6 +89,9 @@ pub struct DriverConfig {
     /// Links to other nodes say the node's hello ([`Io::LinkHello`]) before
     /// any hop, and forwarded hops carry their origin tenant.
     pub link_hello: bool,
+    /// Named slot arrangements a RESIZE moves the node to: the built-in of
+    /// each slot (`docs/control.md`, "Resize").
+    pub templates: Vec<(String, Vec<u8>)>,
     /// Collectives across the device table (`docs/collectives.md`).
     pub collectives: offrac_collective::Config,
     /// Bytes the node's named buffers may keep, over all tenants.
@@ -115,6 +119,7 @@ impl DriverConfig {
             tenancy: offrac_core::Tenancy::default(),
             owners: Vec::new(),
             link_hello: false,
+            templates: Vec::new(),
             collectives: offrac_collective::Config::default(),
             named_buffer_bytes: offrac_core::DEFAULT_BUFFER_BUDGET,
         }
@@ -205,6 +210,17 @@ pub enum Io {
     SaveSlots {
         targets: Vec<offrac_control::Target>,
     },
+    /// A forced unload's slots are swapped out (`swapped`: their swap
+    /// reports): remove module `digest` from the library for `tenant` and
+    /// answer the control request `header` of `conn` — then
+    /// [`Driver::handle_control_answered`].
+    RemoveModule {
+        conn: ConnId,
+        header: RequestHeader,
+        digest: offrac_control::Digest,
+        tenant: u16,
+        swapped: serde_json::Value,
+    },
 }
 
 #[derive(Debug, Default)]
@@ -257,6 +273,9 @@ pub struct Driver {
     next_swap_token: u64,
     /// Per slot: requests its last swap handed to a replica / refused.
     swap_counts: Vec<(u64, u64)>,
+    /// Forced unloads and replicates waiting for their swaps (`driver/ops.rs`),
+    /// by their first swap token.
+    batches: std::collections::BTreeMap<u64, ops::Pending>,
     /// The autoscaler (`driver/autoscale.rs`), when configured.
     autoscale: Option<autoscale::AutoscaleState>,
     /// Collectives (`driver/collective.rs`) and the calls waiting for them.
@@ -328,6 +347,7 @@ impl Driver {
             swap_waiters: FxHashMap::default(),
             next_swap_token: 0,
             swap_counts: vec![(0, 0); cfg.slots.len()],
+            batches: Default::default(),
             autoscale,
             collectives,
             calls: collective::Calls::default(),

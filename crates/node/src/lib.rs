@@ -238,6 +238,7 @@ pub fn start(cfg: NodeConfig, listen: &str) -> Result<NodeHandle, NodeError> {
     driver_cfg.autoscale = cfg.autoscale.clone();
     driver_cfg.tenancy = cfg.control.tenancy.clone();
     driver_cfg.link_hello = cfg.control.node_key.is_some();
+    driver_cfg.templates = cfg.control.templates.clone();
 
     let attach = cfg
         .attach

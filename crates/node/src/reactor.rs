@@ -183,6 +183,30 @@ impl Reactor {
                 let now = self.clock.now();
                 self.driver.handle_peer_hello(now, conn, job.header);
             }
+            Handled::Unload { digest, tenant } => {
+                let now = self.clock.now();
+                self.driver
+                    .handle_unload(now, conn, job.header, digest, tenant);
+            }
+            Handled::Resize { name, tenant } => {
+                let now = self.clock.now();
+                self.driver
+                    .handle_resize(now, conn, job.header, &name, tenant);
+            }
+            Handled::Shrink {
+                function,
+                keep,
+                tenant,
+            } => {
+                let now = self.clock.now();
+                self.driver
+                    .handle_shrink(now, conn, job.header, function, keep, tenant);
+            }
+            Handled::Replicate { target, n, tenant } => {
+                let now = self.clock.now();
+                self.driver
+                    .handle_replicate(now, conn, job.header, target, n, tenant);
+            }
         }
     }
 
@@ -882,6 +906,20 @@ impl Reactor {
                         tracing::warn!(slot, error = %e, "swap install failed; rolled back");
                     }
                     self.driver.handle_installed(self.clock.now(), slot, r);
+                }
+                Io::RemoveModule {
+                    conn,
+                    header,
+                    digest,
+                    tenant,
+                    swapped,
+                } => {
+                    let in_use = self.driver.module_in_use(&digest);
+                    let (status, detail, body) = match &mut self.control {
+                        Some(cp) => cp.finish_unload(&digest, tenant, swapped, in_use),
+                        None => (Status::Unsupported, 0, Vec::new()),
+                    };
+                    self.answer_control(conn, &header, status, detail, &body);
                 }
                 Io::SaveSlots { targets } => {
                     if let Some(cp) = &self.control {

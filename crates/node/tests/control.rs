@@ -165,7 +165,10 @@ fn upload_swap_call_list_and_bad_modules() {
         Status::BadInput
     );
     assert_eq!(
-        status(ctl.send(&Op::Unload(add))),
+        status(ctl.send(&Op::Unload {
+            digest: add,
+            force: false
+        })),
         Status::BadInput,
         "in use"
     );
@@ -174,7 +177,14 @@ fn upload_swap_call_list_and_bad_modules() {
         slot: 1,
         target: Target::Builtin(0),
     });
-    assert_eq!(ctl.send(&Op::Unload(add)).unwrap(), b"");
+    assert_eq!(
+        ctl.send(&Op::Unload {
+            digest: add,
+            force: false
+        })
+        .unwrap(),
+        b""
+    );
     assert_eq!(status(c.call(130, 1, b"ab")), Status::UnknownFunction);
     n.shutdown().unwrap();
 }

@@ -366,7 +366,18 @@ fn module_and_slot_owners_survive_a_restart() {
             Status::UnknownFunction
         );
         assert_eq!(
-            status(two.call(FN_CONTROL, 0, &envelope(2, KEY2, &Op::Unload(d)))),
+            status(two.call(
+                FN_CONTROL,
+                0,
+                &envelope(
+                    2,
+                    KEY2,
+                    &Op::Unload {
+                        digest: d,
+                        force: false
+                    }
+                )
+            )),
             Status::UnknownFunction
         );
     }
@@ -385,8 +396,19 @@ fn module_and_slot_owners_survive_a_restart() {
     assert_eq!(mine, want, "{list}");
     assert_eq!(list["slots"][1]["digest"], hex::encode(add), "{list}");
     assert_eq!(one.call(140, 1, b"ab").unwrap().payload, b"bc");
-    one.call(FN_CONTROL, 0, &envelope(1, KEY1, &Op::Unload(kept)))
-        .unwrap();
+    one.call(
+        FN_CONTROL,
+        0,
+        &envelope(
+            1,
+            KEY1,
+            &Op::Unload {
+                digest: kept,
+                force: false,
+            },
+        ),
+    )
+    .unwrap();
     n.shutdown().unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -211,6 +211,11 @@ pub struct SimNode {
     acc: std::collections::BTreeMap<u8, (f64, u64)>,
     /// Verifies control envelopes (hellos) on the virtual wall clock.
     auth: offrac_control::Authenticator,
+    /// Per slot: runs in flight, and whether a swap's install is under way.
+    /// A swap must never install while its slot runs, nor a job be run by
+    /// a slot being installed (the job would meet the new function): checked.
+    running: Vec<u32>,
+    installing: Vec<bool>,
 }
 
 impl SimNode {
@@ -218,6 +223,8 @@ impl SimNode {
         Ok(SimNode {
             driver: Driver::new(cfg.engine.clone(), cfg.driver.clone())?,
             busy_ns: vec![0; cfg.engine.slots.len()],
+            running: vec![0; cfg.engine.slots.len()],
+            installing: vec![false; cfg.engine.slots.len()],
             acc: Default::default(),
             auth: offrac_control::Authenticator::new(cfg.tenant_keys.clone(), 30_000),
             cfg,
@@ -526,6 +533,8 @@ impl World {
                 route,
             } => {
                 if !self.nodes[node].down {
+                    let n = &mut self.nodes[node];
+                    n.running[slot] = n.running[slot].saturating_sub(1);
                     self.finish(node, slot, *job, started, route);
                 }
             }
@@ -555,6 +564,7 @@ impl World {
             }
             Ev::Installed(node, slot) => {
                 if !self.nodes[node].down {
+                    self.nodes[node].installing[slot] = false;
                     self.nodes[node].driver.handle_installed(now, slot, Ok(()));
                     self.apply(node);
                 }
@@ -661,10 +671,16 @@ impl World {
             Ok(env) => match self.nodes[node].auth.verify(wall, &env, &job.payload) {
                 Err(e) => Err((Status::Unauthorized, e.to_string())),
                 Ok(()) => match env.op {
-                    Op::Hello | Op::Swap { .. } => Ok((env.tenant, env.op)),
+                    Op::Hello
+                    | Op::Swap { .. }
+                    | Op::Replicate { .. }
+                    | Op::Shrink { .. }
+                    | Op::Resize(_)
+                    | Op::Unload { force: true, .. } => Ok((env.tenant, env.op)),
                     _ => Err((
                         Status::Unsupported,
-                        "the simulator runs hellos and swaps only".into(),
+                        "the simulator runs hellos, swaps, replicates, shrinks, resizes and forced unloads only"
+                            .into(),
                     )),
                 },
             },
@@ -673,6 +689,18 @@ impl World {
         match verdict {
             Ok((tenant, Op::Swap { slot, target })) => {
                 driver.handle_swap(now, job.conn, job.header, slot as usize, target, tenant)
+            }
+            Ok((tenant, Op::Replicate { n, target })) => {
+                driver.handle_replicate(now, job.conn, job.header, target, n as usize, tenant)
+            }
+            Ok((tenant, Op::Resize(name))) => {
+                driver.handle_resize(now, job.conn, job.header, &name, tenant)
+            }
+            Ok((tenant, Op::Shrink { keep, function })) => {
+                driver.handle_shrink(now, job.conn, job.header, function, keep as usize, tenant)
+            }
+            Ok((tenant, Op::Unload { digest, .. })) => {
+                driver.handle_unload(now, job.conn, job.header, digest, tenant)
             }
             Ok((tenant, _)) => driver.handle_hello(now, job.conn, job.header, tenant),
             Err((status, msg)) => {
@@ -700,6 +728,12 @@ impl World {
                     route,
                 } => {
                     let n = &mut self.nodes[node];
+                    assert!(
+                        !n.installing[slot],
+                        "node {node}: a job of function {} was dispatched to slot {slot} while its swap installs",
+                        job.function()
+                    );
+                    n.running[slot] += 1;
                     let started = if inline {
                         self.now
                     } else {
@@ -750,7 +784,35 @@ impl World {
                 Io::SaveSlots { .. } => {}
                 // Simulated nodes have no node key: their links say no hello.
                 Io::LinkHello { .. } => {}
+                // The simulator has no library: the module is simply gone.
+                Io::RemoveModule {
+                    conn,
+                    header,
+                    digest,
+                    swapped,
+                    ..
+                } => {
+                    let body = format!(
+                        r#"{{"digest":"{}","swapped_out":{swapped}}}"#,
+                        offrac_control::hex_digest(&digest)
+                    );
+                    let h = ResponseHeader::answer(
+                        &header,
+                        Status::Ok,
+                        self.nodes[node].cfg.engine.device_id,
+                        body.len() as u32,
+                    );
+                    self.write(node, conn, &h, body.as_bytes());
+                    let now = self.instant();
+                    self.nodes[node].driver.handle_control_answered(now, conn);
+                }
                 Io::Install { slot, .. } => {
+                    let n = &mut self.nodes[node];
+                    assert_eq!(
+                        n.running[slot], 0,
+                        "node {node}: slot {slot} is installed while it runs a job"
+                    );
+                    n.installing[slot] = true;
                     let t = self.now + self.nodes[node].cfg.install_ns;
                     self.at(t, Ev::Installed(node, slot));
                 }

@@ -88,6 +88,25 @@ impl AutoscaleState {
             .collect()
     }
 
+    /// An operator's decision on `slot` (a control request): see
+    /// [`Autoscaler::assign`].
+    pub(super) fn assign(&mut self, slot: usize, role: SlotRole) -> bool {
+        self.scaler.assign(slot, role)
+    }
+
+    pub(super) fn free_spares(&self) -> Vec<usize> {
+        self.scaler.free_spares()
+    }
+
+    pub(super) fn role(&self, slot: usize) -> Option<SlotRole> {
+        self.scaler.roles().get(slot).copied()
+    }
+
+    /// The swap of an operator's decision on `slot` ended.
+    pub(super) fn done(&mut self, slot: usize, ok: bool) {
+        self.scaler.swap_done(slot, ok);
+    }
+
     /// A job of `function` was dispatched to a slot.
     pub(super) fn count(&mut self, function: u8) {
         *self.dispatched.entry(function).or_default() += 1;
@@ -182,9 +201,10 @@ impl Driver {
             if let Some(a) = &mut self.autoscale {
                 a.tokens.insert(token, (slot, reclaim));
             }
-            let busy = self.engine.slots()[slot].is_busy();
+            // Busy until the hand-off shows otherwise (`run_swaps`): a
+            // donor's hand-off may give work to another decision's slot.
             self.swaps
-                .handle_swap(now.as_nanos(), token, slot, target, busy);
+                .handle_swap(now.as_nanos(), token, slot, target, true);
         }
         self.run_swaps(now);
     }

@@ -30,7 +30,7 @@ pub(super) fn controller(
     SwapController::new(targets, drain_timeout, |f| FunctionId::from_id(f).is_some())
 }
 
-fn status_of(e: &SwapError) -> Status {
+pub(super) fn status_of(e: &SwapError) -> Status {
     match e {
         SwapError::NoSlot(_) | SwapError::BadFunction(_) | SwapError::Conflict { .. } => {
             Status::BadInput
@@ -131,6 +131,13 @@ impl Driver {
         target: Target,
         tenant: u16,
     ) {
+        if let Target::Wasm { digest, .. } = target {
+            if self.unloading(&digest) {
+                let msg = "this module is being unloaded; retry".to_string();
+                self.answer_control_request(now, conn, &header, Status::Busy, 0, msg);
+                return;
+            }
+        }
         let module_slot = matches!(target, Target::Wasm { .. }).then_some(slot);
         if let Some(max) = self.slot_quota_hit(tenant, module_slot) {
             let msg = format!("tenant {tenant}'s modules may occupy at most {max} slots");
@@ -162,9 +169,9 @@ impl Driver {
                 module_slot,
             },
         );
-        let busy = self.engine.slots().get(slot).is_some_and(|q| q.is_busy());
+        // Busy until the hand-off shows otherwise (`run_swaps`).
         self.swaps
-            .handle_swap(now.as_nanos(), token, slot, target, busy);
+            .handle_swap(now.as_nanos(), token, slot, target, true);
         self.run_swaps(now);
     }
 
@@ -173,6 +180,13 @@ impl Driver {
     /// those its pending swaps are bringing them to, besides this one.
     fn slot_quota_hit(&self, tenant: u16, module_slot: Option<usize>) -> Option<u32> {
         let slot = module_slot?;
+        self.slot_quota_hit_n(tenant, &[slot], 1)
+    }
+
+    /// `tenant`'s slot quota, if `n` more slots running its modules (besides
+    /// those of `besides`, which it holds or is swapping already) would go
+    /// over it.
+    pub(super) fn slot_quota_hit_n(&self, tenant: u16, besides: &[usize], n: usize) -> Option<u32> {
         let max = self.engine.tenancy().policy(Some(tenant)).max_slots?;
         let mut held: std::collections::BTreeSet<usize> = self
             .swaps
@@ -189,8 +203,31 @@ impl Driver {
                 .filter(|w| w.tenant == tenant)
                 .filter_map(|w| w.module_slot),
         );
-        held.remove(&slot);
-        (held.len() >= max as usize).then_some(max)
+        held.extend(
+            self.batches
+                .values()
+                .flat_map(|p| p.module_slots_of(tenant)),
+        );
+        for s in besides {
+            held.remove(s);
+        }
+        (held.len() + n > max as usize).then_some(max)
+    }
+
+    /// Swap `r` is done: a module is its tenant's (`tenant`), a built-in
+    /// everyone's; a function id no slot serves any more is nobody's.
+    pub(super) fn note_swapped(&mut self, r: &offrac_control::SwapReport, tenant: Option<u16>) {
+        if let Target::Wasm { .. } = r.previous {
+            let f = r.previous.function();
+            if !self.swaps.targets().any(|t| t.function() == f) {
+                self.engine.set_owner(f, None);
+            }
+        }
+        let owner = match r.target {
+            Target::Wasm { .. } => tenant,
+            Target::Builtin(_) => None,
+        };
+        self.engine.set_owner(r.target.function(), owner);
     }
 
     /// The shell carried out [`Io::Install`] for `slot`.
@@ -229,6 +266,12 @@ impl Driver {
                 Command::StopDispatch { slot } => self.engine.pause_slot(now, slot),
                 Command::HandOff { slot, to_replica } => {
                     self.swap_counts[slot] = self.engine.hand_off(now, slot, to_replica);
+                    // Whether the slot is idle is known only now: the swaps
+                    // started with it (a batch, or the autoscaler's decisions)
+                    // may have handed work to it before it stopped.
+                    if !self.engine.slots()[slot].is_busy() {
+                        self.swaps.handle_slot_idle(now.as_nanos(), slot);
+                    }
                 }
                 Command::Install { slot, target } => {
                     self.out.push_back(Io::Install { slot, target })
@@ -245,6 +288,10 @@ impl Driver {
                     self.engine.resume_slot(now, slot, function);
                 }
                 Command::Reply { token, outcome } => {
+                    if self.batch_reply(now, token, &outcome) {
+                        changed |= outcome.is_ok();
+                        continue;
+                    }
                     if self.autoscale_reply(now, token, outcome.is_ok()) {
                         changed |= outcome.is_ok();
                         continue;
@@ -255,18 +302,7 @@ impl Driver {
                     let (status, body) = match &outcome {
                         Ok(r) => {
                             changed = true;
-                            // A module is its tenant's; a built-in everyone's.
-                            if let Target::Wasm { .. } = r.previous {
-                                let f = r.previous.function();
-                                if !self.swaps.targets().any(|t| t.function() == f) {
-                                    self.engine.set_owner(f, None);
-                                }
-                            }
-                            let owner = match r.target {
-                                Target::Wasm { .. } => Some(w.tenant),
-                                Target::Builtin(_) => None,
-                            };
-                            self.engine.set_owner(r.target.function(), owner);
+                            self.note_swapped(r, Some(w.tenant));
                             (w.handed, w.refused) = std::mem::take(&mut self.swap_counts[r.slot]);
                             let body = serde_json::json!({
                                 "slot": r.slot,
