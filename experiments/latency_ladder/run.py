@@ -27,13 +27,25 @@ The rungs (cumulative; each is the previous plus one thing):
                    the same payloads to function 200 (`bench load --function-id 200`); the call
                    runs in wasmtime on the slot's worker.
 
-Also measured, not a rung: `bench serve-raw` (the same echo on one epoll thread, like the node).
+Two series, because the machine has 2 cores. The client busy-polls one core. In the *poll*
+series the node's I/O thread busy-polls the other, which is the fastest a node can answer, but a
+slot worker woken for the hand-off then has no idle core and waits for a scheduler tick
+(milliseconds): rungs 3-5 are not measured there. In the *blocking* series (`[io] mode =
+"blocking"`) every node thread sleeps when idle, so all six rungs fit on 2 cores and each step
+is the cost of its layer including the wake-ups it needs; its floor is the raw echo on one
+blocking epoll thread (`bench serve-raw --io blocking`). `bench serve-raw --io poll` (the same
+echo on one busy-polling epoll thread, like the node's I/O thread) is measured as a reference.
+
+The echo built-in is the null function: its output is its input, the copy the raw echo also
+makes. The node cannot answer after reassembly without running a function, so the engine's
+admission and the null function share rung 1.
 
 Run: `python3 experiments/latency_ladder/run.py` (`--quick`: one short round).
 """
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -74,7 +86,7 @@ ECHO_WAT = """;; Echo for the latency ladder: the output is the input, in place.
 
 BASE = """
 [io]
-mode = "poll"
+mode = "{mode}"
 spin_us = 100
 [metrics]
 listen = ""
@@ -93,22 +105,25 @@ id = {TENANT}
 key = "{KEY}"
 """
 
-# (rung, server kind); the node's configuration per rung comes from config().
-RUNGS: list[tuple[str, str]] = [
-    ("raw echo", "floor"),
-    ("+ engine, null function", "node"),
-    ("+ reassembly", "node"),
-    ("+ hand-off", "node"),
-    ("+ tenancy/auth", "node"),
-    ("+ WebAssembly", "node"),
-    ("raw epoll (reference)", "raw"),
+# (series, rung, name, server kind); the node's configuration per rung comes from config().
+RUNGS: list[tuple[str, int, str, str]] = [
+    ("poll", 0, "raw echo (spinning thread)", "floor"),
+    ("poll", 1, "+ engine, null function", "node"),
+    ("poll", 2, "+ reassembly", "node"),
+    ("poll", -1, "raw epoll, polling (reference)", "raw-poll"),
+    ("blocking", 0, "raw echo (blocking epoll)", "raw-blocking"),
+    ("blocking", 1, "+ engine, null function", "node"),
+    ("blocking", 2, "+ reassembly", "node"),
+    ("blocking", 3, "+ hand-off", "node"),
+    ("blocking", 4, "+ tenancy/auth", "node"),
+    ("blocking", 5, "+ WebAssembly", "node"),
 ]
 
 
-def config(rung: int) -> str:
+def config(series: str, rung: int) -> str:
     small = 8256 if rung == 1 else 0
     inline = 65536 if rung <= 2 else 0
-    text = BASE.format(small=small, inline=inline)
+    text = BASE.format(mode=series, small=small, inline=inline)
     return text + (CONTROL if rung >= 4 else "")
 
 
@@ -117,15 +132,14 @@ def ctl(*args: str) -> str:
     return out.stdout.strip()
 
 
-def start(rung: int, tmp: Path) -> Server:
-    kind = RUNGS[rung][1]
+def start(series: str, rung: int, kind: str, tmp: Path) -> Server:
     if kind == "floor":
         return Server(["bench", "serve-floor", "--listen", "127.0.0.1:0"], "floor")
-    if kind == "raw":
-        return raw_echo("poll")
-    cfg = tmp / f"rung{rung}.toml"
-    cfg.write_text(config(rung))
-    srv = node(cfg, f"rung{rung}")
+    if kind.startswith("raw-"):
+        return raw_echo(kind.removeprefix("raw-"))
+    cfg = tmp / f"{series}{rung}.toml"
+    cfg.write_text(config(series, rung))
+    srv = node(cfg, f"{series}{rung}")
     if rung == 5:
         auth = ["--addr", srv.addr, "--tenant", str(TENANT), "--key", KEY]
         wat = tmp / "echo.wat"
@@ -138,9 +152,9 @@ def start(rung: int, tmp: Path) -> Server:
     return srv
 
 
-def measure(rung: int, addr: str, size: int) -> dict[str, Any]:
+def measure(rung: int, kind: str, addr: str, size: int) -> dict[str, Any]:
     extra: list[str] = []
-    if rung >= 4 and RUNGS[rung][1] == "node":
+    if rung >= 4 and kind == "node":
         extra += ["--tenant", str(TENANT), "--key", KEY]
     if rung == 5:
         extra += ["--function-id", str(WASM_ID)]
@@ -151,46 +165,54 @@ def measure(rung: int, addr: str, size: int) -> dict[str, Any]:
     return {"p50_us": t["p50_us"], "p99_us": t["p99_us"], "req_per_s": t["req_per_s"], "ok": t["ok"]}
 
 
-FIELDS = ["round", "rung", "name", "bytes", "p50_us", "p99_us", "req_per_s", "ok"]
+FIELDS = ["round", "series", "rung", "name", "bytes", "p50_us", "p99_us", "req_per_s", "ok"]
 
 
 def main() -> None:
     rows: list[dict[str, Any]] = []
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         for rnd in range(REPS):
             for size in SIZES:
-                for rung, (name, _) in enumerate(RUNGS):
-                    with start(rung, tmp) as srv:
-                        m = measure(rung, srv.addr, size)
-                    rows.append({"round": rnd, "rung": rung, "name": name, "bytes": size} | m)
+                for series, rung, name, kind in RUNGS:
+                    with start(series, rung, kind, tmp) as srv:
+                        m = measure(rung, kind, srv.addr, size)
+                    row = {"round": rnd, "series": series, "rung": rung, "name": name, "bytes": size}
+                    rows.append(row | m)
             log(f"round {rnd + 1}/{REPS} done")
+    load_after = os.getloadavg()[0]
     write_csv(HERE / "results.csv", rows, FIELDS)
 
-    def med(rung: int, size: int, key: str) -> float:
-        return median([r[key] for r in rows if (r["rung"], r["bytes"]) == (rung, size)])
+    def med(series: str, rung: int, size: int, key: str) -> float:
+        return median([r[key] for r in rows if (r["series"], r["rung"], r["bytes"]) == (series, rung, size)])
 
     table = []
-    for size in SIZES:
-        f50, f99 = med(0, size, "p50_us"), med(0, size, "p99_us")
-        prev = f50
-        for rung, (name, _) in enumerate(RUNGS):
-            p50, p99 = med(rung, size, "p50_us"), med(rung, size, "p99_us")
-            step = "" if rung in (0, len(RUNGS) - 1) else f"{p50 - prev:+.2f}"
-            table.append(
-                [size, name, f"{p50:.2f}", step, f"{p50 / f50:.2f}", f"{p99:.2f}", f"{p99 / f99:.2f}"]
-            )
-            if rung < len(RUNGS) - 1:
-                prev = p50
+    for series in ("poll", "blocking"):
+        for size in SIZES:
+            f50, f99 = med(series, 0, size, "p50_us"), med(series, 0, size, "p99_us")
+            prev = f50
+            for s_, rung, name, _ in RUNGS:
+                if s_ != series:
+                    continue
+                p50, p99 = med(series, rung, size, "p50_us"), med(series, rung, size, "p99_us")
+                step = f"{p50 - prev:+.2f}" if rung > 0 else ""
+                ratios = [f"{p50 / f50:.2f}", f"{p99:.2f}", f"{p99 / f99:.2f}"]
+                table.append([series, size, name, f"{p50:.2f}", step, *ratios])
+                if rung >= 0:
+                    prev = p50
     text = (
         "# Seed 002's latency ladder on one node\n\n"
-        f"Reproduce: `python3 experiments/latency_ladder/run.py` ({machine()}).\n\n"
+        f"Reproduce: `python3 experiments/latency_ladder/run.py` ({machine()}; 1-minute load average"
+        f" {load_before:.2f} before, {load_after:.2f} after).\n\n"
         "One busy-polling client, one connection, closed loop; each rung a fresh server process;"
         f" medians of {REPS} interleaved rounds of {DUR} s (after {WARM} s warm-up) per rung and"
-        " size. Client and server share the machine's 2 cores (shared with other work). What each"
-        " rung adds is in the script's docstring. `step` is the p50 added by the rung over the one"
-        " above; the ratios are to the raw echo floor at the same size.\n\n"
-        + md_table(["bytes", "rung", "p50 µs", "step µs", "p50 / raw", "p99 µs", "p99 / raw"], table)
+        " size. Client and server share the machine's 2 cores. What each rung adds, and why there"
+        " are two series, is in the script's docstring. `step` is the p50 added by the rung over"
+        " the one above; the ratios are to the series' floor (rung 0) at the same size.\n\n"
+        + md_table(
+            ["series", "bytes", "rung", "p50 µs", "step µs", "p50 / floor", "p99 µs", "p99 / floor"], table
+        )
         + "\n"
     )
     (HERE / "summary.md").write_text(text)
