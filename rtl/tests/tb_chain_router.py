@@ -76,7 +76,10 @@ class Frame:
 
 def header_beats(b: bytes, more: bool) -> list[Beat]:
     n = len(b) // 64
-    return [(int.from_bytes(b[64 * i : 64 * i + 64], "little"), FULL, int(i == n - 1 and not more)) for i in range(n)]
+    return [
+        (int.from_bytes(b[64 * i : 64 * i + 64], "little"), FULL, int(i == n - 1 and not more))
+        for i in range(n)
+    ]
 
 
 def expected(h: Hop) -> Frame:
@@ -389,7 +392,8 @@ async def reset_mid_request(dut: Any) -> None:
             h = random_hop(rng)
             h.status = OK
             h.result = bytes(rng.getrandbits(8) for _ in range(200))
-            if expected(h).port == port and (port != "resp" or h.fields["hop_index"] + 1 >= h.fields["hop_count"]):
+            last = h.fields["hop_index"] + 1 >= h.fields["hop_count"]
+            if expected(h).port == port and (port != "resp" or last):  # an answer with a result
                 break
         drive_hop(dut, h)
         dut.s_hop_valid.value = 1
