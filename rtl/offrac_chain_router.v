@@ -108,7 +108,9 @@ module offrac_chain_router #(
     input  wire                   m_next_axis_tready,
     output wire [63:0]            m_next_reassembly,
     output wire [63:0]            m_next_queue,
-    output wire [63:0]            m_next_exec
+    output wire [63:0]            m_next_exec,
+
+    output wire                   busy          // a hop taken and not all out yet
 );
 
 localparam [7:0] FLAG_HOP_EXT = 8'h01, FLAG_DIRECT_REPLY = 8'h04, FLAG_FORWARDED = 8'h08;
@@ -337,6 +339,8 @@ assign m_next_axis_tvalid = r_valid && r_port == P_NEXT;
 assign m_next_reassembly  = r_reasm;
 assign m_next_queue       = r_queue;
 assign m_next_exec        = r_exec;
+
+assign busy = state != S_IDLE || r_valid;
 
 endmodule
 

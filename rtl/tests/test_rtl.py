@@ -42,6 +42,7 @@ SUBMODULES = {
         "offrac_req_header_parse",
         "offrac_pool_admit",
         "offrac_resp_header_build",
+        "offrac_chain_router",
         "offrac_accel_echo",
         "offrac_accel_topk",
         "offrac_accel_mapid",
@@ -86,6 +87,7 @@ PARAMETERS: dict[str, dict[str, object]] = {
         "TOPK_K_MAX": 16,
         "MAPID_TABLE_BITS": 6,
         "MAPID_MAX_BEATS": 8,
+        "PEERS": "256'h200",  # device 9
     },
 }
 
