@@ -348,6 +348,8 @@ async def run(dut: Any, rng: random.Random, reqs: list[Req], p_in: float, p_out:
     assert all(not p for p in partial + net_partial), "a response left unfinished"
     await ReadOnly()
     assert sig(dut.idle) == 1 and sig(dut.conn_clean) == (1 << CONNS) - 1, "work left in flight at the end"
+    # every byte reserved in the pool given back exactly once (seen inside: the top has no port for it)
+    assert sig(dut.disp_inst.buf_used) == 0, f"pool bytes still reserved: {sig(dut.disp_inst.buf_used):x}"
     await FallingEdge(dut.clk)
     busy = sum(1 for f in answered.values() if f["status"] == ST_BUSY)
     dut._log.info(
