@@ -413,14 +413,21 @@ async def one_request_cycles(dut: Any) -> None:
     await load_dictionary(dut)
     rng = random.Random(5)
     # (function, param, payload, pinned cycles to the header, to the last beat)
-    for fn, param, payload, pin in [
+    singles = [
         (0, 0, rng.randbytes(512), (36, 50)),
         (1, 8, i32s([rng.randrange(-1000, 1000) for _ in range(128)]), (173, 174)),
         # 148 since the chain router: its output register adds a cycle on the result path
         (6, 0, struct.pack("<128I", *[rng.choice(DICTIONARY) for _ in range(128)]), (133, 148)),
-    ]:
+    ]
+    # chains: echo then top-k (the top-k above behind an echo), echo then echo (what a local hop adds)
+    xs = i32s([rng.randrange(-1000, 1000) for _ in range(128)])
+    chained = [
+        (0, 0, xs, [(1, 8, 0xFF)], (193, 194)),
+        (0, 0, rng.randbytes(512), [(0, 0, 0xFF)], (56, 70)),
+    ]
+    for fn, param, payload, more, pin in [(*c[:3], [], c[3]) for c in singles] + chained:
         out = b""
-        wire = Req(0, 77, fn, param, payload).wire()
+        wire = Req(0, 77, fn, param, payload, more=more).wire()
         chunks = [wire[i : i + 64] for i in range(0, len(wire), 64)]
         t = 0
         ci = 0
@@ -448,14 +455,18 @@ async def one_request_cycles(dut: Any) -> None:
         await FallingEdge(dut.clk)
         dut.s_axis_tvalid.value = 0
         dut._log.info(
-            "function %d, %d payload bytes: %d cycles to the header, %d to the last beat",
+            "function %d%s, %d payload bytes: %d cycles to the header, %d to the last beat",
             fn,
+            "".join(f" then {m[0]}" for m in more),
             len(payload),
             first_out,
             t,
         )
         f = parse_response(out)
         assert f["status"] == ST_OK and f["request_id"] == 77 and len(out) == 64 + f["payload_len"], f
+        assert f["hop_index"] == len(more), f
+        if all(m[0] == 0 for m in more) and fn == 0:
+            assert out[64:] == payload, "an echo chain changed the bytes"
         assert (first_out, t) == pin, f"cycles {(first_out, t)}, pinned {pin}"
 
 
