@@ -2,7 +2,9 @@
  * offrac request path: the node's datapath from TCP payload in to response
  * bytes out (OffRAC §3, Fig. 11), composed of the dispatcher, a buffer
  * memory, a queue of complete requests, one accelerator per hosted function
- * (echo 0, top-k 1, MapId 6) and the response path.
+ * (echo 0, top-k 1, MapId 6), the chain router with its chain buffer,
+ * and the response path; m_net_axis_* is the egress of hops forwarded to
+ * another device.
  *
  * In (s_axis_*): TCP payload beats of any connection, 1..64 bytes from
  * byte 0 (tkeep a low run), tuser = the connection, as the dispatcher takes
@@ -26,30 +28,37 @@
  *   DESC_DEPTH descriptors with their start beat in the ring and the cycle
  *   they were queued. While the FIFO is full the dispatcher waits with its
  *   complete request (it can still have answered everything before).
- * - The executor takes requests in completion order, one at a time: sends
- *   the hop parameter (K for top-k, bits [63:0] of the metadata word) to the
- *   function's accelerator, reads the payload beats from the ring into it
- *   (two cycles a beat), and releases the bytes in the pool when the last
- *   beat has been read (as the core releases a request leaving its buffer).
- *   An empty payload goes to top-k and MapId as one beat with tkeep 0 (they
- *   answer BAD_INPUT, as the software does); echo answers it without the
+ * - The executor runs one hop at a time: a chained hop waiting in the
+ *   chain buffer first (as the software's chained queue goes before the
+ *   pool), else the next complete request in completion order. It sends the
+ *   hop parameter (K for top-k, bits [63:0] of the metadata word) to the
+ *   function's accelerator, reads the payload beats (two cycles a beat) from
+ *   the ring, or from the chain buffer, into it, and releases the bytes in
+ *   the pool when the last ring beat has been read (as the core releases a
+ *   request leaving its buffer; a chained hop holds no pool bytes). An empty
+ *   payload goes to top-k and MapId as one beat with tkeep 0 (they answer
+ *   BAD_INPUT, as the software does); echo answers it without the
  *   accelerator.
- * - The response: when the accelerator's metadata word comes out, the
- *   header is built from the request (id, tenant, hop index), this node's
- *   DEVICE_ID, the status and detail (echo: OK), and the result length
- *   (OK: echo and MapId the payload's length, top-k 4 * min(K, n); an error
- *   has no payload: the software's English message is not sent). Timings in
- *   cycles: queue = queued until the executor took it, exec = taken until
- *   the metadata word, reassembly 0 (not measured yet). Then the result
- *   beats are forwarded as they come.
- * - The dispatcher's refusals (one header beat each) and the executor's
+ * - The hop's outcome goes to the chain router (offrac_chain_router.v) when
+ *   the accelerator's metadata word comes out: the request's header, the
+ *   status and detail (echo: OK), the result length (OK: echo and MapId the
+ *   payload's length, top-k 4 * min(K, n)), timings in cycles summed over
+ *   the chain's hops here (queue = queued until the executor took it, exec
+ *   = taken until the metadata word, reassembly 0: not measured yet), then
+ *   the result beats as they come. The router answers (our response header,
+ *   the OK result; an error has no payload: the software's English message
+ *   is not sent), or hands the next local hop to the chain buffer (its
+ *   header, then the result as its payload; MAX_PAYLOAD bytes, one hop at a
+ *   time), or forwards the request on m_net_axis_* (tdest the device) when
+ *   the next hop is on a device in PEERS. The executor takes the next hop
+ *   once the router is done with this one.
+ * - The dispatcher's refusals (one header beat each) and the router's
  *   responses are merged frame by frame (alternating when both wait) into
  *   one output register stage.
  *
- * Multi-hop chains: every hop is checked by the dispatcher, but only the
- * current hop runs here (no chain router yet); the answer carries that
- * hop's result. MapId's dictionary comes on s_cfg_* (see
- * offrac_accel_mapid.v) and survives a reset.
+ * A request's current hop must be local (the dispatcher answers a peer
+ * UNREACHABLE: forwarding at admission is not built). MapId's dictionary
+ * comes on s_cfg_* (see offrac_accel_mapid.v) and survives a reset.
  */
 
 `resetall
