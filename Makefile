@@ -109,7 +109,7 @@ rtl-mapid-full: rtl-deps
 # LUTRAM: distributed-RAM cells (RAM32M16 etc.), not in the LUT count. RTL_TOPS="a b" synthesises only those.
 RTL_SYNTH_TOPS = offrac_req_header_parse offrac_resp_header_build offrac_accel_echo offrac_minmax_elem offrac_accel_minmax offrac_accel_topk \
     offrac_axis_reg offrac_result_buffer offrac_accel_sparse offrac_accel_bucketize offrac_accel_mapid \
-    offrac_pool_admit offrac_selector offrac_slot_queue offrac_slot_stage offrac_dispatcher
+    offrac_pool_admit offrac_selector offrac_slot_queue offrac_slot_stage offrac_dispatcher offrac_chain_router offrac_request_path
 rtl-synth:
 	@mkdir -p rtl/build
 	@for top in $(or $(RTL_TOPS),$(RTL_SYNTH_TOPS)); do \

@@ -58,7 +58,10 @@ module offrac_dispatcher #(
     parameter BUF_WIDTH    = BUF_COUNT > 1 ? $clog2(BUF_COUNT) : 1,
     parameter MAX_PAYLOAD  = 32768,
     parameter [255:0] HOSTED = 256'h1,
-    parameter [7:0] DEVICE_ID = 8'd0
+    parameter [7:0] DEVICE_ID = 8'd0,
+    // devices a later hop may run on (the chain router forwards it there); a
+    // request's current hop must be local: forwarding at admission is not built
+    parameter [255:0] PEERS = 256'h0
 ) (
     input  wire                   clk,
     input  wire                   rst,
@@ -87,6 +90,7 @@ module offrac_dispatcher #(
     output reg  [31:0]            m_req_len,
     output reg  [63:0]            m_req_param,       // the current hop's parameter
     output reg  [7:0]             m_req_hop_count,
+    output reg  [1023:0]          m_req_hdr,         // header and extension as on the wire (zero when none)
     output wire                   m_req_tvalid,
     input  wire                   m_req_tready,
 
@@ -130,6 +134,7 @@ reg [7:0]   c_fn   [0:CONN_COUNT-1];
 reg [31:0]  c_len  [0:CONN_COUNT-1];
 reg [63:0]  c_par  [0:CONN_COUNT-1];
 reg [7:0]   c_hcnt [0:CONN_COUNT-1];
+reg [1023:0] c_wire [0:CONN_COUNT-1];   // the request's header re-encoded, for the chain router
 
 // ---- the connection being worked on ------------------------------------
 reg [3:0]   state = S_IDLE;
@@ -147,6 +152,7 @@ reg [7:0]   req_fn = 8'd0;
 reg [31:0]  req_len = 32'd0;
 reg [63:0]  req_param = 64'd0;
 reg [7:0]   req_hcnt = 8'd0;
+reg [1023:0] req_wire = 1024'd0;
 
 // ---- the parser --------------------------------------------------------
 reg  [511:0] p_tdata;
@@ -251,7 +257,10 @@ always @* begin
     for (i = 7; i >= 0; i = i - 1) begin
         // last to first, so that the first bad hop wins
         if (i >= h_hop_index && i < h_hop_count) begin
-            if (h_hop_device[8*i +: 8] != 8'hFF && h_hop_device[8*i +: 8] != DEVICE_ID) begin
+            if (h_hop_device[8*i +: 8] != 8'hFF && h_hop_device[8*i +: 8] != DEVICE_ID
+                && PEERS[h_hop_device[8*i +: 8]] && i != h_hop_index) begin
+                chain_bad    = 1'b0;      // the next device checks the rest (check_chain)
+            end else if (h_hop_device[8*i +: 8] != 8'hFF && h_hop_device[8*i +: 8] != DEVICE_ID) begin
                 chain_bad    = 1'b1;
                 chain_status = ST_UNREACHABLE;
                 chain_hop    = i;
@@ -267,6 +276,20 @@ always @* begin
 end
 
 wire [7:0] cur_fn = h_hop_function[8*h_hop_index[2:0] +: 8];
+
+// the parsed header as the wire has it (a valid header: its reserved bytes are 0)
+reg [1023:0] h_wire;
+integer hw;
+always @* begin
+    h_wire = 1024'd0;
+    h_wire[191:0] = {h_budget_us, h_reply_device, h_payload_len, h_request_id, h_hop_index,
+                     h_hop_count, h_tenant, h_flags, 8'd1, 16'h4F51};
+    for (hw = 0; hw < 8; hw = hw + 1) begin
+        h_wire[8*(24 + 10*hw) +: 80] = {h_hop_param[64*hw +: 64], h_hop_device[8*hw +: 8],
+                                        h_hop_function[8*hw +: 8]};
+    end
+    h_wire[895:832] = h_origin_id;
+end
 
 // ---- bytes ---------------------------------------------------------------
 reg [6:0] in_bytes;
@@ -355,6 +378,7 @@ task save;
         c_len[conn]  <= req_len;
         c_par[conn]  <= req_param;
         c_hcnt[conn] <= req_hcnt;
+        c_wire[conn] <= req_wire;
         state <= S_IDLE;
     end
 endtask
@@ -399,6 +423,7 @@ always @(posedge clk) begin
                 req_len    <= c_len[s_axis_tuser];
                 req_param  <= c_par[s_axis_tuser];
                 req_hcnt   <= c_hcnt[s_axis_tuser];
+                req_wire   <= c_wire[s_axis_tuser];
                 state      <= S_WORK;
             end
         end
@@ -475,6 +500,7 @@ always @(posedge clk) begin
                 req_len    <= h_payload_len;
                 req_param  <= h_hop_param[64*h_hop_index[2:0] +: 64];
                 req_hcnt   <= h_hop_count;
+                req_wire   <= h_wire;
                 if (h_fatal) begin
                     if (h_error == ERR_BAD_MAGIC) begin
                         refuse(ST_MALFORMED, {64{1'b1}}, 16'd0, 8'd0, 64'd0, 33'd0, 1'b1);
@@ -535,6 +561,7 @@ always @(posedge clk) begin
                 m_req_len        <= req_len;
                 m_req_param      <= req_param;
                 m_req_hop_count  <= req_hcnt;
+                m_req_hdr        <= req_wire;
                 rx    <= RX_HEADER;
                 state <= S_WORK;
             end

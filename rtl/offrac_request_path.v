@@ -2,7 +2,9 @@
  * offrac request path: the node's datapath from TCP payload in to response
  * bytes out (OffRAC §3, Fig. 11), composed of the dispatcher, a buffer
  * memory, a queue of complete requests, one accelerator per hosted function
- * (echo 0, top-k 1, MapId 6) and the response path.
+ * (echo 0, top-k 1, MapId 6), the chain router with its chain buffer,
+ * and the response path; m_net_axis_* is the egress of hops forwarded to
+ * another device.
  *
  * In (s_axis_*): TCP payload beats of any connection, 1..64 bytes from
  * byte 0 (tkeep a low run), tuser = the connection, as the dispatcher takes
@@ -26,30 +28,37 @@
  *   DESC_DEPTH descriptors with their start beat in the ring and the cycle
  *   they were queued. While the FIFO is full the dispatcher waits with its
  *   complete request (it can still have answered everything before).
- * - The executor takes requests in completion order, one at a time: sends
- *   the hop parameter (K for top-k, bits [63:0] of the metadata word) to the
- *   function's accelerator, reads the payload beats from the ring into it
- *   (two cycles a beat), and releases the bytes in the pool when the last
- *   beat has been read (as the core releases a request leaving its buffer).
- *   An empty payload goes to top-k and MapId as one beat with tkeep 0 (they
- *   answer BAD_INPUT, as the software does); echo answers it without the
+ * - The executor runs one hop at a time: a chained hop waiting in the
+ *   chain buffer first (as the software's chained queue goes before the
+ *   pool), else the next complete request in completion order. It sends the
+ *   hop parameter (K for top-k, bits [63:0] of the metadata word) to the
+ *   function's accelerator, reads the payload beats (two cycles a beat) from
+ *   the ring, or from the chain buffer, into it, and releases the bytes in
+ *   the pool when the last ring beat has been read (as the core releases a
+ *   request leaving its buffer; a chained hop holds no pool bytes). An empty
+ *   payload goes to top-k and MapId as one beat with tkeep 0 (they answer
+ *   BAD_INPUT, as the software does); echo answers it without the
  *   accelerator.
- * - The response: when the accelerator's metadata word comes out, the
- *   header is built from the request (id, tenant, hop index), this node's
- *   DEVICE_ID, the status and detail (echo: OK), and the result length
- *   (OK: echo and MapId the payload's length, top-k 4 * min(K, n); an error
- *   has no payload: the software's English message is not sent). Timings in
- *   cycles: queue = queued until the executor took it, exec = taken until
- *   the metadata word, reassembly 0 (not measured yet). Then the result
- *   beats are forwarded as they come.
- * - The dispatcher's refusals (one header beat each) and the executor's
+ * - The hop's outcome goes to the chain router (offrac_chain_router.v) when
+ *   the accelerator's metadata word comes out: the request's header, the
+ *   status and detail (echo: OK), the result length (OK: echo and MapId the
+ *   payload's length, top-k 4 * min(K, n)), timings in cycles summed over
+ *   the chain's hops here (queue = queued until the executor took it, exec
+ *   = taken until the metadata word, reassembly 0: not measured yet), then
+ *   the result beats as they come. The router answers (our response header,
+ *   the OK result; an error has no payload: the software's English message
+ *   is not sent), or hands the next local hop to the chain buffer (its
+ *   header, then the result as its payload; MAX_PAYLOAD bytes, one hop at a
+ *   time), or forwards the request on m_net_axis_* (tdest the device) when
+ *   the next hop is on a device in PEERS. The executor takes the next hop
+ *   once the router is done with this one.
+ * - The dispatcher's refusals (one header beat each) and the router's
  *   responses are merged frame by frame (alternating when both wait) into
  *   one output register stage.
  *
- * Multi-hop chains: every hop is checked by the dispatcher, but only the
- * current hop runs here (no chain router yet); the answer carries that
- * hop's result. MapId's dictionary comes on s_cfg_* (see
- * offrac_accel_mapid.v) and survives a reset.
+ * A request's current hop must be local (the dispatcher answers a peer
+ * UNREACHABLE: forwarding at admission is not built). MapId's dictionary
+ * comes on s_cfg_* (see offrac_accel_mapid.v) and survives a reset.
  */
 
 `resetall
@@ -68,7 +77,8 @@ module offrac_request_path #(
     parameter [7:0] DEVICE_ID = 8'd0,
     parameter TOPK_K_MAX  = 64,
     parameter MAPID_TABLE_BITS = 16,
-    parameter MAPID_MAX_BEATS  = 256
+    parameter MAPID_MAX_BEATS  = 256,
+    parameter [255:0] PEERS = 256'h0   // devices a later hop may be forwarded to (m_net_axis_*)
 ) (
     input  wire                   clk,
     input  wire                   rst,
@@ -85,6 +95,15 @@ module offrac_request_path #(
     output wire                   m_axis_tlast,
     output wire                   m_axis_tvalid,
     input  wire                   m_axis_tready,
+
+    // a chain's hop on another device: the request, forwarded (tdest the device, tuser the connection)
+    output wire [511:0]           m_net_axis_tdata,
+    output wire [63:0]            m_net_axis_tkeep,
+    output wire [CONN_WIDTH-1:0]  m_net_axis_tuser,
+    output wire [7:0]             m_net_axis_tdest,
+    output wire                   m_net_axis_tlast,
+    output wire                   m_net_axis_tvalid,
+    input  wire                   m_net_axis_tready,
 
     // MapId's dictionary, one packet of 32-bit keys
     input  wire [31:0]            s_cfg_tdata,
@@ -127,6 +146,7 @@ wire [7:0]            q_fn;
 wire [31:0]           q_len;
 wire [63:0]           q_param;
 wire [7:0]            q_hcnt;
+wire [1023:0]         q_hdr;
 wire                  q_tvalid;
 wire                  q_tready;
 
@@ -145,7 +165,7 @@ reg  [31:0]           rel_size = 32'd0;
 offrac_dispatcher #(
     .CONN_COUNT(CONN_COUNT), .CONN_WIDTH(CONN_WIDTH), .BUF_COUNT(BUF_COUNT),
     .BUF_BYTES(BUF_BYTES), .BUF_POLICY(BUF_POLICY), .BUF_WIDTH(BUF_WIDTH),
-    .MAX_PAYLOAD(MAX_PAYLOAD), .HOSTED(HOSTED), .DEVICE_ID(DEVICE_ID)
+    .MAX_PAYLOAD(MAX_PAYLOAD), .HOSTED(HOSTED), .DEVICE_ID(DEVICE_ID), .PEERS(PEERS)
 ) disp_inst (
     .clk(clk), .rst(rst),
     .s_axis_tdata(s_axis_tdata), .s_axis_tkeep(s_axis_tkeep), .s_axis_tuser(s_axis_tuser),
@@ -154,7 +174,7 @@ offrac_dispatcher #(
     .m_buf_axis_tlast(b_tlast), .m_buf_axis_tvalid(b_tvalid), .m_buf_axis_tready(b_tready),
     .m_req_conn(q_conn), .m_req_buffer(q_buffer), .m_req_request_id(q_id),
     .m_req_tenant(q_tenant), .m_req_hop_index(q_hop), .m_req_function(q_fn),
-    .m_req_len(q_len), .m_req_param(q_param), .m_req_hop_count(q_hcnt),
+    .m_req_len(q_len), .m_req_param(q_param), .m_req_hop_count(q_hcnt), .m_req_hdr(q_hdr),
     .m_req_tvalid(q_tvalid), .m_req_tready(q_tready),
     .m_resp_axis_tdata(d_tdata), .m_resp_axis_tkeep(d_tkeep), .m_resp_axis_tuser(d_tuser),
     .m_resp_axis_tlast(d_tlast), .m_resp_axis_tvalid(d_tvalid), .m_resp_axis_tready(d_tready),
@@ -208,7 +228,7 @@ wire [1023:0] b_comb  = {512'd0, pend[b_tuser]} | ({512'd0, b_masked} << (8 * pe
 wire [7:0]    b_total = pend_n[b_tuser] + b_n;
 
 // ---- the queue of complete requests --------------------------------------
-localparam QW = CONN_WIDTH + BUF_WIDTH + RING_WIDTH + 64 + 16 + 8 + 8 + 32 + 64 + 64;
+localparam QW = 1024 + CONN_WIDTH + BUF_WIDTH + RING_WIDTH + 64 + 16 + 8 + 8 + 32 + 64 + 64;
 reg [QW-1:0] fifo [0:DESC_DEPTH-1];
 reg [DESC_WIDTH_FIFO:0] f_count = 0;
 reg [DESC_WIDTH_FIFO-1:0] f_wr = 0, f_rd = 0;
@@ -240,7 +260,7 @@ always @(posedge clk) begin
         end
     end
     if (q_take) begin
-        fifo[f_wr] <= {q_conn, q_buffer, hp[q_buffer], q_id, q_tenant, q_hop, q_fn, q_len, q_param, cyc};
+        fifo[f_wr] <= {q_hdr, q_conn, q_buffer, hp[q_buffer], q_id, q_tenant, q_hop, q_fn, q_len, q_param, cyc};
         hp[q_buffer] <= ring_add(hp[q_buffer], q_beats);
         f_wr <= (f_wr == DESC_DEPTH - 1) ? 0 : f_wr + 1'b1;
     end
@@ -273,31 +293,91 @@ wire [7:0]            h_fn;
 wire [31:0]           h_len;
 wire [63:0]           h_param;
 wire [63:0]           h_cycle;
-assign {h_conn, h_buffer, h_start, h_id, h_tenant, h_hop, h_fn, h_len, h_param, h_cycle} = fifo[f_rd];
+wire [1023:0]         h_hdr;
+assign {h_hdr, h_conn, h_buffer, h_start, h_id, h_tenant, h_hop, h_fn, h_len, h_param, h_cycle} = fifo[f_rd];
 
-// ---- the executor: feed one request into its accelerator -----------------
+// ---- the chained hop: the router's next local hop, waiting for the executor ----
+// One at a time (the executor runs one hop at a time): its header, then its
+// payload (the last hop's result) into a buffer of MAX_PAYLOAD bytes.
+localparam CHAIN_BEATS = (MAX_PAYLOAD + 63) / 64 + 1;
+localparam CHAIN_WIDTH = $clog2(CHAIN_BEATS + 1);
+localparam [1:0] C_HDR = 2'd0, C_EXT = 2'd1, C_PAY = 2'd2, C_FULL = 2'd3;
+reg [511:0]           cmem [0:CHAIN_BEATS-1];
+reg [CHAIN_WIDTH-1:0] c_wp = {CHAIN_WIDTH{1'b0}};
+reg [1:0]             c_st = C_HDR;
+reg [1023:0]          c_hdr = 1024'd0;
+reg [CONN_WIDTH-1:0]  c_conn = {CONN_WIDTH{1'b0}};
+reg [63:0]            c_qsum = 64'd0, c_esum = 64'd0, c_cycle = 64'd0;
+reg [511:0]           c_rd;
+
+wire [511:0]          n_tdata;
+wire [CONN_WIDTH-1:0] n_tuser;
+wire                  n_tlast;
+wire                  n_tvalid;
+wire [63:0]           n_queue, n_exec;
+wire                  n_tready = c_st != C_FULL;
+wire                  c_valid  = c_st == C_FULL;
+wire                  c_pop;
+
+wire [7:0]  c_hop   = c_hdr[63:56];
+wire [3:0]  c_hop_i = c_hop[3:0];
+wire [7:0]  c_fn    = c_hdr[8 * (24 + 10 * c_hop_i) +: 8];
+wire [63:0] c_param = c_hdr[8 * (26 + 10 * c_hop_i) +: 64];
+wire [31:0] c_len   = c_hdr[159:128];
+
+always @(posedge clk) begin
+    if (n_tvalid && n_tready) begin
+        case (c_st)
+            C_HDR: begin
+                c_hdr  <= {512'd0, n_tdata};
+                c_conn <= n_tuser;
+                c_qsum <= n_queue;
+                c_esum <= n_exec;
+                c_wp   <= {CHAIN_WIDTH{1'b0}};
+                c_st   <= n_tlast ? C_FULL : n_tdata[24] ? C_EXT : C_PAY;   // flags bit 0: HOP_EXT
+            end
+            C_EXT: begin
+                c_hdr[1023:512] <= n_tdata;
+                c_st <= n_tlast ? C_FULL : C_PAY;
+            end
+            default: begin
+                cmem[c_wp] <= n_tdata;
+                c_wp <= c_wp + 1'b1;
+                if (n_tlast) c_st <= C_FULL;
+            end
+        endcase
+        c_cycle <= cyc;
+    end
+    if (c_pop) c_st <= C_HDR;
+    if (rst) c_st <= C_HDR;
+end
+
+// ---- the executor: feed one hop into its accelerator ----------------------
 localparam [2:0] E_IDLE = 3'd0, E_META = 3'd1, E_READ = 3'd2, E_FEED = 3'd3, E_WAIT = 3'd4;
 reg [2:0]            e_state = E_IDLE;
 reg [CONN_WIDTH-1:0] e_conn = 0;
-reg [63:0]           e_id = 0;
-reg [15:0]           e_tenant = 0;
-reg [7:0]            e_hop = 0;
+reg [1023:0]         e_whdr = 0;     // the request's header (the router's input)
 reg [7:0]            e_fn = 0;
 reg [31:0]           e_len = 0;
 reg [63:0]           e_param = 0;
-reg [63:0]           e_queued = 0;   // queue cycles
+reg [63:0]           e_queued = 0;   // queue cycles of this hop
+reg [63:0]           e_qsum = 0;     // queue and exec cycles of the chain's earlier hops here
+reg [63:0]           e_esum = 0;
 reg [63:0]           e_start = 0;    // cycle the executor took it
 reg [31:0]           e_left = 0;     // beats still to feed
-reg                  e_done = 1'b0;  // its response is out (set by the response side)
-reg                  e_hdr = 1'b0;   // its header fields are latched (set by the response side)
+reg                  e_chain = 1'b0; // a chained hop: its payload is in cmem, not in a buffer
+reg                  e_sent = 1'b0;  // the hop is with the router (set by the hop side)
+wire                 rt_busy;
 
-assign f_pop = e_state == E_IDLE && f_count != 0;
+// a chained hop first: it holds no pool buffer, and the router waits on it
+assign c_pop = e_state == E_IDLE && c_valid;
+assign f_pop = e_state == E_IDLE && !c_valid && f_count != 0;
 
 // accelerator inputs
 reg          a_meta_valid;
 wire [127:0] a_meta = {64'd0, e_param};
 reg          a_valid;
-wire [511:0] a_data = rd_data;
+wire [511:0] a_data = e_chain ? c_rd : rd_data;
 wire [63:0]  a_keep = (e_len == 0) ? 64'd0
                     : (e_left == 1 && e_len[5:0] != 0) ? ({64{1'b1}} >> (64 - e_len[5:0])) : {64{1'b1}};
 wire         a_last = e_left <= 1;
@@ -314,18 +394,33 @@ end
 
 always @(posedge clk) begin
     rel_valid <= 1'b0;
+    c_rd <= cmem[rd_addr[CHAIN_WIDTH-1:0]];
     case (e_state)
         E_IDLE: begin
-            if (f_count != 0) begin
+            e_start <= cyc;
+            rd_addr <= {RING_WIDTH{1'b0}};
+            if (c_valid) begin
+                e_chain  <= 1'b1;
+                e_conn   <= c_conn;
+                e_whdr   <= c_hdr;
+                e_fn     <= c_fn;
+                e_len    <= c_len;
+                e_param  <= c_param;
+                e_queued <= cyc - c_cycle;
+                e_qsum   <= c_qsum;
+                e_esum   <= c_esum;
+                e_left   <= (c_len == 0) ? 32'd1 : (c_len + 32'd63) >> 6;
+                e_state  <= E_META;
+            end else if (f_count != 0) begin
+                e_chain  <= 1'b0;
                 e_conn   <= h_conn;
-                e_id     <= h_id;
-                e_tenant <= h_tenant;
-                e_hop    <= h_hop;
+                e_whdr   <= h_hdr;
                 e_fn     <= h_fn;
                 e_len    <= h_len;
                 e_param  <= h_param;
                 e_queued <= cyc - h_cycle;
-                e_start  <= cyc;
+                e_qsum   <= 64'd0;
+                e_esum   <= 64'd0;
                 e_left   <= (h_len == 0) ? 32'd1 : (h_len + 32'd63) >> 6;
                 rd_buf   <= h_buffer;
                 rd_addr  <= h_start;
@@ -336,7 +431,7 @@ always @(posedge clk) begin
         end
         E_META: begin
             if (e_fn == FN_ECHO && e_len == 0) begin
-                rel_valid <= 1'b1;        // nothing to read: echo answers without the accelerator
+                rel_valid <= !e_chain;    // nothing to read: echo answers without the accelerator
                 e_state   <= E_WAIT;
             end else if (meta_ready) begin
                 e_state <= E_FEED;        // the first beat was read while the metadata waited
@@ -348,14 +443,16 @@ always @(posedge clk) begin
                 rd_addr <= ring_next(rd_addr);
                 e_left  <= e_left - 1;
                 if (a_last) begin
-                    rel_valid <= 1'b1;
+                    rel_valid <= !e_chain;
                     e_state   <= E_WAIT;
                 end else begin
                     e_state <= E_READ;
                 end
             end
         end
-        E_WAIT: if (e_done) e_state <= E_IDLE;   // e_done and e_hdr are cleared with it
+        // the router has the hop and is done with it (its frame is out, a
+        // chained hop's in cmem): the next hop may use the accelerators
+        E_WAIT: if (e_sent && !rt_busy) e_state <= E_IDLE;
         default: e_state <= E_IDLE;
     endcase
     if (rst) begin
@@ -372,7 +469,7 @@ wire         echo_tlast, topk_tlast, mapid_tlast;
 wire         echo_mvalid, topk_mvalid, mapid_mvalid;
 wire [7:0]   topk_status, mapid_status;
 wire [31:0]  topk_detail, mapid_detail;
-reg          r_data_ready;
+wire         r_data_ready;
 reg          r_meta_ready;
 
 offrac_accel_echo echo_inst (
@@ -421,121 +518,72 @@ wire         x_mvalid = e_fn == FN_TOPK ? topk_mvalid : e_fn == FN_MAPID ? mapid
 wire [7:0]   x_status = e_fn == FN_TOPK ? topk_status : e_fn == FN_MAPID ? mapid_status : 8'd0;
 wire [31:0]  x_detail = e_fn == FN_TOPK ? topk_detail : e_fn == FN_MAPID ? mapid_detail : 32'd0;
 
-// ---- the response side ---------------------------------------------------
-localparam [1:0] R_META = 2'd0, R_HDR = 2'd1, R_DATA = 2'd2;
-reg [1:0]  r_state = R_META;
-reg        hb_valid;
-wire       hb_ready;
-reg [15:0] hb_status = 0;
-reg [31:0] hb_len = 0;
-reg [63:0] hb_detail = 0;
-reg [63:0] hb_exec = 0;
-
-wire [511:0] hb_tdata;
-wire         hb_tvalid;
-wire         hb_tlast;
-wire         x_out_ready;   // the merge takes the executor's beat
-
+// ---- the hop's outcome to the chain router -------------------------------
 wire [63:0] n_elems = {32'd0, e_len >> 2};
 wire [63:0] topk_n  = (e_param < n_elems) ? e_param : n_elems;
 wire        echo_empty = e_fn == FN_ECHO && e_len == 0;
-wire        meta_in = x_mvalid || echo_empty;
+wire        hop_ok     = echo_empty || x_status == 8'd0;
+wire        hop_valid  = e_state != E_IDLE && !e_sent && (x_mvalid || (echo_empty && e_state == E_WAIT));
+wire        hop_ready;
 
-offrac_resp_header_build hdr_inst (
-    .clk(clk), .rst(rst),
-    .s_resp_valid(hb_valid), .s_resp_ready(hb_ready),
-    .s_resp_flags(8'd0), .s_resp_status(hb_status), .s_resp_hop_index(e_hop),
-    .s_resp_device(DEVICE_ID), .s_resp_request_id(e_id), .s_resp_payload_len(hb_len),
-    .s_resp_tenant(e_tenant), .s_resp_reassembly_ns(64'd0), .s_resp_queue_ns(e_queued),
-    .s_resp_exec_ns(hb_exec), .s_resp_detail(hb_detail),
-    .m_axis_tdata(hb_tdata), .m_axis_tkeep(), .m_axis_tvalid(hb_tvalid),
-    .m_axis_tready(x_out_ready && r_state == R_HDR), .m_axis_tlast(hb_tlast)
-);
-
-reg hb_pending = 1'b0;   // fields latched, not yet in the builder
-// the metadata word may come while the payload is still being fed (echo)
-wire e_active = e_state != E_IDLE;
-wire hdr_now  = r_state == R_META && !hb_pending && e_active && !e_hdr
-             && (x_mvalid || (echo_empty && e_state == E_WAIT));
 always @* begin
-    hb_valid     = hb_pending;
-    r_meta_ready = hdr_now;
-    r_data_ready = r_state == R_DATA && x_out_ready;
+    r_meta_ready = hop_valid && hop_ready;
 end
-
-// the executor's output stream
-wire [511:0] e_out_tdata  = r_state == R_HDR ? hb_tdata : x_tdata;
-wire [63:0]  e_out_tkeep  = r_state == R_HDR ? {64{1'b1}} : x_tkeep;
-wire         e_out_tlast  = r_state == R_HDR ? hb_tlast : x_tlast;
-wire         e_out_tvalid = (r_state == R_HDR && hb_tvalid) || (r_state == R_DATA && x_tvalid);
 
 always @(posedge clk) begin
-    if (e_state == E_WAIT && e_done) begin
-        e_done <= 1'b0;
-        e_hdr  <= 1'b0;
-    end
-    case (r_state)
-        R_META: begin
-            if (hdr_now) begin
-                e_hdr      <= 1'b1;
-                hb_pending <= 1'b1;
-                hb_exec    <= cyc - e_start;
-                if (echo_empty || x_status == 8'd0) begin
-                    hb_status <= 16'd0;
-                    hb_detail <= 64'd0;
-                    hb_len    <= e_fn == FN_TOPK ? {topk_n[29:0], 2'b00} : e_len;
-                end else begin
-                    hb_status <= {8'd0, x_status};
-                    hb_detail <= {32'd0, x_detail};
-                    hb_len    <= 32'd0;
-                end
-            end
-            if (hb_pending && hb_ready) begin
-                hb_pending <= 1'b0;
-                r_state    <= R_HDR;
-            end
-        end
-        R_HDR: begin
-            if (hb_tvalid && x_out_ready) begin
-                if (hb_tlast) begin
-                    e_done  <= 1'b1;
-                    r_state <= R_META;
-                end else begin
-                    r_state <= R_DATA;
-                end
-            end
-        end
-        R_DATA: begin
-            if (x_tvalid && x_out_ready && x_tlast) begin
-                e_done  <= 1'b1;
-                r_state <= R_META;
-            end
-        end
-        default: r_state <= R_META;
-    endcase
-    if (rst) begin
-        r_state    <= R_META;
-        hb_pending <= 1'b0;
-        e_done     <= 1'b0;
-        e_hdr      <= 1'b0;
-    end
+    if (hop_valid && hop_ready) e_sent <= 1'b1;
+    if (e_state == E_WAIT && e_sent && !rt_busy) e_sent <= 1'b0;
+    if (rst) e_sent <= 1'b0;
 end
+
+wire [511:0]          rr_tdata;
+wire [63:0]           rr_tkeep;
+wire [CONN_WIDTH-1:0] rr_tuser;
+wire                  rr_tlast;
+wire                  rr_tvalid;
+wire                  rr_tready;
+
+offrac_chain_router #(
+    .CONN_WIDTH(CONN_WIDTH), .DEVICE_ID(DEVICE_ID), .HOSTED(HOSTED), .PEERS(PEERS),
+    .MAX_PAYLOAD(MAX_PAYLOAD)
+) router_inst (
+    .clk(clk), .rst(rst),
+    .s_hop_hdr(e_whdr), .s_hop_conn(e_conn),
+    .s_hop_status(hop_ok ? 8'd0 : x_status),
+    .s_hop_detail(hop_ok ? 64'd0 : {32'd0, x_detail}),
+    .s_hop_len(!hop_ok ? 32'd0 : e_fn == FN_TOPK ? {topk_n[29:0], 2'b00} : e_len),
+    .s_hop_reassembly(64'd0),   // not measured yet
+    .s_hop_queue(e_qsum + e_queued), .s_hop_exec(e_esum + (cyc - e_start)),
+    .s_hop_valid(hop_valid), .s_hop_ready(hop_ready),
+    .s_axis_tdata(x_tdata), .s_axis_tkeep(x_tkeep), .s_axis_tlast(x_tlast),
+    .s_axis_tvalid(x_tvalid), .s_axis_tready(r_data_ready),
+    .m_resp_axis_tdata(rr_tdata), .m_resp_axis_tkeep(rr_tkeep), .m_resp_axis_tuser(rr_tuser),
+    .m_resp_axis_tlast(rr_tlast), .m_resp_axis_tvalid(rr_tvalid), .m_resp_axis_tready(rr_tready),
+    .m_net_axis_tdata(m_net_axis_tdata), .m_net_axis_tkeep(m_net_axis_tkeep),
+    .m_net_axis_tuser(m_net_axis_tuser), .m_net_axis_tdest(m_net_axis_tdest),
+    .m_net_axis_tlast(m_net_axis_tlast), .m_net_axis_tvalid(m_net_axis_tvalid),
+    .m_net_axis_tready(m_net_axis_tready),
+    .m_next_axis_tdata(n_tdata), .m_next_axis_tkeep(), .m_next_axis_tuser(n_tuser),
+    .m_next_axis_tlast(n_tlast), .m_next_axis_tvalid(n_tvalid), .m_next_axis_tready(n_tready),
+    .m_next_reassembly(), .m_next_queue(n_queue), .m_next_exec(n_exec),
+    .busy(rt_busy)
+);
 
 // ---- merge: refusals and responses, frame by frame -------------------------
 reg  locked = 1'b0;
-reg  owner = 1'b0;      // 0 the dispatcher, 1 the executor
+reg  owner = 1'b0;      // 0 the dispatcher, 1 the router
 reg  last_owner = 1'b0;
 wire o_ready;
 wire pick = locked ? owner
-          : (d_tvalid && e_out_tvalid) ? !last_owner
-          : e_out_tvalid;
-wire [511:0] o_tdata  = pick ? e_out_tdata : d_tdata;
-wire [63:0]  o_tkeep  = pick ? e_out_tkeep : d_tkeep;
-wire [CONN_WIDTH-1:0] o_tuser = pick ? e_conn : d_tuser;
-wire         o_tlast  = pick ? e_out_tlast : d_tlast;
-wire         o_tvalid = pick ? e_out_tvalid : d_tvalid;
-assign d_tready    = o_ready && !pick;
-assign x_out_ready = o_ready && pick;
+          : (d_tvalid && rr_tvalid) ? !last_owner
+          : rr_tvalid;
+wire [511:0] o_tdata  = pick ? rr_tdata : d_tdata;
+wire [63:0]  o_tkeep  = pick ? rr_tkeep : d_tkeep;
+wire [CONN_WIDTH-1:0] o_tuser = pick ? rr_tuser : d_tuser;
+wire         o_tlast  = pick ? rr_tlast : d_tlast;
+wire         o_tvalid = pick ? rr_tvalid : d_tvalid;
+assign d_tready  = o_ready && !pick;
+assign rr_tready = o_ready && pick;
 
 always @(posedge clk) begin
     if (o_tvalid && o_ready) begin
@@ -549,7 +597,8 @@ always @(posedge clk) begin
     end
 end
 
-assign idle = !d_busy && f_count == 0 && e_state == E_IDLE && !fl_valid && !m_axis_tvalid && !locked;
+assign idle = !d_busy && f_count == 0 && e_state == E_IDLE && !fl_valid && !m_axis_tvalid && !locked
+            && !rt_busy && c_st == C_HDR;
 
 offrac_axis_reg #(.WIDTH(512 + 64 + CONN_WIDTH + 1)) out_reg (
     .clk(clk), .rst(rst),

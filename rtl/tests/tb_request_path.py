@@ -11,21 +11,29 @@ shipping software kernels (crates/accel through accel_oracle) run on the same ca
 every request. Planted bugs caught (each alone): a request's tail beat not written when the
 residue plus the last beat exceed 64 bytes; the output merge switching source inside a frame.
 
+Chains (the chain router in the top): requests of 2 to 6 local hops of echo, top-k and MapId (the
+extension from the fifth hop) are answered as the software node answers them: each hop's output the
+next hop's input, an error ending the chain with that hop's index, the answer naming the last hop;
+the expected bytes come from running the software kernels hop after hop. A chain whose later hop is
+on device PEER leaves on the network egress (m_net_axis_*, tdest the device) as the header the
+software forwards (hop_index advanced, payload_len the output's, FORWARDED set; request_id the
+caller's, see docs/rtl.md) followed by the local hops' output; the egress port stalls at random too.
+
 Parameters (test_rtl.py): 4 connections, 4 buffers of 1 KiB (a buffer reassembles one request at a time, so
 fewer buffers than connections would refuse BUSY whenever they interleave), MAX_PAYLOAD 512, DESC_DEPTH 4,
-top-k K_MAX 16, MapId TABLE_BITS 6 (at most 32 keys) and MAX_BEATS 8.
+top-k K_MAX 16, MapId TABLE_BITS 6 (at most 32 keys) and MAX_BEATS 8, PEERS device 9.
 """
 
 from __future__ import annotations
 
 import random
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import cocotb
 from cocotb.triggers import FallingEdge, ReadOnly
-from header_model import encode_request
+from header_model import FLAG_FORWARDED, FLAG_HOP_EXT, encode_request
 from tb_util import sig, software, start
 
 CONNS = 4
@@ -35,6 +43,7 @@ DEVICE = 0
 TENANT = 5
 ST_OK, ST_BUSY, ST_UNKNOWN_FUNCTION, ST_TOO_LARGE, ST_BAD_INPUT = 0, 1, 2, 3, 5
 ST_UNSUPPORTED = 10
+PEER = 9  # in the build's PEERS: a later hop there is forwarded
 DICTIONARY = [0xDEADBEEF, 7, 0, 0xFFFFFFFF, 12345, 7, 99, 1 << 20, 42, 0x80000000, 3, 5, 17]
 
 
@@ -48,26 +57,40 @@ class Req:
     status: int = ST_OK  # expected (filled in from the software for the functions)
     result: bytes = b""
     detail: int = 0
+    # a chain's later hops (function, param, device); the response names hop `hop`
+    more: list[tuple[int, int, int]] = field(default_factory=lambda: list[tuple[int, int, int]]())
+    hop: int = 0
+    forwarded: bytes = b""  # what leaves on the egress instead of an answer (a hop on PEER)
 
-    def wire(self) -> bytes:
-        fields = {
-            "flags": 0,
+    def hops(self) -> list[tuple[int, int, int]]:
+        return [(self.function, 0xFF, self.param)] + [(f, d, p) for f, p, d in self.more]
+
+    def fields(self, hop_index: int, payload_len: int, flags: int) -> dict[str, int]:
+        n = len(self.hops())
+        return {
+            "flags": flags | (FLAG_HOP_EXT if n > 4 else 0),
             "tenant": TENANT,
-            "hop_count": 1,
-            "hop_index": 0,
+            "hop_count": n,
+            "hop_index": hop_index,
             "request_id": self.rid,
-            "payload_len": len(self.payload),
+            "payload_len": payload_len,
             "reply_device": 0xFF,
             "budget_us": 0,
         }
-        return encode_request(fields, [(self.function, 0xFF, self.param)] + [(0, 0, 0)] * 7) + self.payload
+
+    def wire(self) -> bytes:
+        hops = self.hops()
+        hops += [(0, 0, 0)] * (8 - len(hops))
+        return encode_request(self.fields(0, len(self.payload), 0), hops) + self.payload
 
 
 def i32s(xs: list[int]) -> bytes:
     return struct.pack(f"<{len(xs)}i", *xs)
 
 
-def make(rng: random.Random, conn: int, rid: int, refusals: bool) -> Req:
+def make(rng: random.Random, conn: int, rid: int, refusals: bool, chains: bool = False) -> Req:
+    if chains and rng.random() < 0.5:
+        return make_chain(rng, conn, rid)
     kind = rng.choice(["echo", "topk", "mapid"] + (["other", "large"] if refusals else []))
     if kind == "echo":
         n = rng.choice([0, 1, 63, 64, 65, 128, rng.randrange(1, MAX_PAYLOAD + 1)])
@@ -97,19 +120,73 @@ def make(rng: random.Random, conn: int, rid: int, refusals: bool) -> Req:
     return Req(conn, rid, 0, 0, big, ST_TOO_LARGE, detail=MAX_PAYLOAD)
 
 
-def expect(reqs: list[Req]) -> None:
-    """The software's answers for the function calls (status, output)."""
+def make_chain(rng: random.Random, conn: int, rid: int) -> Req:
+    """A chain of 2..6 local hops (echo, top-k, MapId), or one whose later hop is on PEER."""
+    first = make(rng, conn, rid, refusals=False)
+    n = rng.choice([1, 1, 1, 2, 3, 4, 5])
+    more: list[tuple[int, int, int]] = []
+    for _ in range(n):
+        fn = rng.choice([0, 1, 6])
+        param = rng.choice([1, 3, 8, K_MAX, 40]) if fn == 1 else 0
+        more.append((fn, param, 0xFF))
+    if rng.random() < 0.2:
+        i = rng.randrange(len(more))
+        more[i] = (more[i][0], more[i][1], PEER)
+    first.more = more[:3] if any(d == PEER for _, _, d in more) else more
+    return first
+
+
+def run_hop(calls: list[tuple[Req, int, int, bytes]]) -> list[tuple[int, int, bytes]]:
+    """One hop of each call (request, function, param, input) as the node runs it.
+
+    Returns (status, detail, output) per call."""
     names = {1: "topk", 6: "mapid"}
-    calls = [r for r in reqs if r.status == ST_OK and r.function in names]
-    out = software([(names[r.function], r.param, r.payload) for r in calls], dictionary=DICTIONARY)
-    for r, (status, _msg, result) in zip(calls, out, strict=True):
-        r.status, r.result = status, result
-    for r in reqs:
-        if r.status == ST_OK and r.function == 0:
-            r.result = r.payload
-        if r.function == 1 and r.status == ST_OK and len(r.result) > 4 * K_MAX:
+    soft = [c for c in calls if c[1] in names]
+    out = software([(names[f], p, x) for _, f, p, x in soft], dictionary=DICTIONARY)
+    by = {id(c): o for c, o in zip(soft, out, strict=True)}
+    res: list[tuple[int, int, bytes]] = []
+    for c in calls:
+        _, f, _, x = c
+        if f == 0:
+            res.append((ST_OK, 0, x))
+            continue
+        status, _msg, result = by[id(c)]
+        if f == 1 and status == ST_OK and len(result) > 4 * K_MAX:
             # more than this instance keeps: the RTL's one deliberate difference (docs/rtl.md)
-            r.status, r.result, r.detail = ST_UNSUPPORTED, b"", K_MAX
+            status, result = ST_UNSUPPORTED, b""
+            res.append((status, K_MAX, result))
+            continue
+        res.append((status, 0, result))
+    return res
+
+
+def expect(reqs: list[Req]) -> None:
+    """The software node's answers: each hop run on the last one's output until an error, the last
+    hop, or a hop on another device (forwarded: what leaves on the egress)."""
+    live = [r for r in reqs if r.status == ST_OK]
+    data = {r.rid: r.payload for r in live}
+    for hop in range(8):
+        todo = [r for r in live if hop < len(r.hops())]
+        if not todo:
+            break
+        outs = run_hop([(r, r.hops()[hop][0], r.hops()[hop][2], data[r.rid]) for r in todo])
+        live = []
+        for r, (status, detail, out) in zip(todo, outs, strict=True):
+            r.hop = hop
+            if status != ST_OK:
+                r.status, r.detail, r.result = status, detail, b""
+                continue
+            data[r.rid] = out
+            hops = r.hops()
+            if hop + 1 == len(hops):
+                r.result = out
+                continue
+            if hops[hop + 1][1] == PEER:  # forwarded: the header as the software sends it
+                full = hops + [(0, 0, 0)] * (8 - len(hops))
+                r.forwarded = encode_request(r.fields(hop + 1, len(out), FLAG_FORWARDED), full) + out
+                continue
+            live.append(r)
+    for r in reqs:
         if r.function == 2 or r.status == ST_UNKNOWN_FUNCTION:
             r.detail = r.function
 
@@ -134,6 +211,7 @@ def idle(dut: Any) -> None:
     dut.s_axis_tkeep.value = 0
     dut.s_axis_tuser.value = 0
     dut.m_axis_tready.value = 0
+    dut.m_net_axis_tready.value = 0
     dut.s_cfg_tvalid.value = 0
     dut.s_cfg_tdata.value = 0
     dut.s_cfg_tkeep.value = 0
@@ -189,6 +267,8 @@ async def run(dut: Any, rng: random.Random, reqs: list[Req], p_in: float, p_out:
     partial: list[bytes] = [b""] * CONNS
     answered: dict[int, dict[str, int]] = {}
     exec_cycles: list[int] = []
+    net_partial: list[bytes] = [b""] * CONNS
+    forwarded: dict[int, bytes] = {}
     bi = 0
     quiet = 0
     for _ in range(400_000):
@@ -202,7 +282,25 @@ async def run(dut: Any, rng: random.Random, reqs: list[Req], p_in: float, p_out:
             dut.s_axis_tuser.value = c
         ready = rng.random() < p_out
         dut.m_axis_tready.value = int(ready)
+        net_ready = rng.random() < p_out
+        dut.m_net_axis_tready.value = int(net_ready)
         await ReadOnly()
+        if net_ready and sig(dut.m_net_axis_tvalid):
+            quiet = 0
+            conn = sig(dut.m_net_axis_tuser)
+            assert sig(dut.m_net_axis_tdest) == PEER, "forwarded to the wrong device"
+            keep = sig(dut.m_net_axis_tkeep)
+            n = bin(keep).count("1")
+            assert keep == (1 << n) - 1, f"tkeep {keep:x} not a low run"
+            net_partial[conn] += sig(dut.m_net_axis_tdata).to_bytes(64, "little")[:n]
+            if sig(dut.m_net_axis_tlast):
+                b = net_partial[conn]
+                net_partial[conn] = b""
+                rid = int.from_bytes(b[8:16], "little")
+                assert rid in by_id and rid not in answered and rid not in forwarded, f"forwarded {rid:x}"
+                r = by_id[rid]
+                assert r.conn == conn and b == r.forwarded, f"{rid:x}: {b.hex()}, want {r.forwarded.hex()}"
+                forwarded[rid] = b
         if on and sig(dut.s_axis_tready):
             bi += 1
         if ready and sig(dut.m_axis_tvalid):
@@ -220,14 +318,16 @@ async def run(dut: Any, rng: random.Random, reqs: list[Req], p_in: float, p_out:
                 assert len(b) == 64 + f["payload_len"], f"{len(b)} bytes, header says {f['payload_len']}"
                 rid = f["request_id"]
                 assert rid in by_id, f"answer for unknown request {rid:x}"
-                assert rid not in answered, f"request {rid:x} answered twice"
+                assert rid not in answered and rid not in forwarded, f"request {rid:x} answered twice"
                 r = by_id[rid]
                 assert r.conn == conn, f"request {rid:x} of connection {r.conn} answered on {conn}"
                 answered[rid] = f
                 got_status = f["status"]
                 if got_status == ST_BUSY and r.status != ST_UNKNOWN_FUNCTION and r.status != ST_TOO_LARGE:
-                    pass
+                    assert f["hop_index"] == 0, f
                 else:
+                    assert not r.forwarded, f"{rid:x} answered, should have been forwarded"
+                    assert f["hop_index"] == r.hop, f
                     want_status = r.status
                     assert got_status == want_status, f"{rid:x}: {got_status}, want {want_status}"
                     want = r.result if r.status == ST_OK else b""
@@ -235,19 +335,21 @@ async def run(dut: Any, rng: random.Random, reqs: list[Req], p_in: float, p_out:
                     assert f["detail"] == (r.detail if r.status != ST_BAD_INPUT else 0), f
                     if r.status == ST_OK:
                         exec_cycles.append(f["exec"])
-                assert f["tenant"] == TENANT and f["hop_index"] == 0 and f["device"] == DEVICE, f
+                assert f["tenant"] == TENANT and f["device"] == DEVICE, f
                 assert f["flags"] == 0 and f["reassembly"] == 0, f
         elif bi == len(beats):
             quiet += 1
         await FallingEdge(dut.clk)
-        if len(answered) == len(reqs) and quiet > 300:
+        if len(answered) + len(forwarded) == len(reqs) and quiet > 300:
             break
     dut.s_axis_tvalid.value = 0
-    missing = [hex(r.rid) for r in reqs if r.rid not in answered]
+    missing = [hex(r.rid) for r in reqs if r.rid not in answered and r.rid not in forwarded]
     assert not missing, f"{len(missing)} requests never answered: {missing[:5]}"
-    assert all(not p for p in partial), "a response left unfinished"
+    assert all(not p for p in partial + net_partial), "a response left unfinished"
     await ReadOnly()
     assert sig(dut.idle) == 1 and sig(dut.conn_clean) == (1 << CONNS) - 1, "work left in flight at the end"
+    # every byte reserved in the pool given back exactly once (seen inside: the top has no port for it)
+    assert sig(dut.disp_inst.buf_used) == 0, f"pool bytes still reserved: {sig(dut.disp_inst.buf_used):x}"
     await FallingEdge(dut.clk)
     busy = sum(1 for f in answered.values() if f["status"] == ST_BUSY)
     dut._log.info(
@@ -258,15 +360,17 @@ async def run(dut: Any, rng: random.Random, reqs: list[Req], p_in: float, p_out:
         min(exec_cycles or [0]),
         max(exec_cycles or [0]),
     )
-    return {"busy": busy}
+    chains = sum(1 for r in reqs if r.more and r.rid in answered and answered[r.rid]["status"] != ST_BUSY)
+    dut._log.info("%d chains answered, %d forwarded", chains, len(forwarded))
+    return {"busy": busy, "chains": chains, "forwarded": len(forwarded)}
 
 
-def traffic(rng: random.Random, per_conn: int, first: int, refusals: bool) -> list[Req]:
+def traffic(rng: random.Random, per_conn: int, first: int, refusals: bool, chains: bool = False) -> list[Req]:
     reqs: list[Req] = []
     rid = first
     for c in range(CONNS):
         for _ in range(per_conn):
-            reqs.append(make(rng, c, rid, refusals))
+            reqs.append(make(rng, c, rid, refusals, chains))
             rid += 1
     return reqs
 
@@ -309,13 +413,21 @@ async def one_request_cycles(dut: Any) -> None:
     await load_dictionary(dut)
     rng = random.Random(5)
     # (function, param, payload, pinned cycles to the header, to the last beat)
-    for fn, param, payload, pin in [
+    singles = [
         (0, 0, rng.randbytes(512), (36, 50)),
         (1, 8, i32s([rng.randrange(-1000, 1000) for _ in range(128)]), (173, 174)),
-        (6, 0, struct.pack("<128I", *[rng.choice(DICTIONARY) for _ in range(128)]), (133, 147)),
-    ]:
+        # 148 since the chain router: its output register adds a cycle on the result path
+        (6, 0, struct.pack("<128I", *[rng.choice(DICTIONARY) for _ in range(128)]), (133, 148)),
+    ]
+    # chains: echo then top-k (the top-k above behind an echo), echo then echo (what a local hop adds)
+    xs = i32s([rng.randrange(-1000, 1000) for _ in range(128)])
+    chained = [
+        (0, 0, xs, [(1, 8, 0xFF)], (193, 194)),
+        (0, 0, rng.randbytes(512), [(0, 0, 0xFF)], (56, 70)),
+    ]
+    for fn, param, payload, more, pin in [(*c[:3], [], c[3]) for c in singles] + chained:
         out = b""
-        wire = Req(0, 77, fn, param, payload).wire()
+        wire = Req(0, 77, fn, param, payload, more=more).wire()
         chunks = [wire[i : i + 64] for i in range(0, len(wire), 64)]
         t = 0
         ci = 0
@@ -343,12 +455,39 @@ async def one_request_cycles(dut: Any) -> None:
         await FallingEdge(dut.clk)
         dut.s_axis_tvalid.value = 0
         dut._log.info(
-            "function %d, %d payload bytes: %d cycles to the header, %d to the last beat",
+            "function %d%s, %d payload bytes: %d cycles to the header, %d to the last beat",
             fn,
+            "".join(f" then {m[0]}" for m in more),
             len(payload),
             first_out,
             t,
         )
         f = parse_response(out)
         assert f["status"] == ST_OK and f["request_id"] == 77 and len(out) == 64 + f["payload_len"], f
+        assert f["hop_index"] == len(more), f
+        if all(m[0] == 0 for m in more) and fn == 0:
+            assert out[64:] == payload, "an echo chain changed the bytes"
         assert (first_out, t) == pin, f"cycles {(first_out, t)}, pinned {pin}"
+
+
+@cocotb.test()
+async def chains(dut: Any) -> None:
+    """Chains of local hops answered as the software answers them; a later hop on PEER forwarded
+    on the egress; mixed with single hops, paced, at full rate and under stalls of both outputs."""
+    idle(dut)
+    await start(dut)
+    await load_dictionary(dut)
+    rng = random.Random(56)
+    # seed 001's case first: echo then top-k, here; then top-k on PEER after echo
+    data = i32s([rng.randrange(-1000, 1000) for _ in range(40)])
+    fixed = [Req(0, 0x5000, 0, 0, data, more=[(1, 5, 0xFF)]), Req(1, 0x5001, 0, 0, data, more=[(1, 5, PEER)])]
+    counts = await run(dut, rng, fixed, p_in=0.2, p_out=1.0)
+    assert counts == {"busy": 0, "chains": 1, "forwarded": 1}, counts
+    total = {"chains": 0, "forwarded": 0}
+    rounds = [(0x5100, 0.1, 1.0), (0x5400, 1.0, 1.0), (0x5700, 0.5, 0.2), (0x5A00, 0.1, 1.0)]
+    for first, p_in, p_out in rounds:
+        counts = await run(dut, rng, traffic(rng, 10, first, refusals=True, chains=True), p_in, p_out)
+        total["chains"] += counts["chains"]
+        total["forwarded"] += counts["forwarded"]
+    dut._log.info("chains: %s", total)
+    assert total["chains"] >= 30 and total["forwarded"] >= 3, total

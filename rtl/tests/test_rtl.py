@@ -35,12 +35,14 @@ SUBMODULES = {
     "offrac_accel_sparse": ("offrac_axis_reg",),
     "offrac_result_buffer": ("offrac_axis_reg",),
     "offrac_slot_stage": ("offrac_selector", "offrac_slot_queue"),
+    "offrac_chain_router": ("offrac_axis_reg",),
     "offrac_dispatcher": ("offrac_req_header_parse", "offrac_pool_admit", "offrac_resp_header_build"),
     "offrac_request_path": (
         "offrac_dispatcher",
         "offrac_req_header_parse",
         "offrac_pool_admit",
         "offrac_resp_header_build",
+        "offrac_chain_router",
         "offrac_accel_echo",
         "offrac_accel_topk",
         "offrac_accel_mapid",
@@ -67,6 +69,14 @@ PARAMETERS: dict[str, dict[str, object]] = {
         "HOSTED": "256'hb",
         "DEVICE_ID": 3,
     },
+    # as tb_chain_router.py expects: device 3, functions 0, 1 and 6 hosted, peers 1, 7 and 200
+    "offrac_chain_router": {
+        "CONN_WIDTH": 2,
+        "DEVICE_ID": 3,
+        "HOSTED": "256'h43",
+        "PEERS": "256'h100000000000000000000000000000000000000000000000082",
+        "MAX_PAYLOAD": 256,
+    },
     # as tb_request_path.py expects
     "offrac_request_path": {
         "CONN_COUNT": 4,
@@ -77,6 +87,7 @@ PARAMETERS: dict[str, dict[str, object]] = {
         "TOPK_K_MAX": 16,
         "MAPID_TABLE_BITS": 6,
         "MAPID_MAX_BEATS": 8,
+        "PEERS": "256'h200",  # device 9
     },
 }
 
@@ -113,6 +124,7 @@ def test_model_matches_response_vectors() -> None:
         ("offrac_slot_queue", "tb_slot_queue"),
         ("offrac_axis_reg", "tb_axis_reg"),
         ("offrac_result_buffer", "tb_result_buffer"),
+        ("offrac_chain_router", "tb_chain_router"),
     ],
 )
 def test_rtl(toplevel: str, bench: str) -> None:

@@ -1,0 +1,429 @@
+"""cocotb testbench for offrac_chain_router.v: after a hop, the chain goes on, leaves, or is answered.
+
+The model below is the software node's behaviour written out from its code, step by step:
+Job::advance (crates/core/src/job.rs: hop_index + 1, the output as the payload), Engine::route
+(crates/core/src/engine.rs: a remote hop is forwarded; a local one refused TOO_LARGE over the
+maximum payload), the driver's forward (crates/node/src/driver/links.rs: the forwarded header;
+UNREACHABLE for a device missing from the device table), the worker's answer of a failed or last hop
+(crates/node/src/worker.rs: that hop's index, the summed timings) and reply_to (a refusal: the
+current, advanced, hop and no timings). Headers are compared byte for byte, as beats.
+
+Built with CONN_WIDTH 2, DEVICE_ID 3, HOSTED = functions 0, 1, 6, PEERS = devices 1, 7, 200 and
+MAX_PAYLOAD 256 (test_rtl.py).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+import cocotb
+from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge
+from header_model import (
+    FLAG_DIRECT_REPLY,
+    FLAG_FORWARDED,
+    FLAG_HOP_EXT,
+    FLAG_TRACE,
+    carries_origin,
+    encode_request,
+    encode_response,
+    random_valid_request,
+)
+from tb_util import Beat, sig, start, to_beats
+
+DEVICE_ID = 3
+HOSTED = {0, 1, 6}
+PEERS = {1, 7, 200}
+MAX_PAYLOAD = 256
+DEVICE_SELF = 0xFF
+OK, UNKNOWN_FUNCTION, TOO_LARGE, UNREACHABLE = 0, 2, 3, 11
+PORTS = ("resp", "net", "next")
+FULL = (1 << 64) - 1
+
+
+@dataclass
+class Hop:
+    """One hop that has run: the request as it came, and what the hop gave."""
+
+    fields: dict[str, int]
+    hops: list[tuple[int, int, int]]
+    origin_id: int
+    conn: int
+    status: int
+    detail: int
+    result: bytes  # the hop's output (only sent when status is OK)
+    reassembly: int
+    queue: int
+    exec: int
+
+    def hdr(self) -> int:
+        b = encode_request(self.fields, self.hops, self.origin_id)
+        return int.from_bytes(b + bytes(128 - len(b)), "little")
+
+    def payload_beats(self) -> list[Beat]:
+        return to_beats(self.result) if self.status == OK else []
+
+
+@dataclass
+class Frame:
+    port: str
+    beats: list[Beat]
+    conn: int
+    dest: int | None = None  # tdest, on the network port
+    times: tuple[int, int, int] | None = None  # reassembly, queue, exec on the next-hop port
+
+
+def header_beats(b: bytes, more: bool) -> list[Beat]:
+    n = len(b) // 64
+    return [
+        (int.from_bytes(b[64 * i : 64 * i + 64], "little"), FULL, int(i == n - 1 and not more))
+        for i in range(n)
+    ]
+
+
+def expected(h: Hop) -> Frame:
+    """Where the software sends this hop's request next, and the bytes it sends."""
+    f = h.fields
+    ran = f["hop_index"]
+    nxt = ran + 1
+    pay = h.payload_beats()
+
+    def answer(status: int, hop: int, detail: int, timed: bool, result: bytes = b"") -> Frame:
+        # the RTL's answers carry no English message: payload_len 0 on an error
+        resp = {
+            "status": status,
+            "hop_index": hop,
+            "device": DEVICE_ID,
+            "request_id": f["request_id"],
+            "payload_len": len(result),
+            "tenant": f["tenant"],
+            "reassembly_ns": h.reassembly if timed else 0,
+            "queue_ns": h.queue if timed else 0,
+            "exec_ns": h.exec if timed else 0,
+            "detail": detail,
+            "flags": 0,
+        }
+        body = to_beats(result) if status == OK else []
+        return Frame("resp", header_beats(encode_response(resp), bool(body)) + body, h.conn)
+
+    if h.status != OK:  # the hop failed: the chain ends there (worker.rs)
+        return answer(h.status, ran, h.detail, True)
+    if nxt >= f["hop_count"]:  # Job::is_last_hop: the result is the answer
+        return answer(OK, ran, 0, True, h.result)
+    function, device, _ = h.hops[nxt]
+    if device not in (DEVICE_SELF, DEVICE_ID):  # Engine::route -> forward
+        if device not in PEERS:  # the driver's forward: no link to it
+            return answer(UNREACHABLE, nxt, device, False)
+        g = dict(f)
+        g["hop_index"] = nxt
+        g["payload_len"] = len(h.result)
+        dr = bool(f["flags"] & FLAG_DIRECT_REPLY)
+        if not dr:
+            g["reply_device"] = DEVICE_SELF
+        caller_id = h.origin_id if carries_origin(f["flags"]) else f["request_id"]
+        flags = f["flags"] | FLAG_FORWARDED
+        # set_ext_flag
+        flags = flags | FLAG_HOP_EXT if f["hop_count"] > 4 or carries_origin(flags) else flags & ~FLAG_HOP_EXT
+        g["flags"] = flags
+        b = encode_request(g, h.hops, caller_id if carries_origin(flags) else 0)
+        return Frame("net", header_beats(b, bool(pay)) + pay, h.conn, dest=device)
+    if len(h.result) > MAX_PAYLOAD:  # Engine::route
+        return answer(TOO_LARGE, nxt, MAX_PAYLOAD, False)
+    if function not in HOSTED:  # no slot hosts it (orphans' rule): never a drop
+        return answer(UNKNOWN_FUNCTION, nxt, function, False)
+    g = dict(f)
+    g["hop_index"] = nxt  # Job::advance
+    g["payload_len"] = len(h.result)  # the payload is now the result
+    b = encode_request(g, h.hops, h.origin_id)
+    return Frame("next", header_beats(b, bool(pay)) + pay, h.conn, times=(h.reassembly, h.queue, h.exec))
+
+
+def random_hop(rng: random.Random) -> Hop:
+    """A hop of a valid request, its next hop spread over every case the router tells apart."""
+    fields, hops, origin_id = random_valid_request(rng)
+    n = fields["hop_count"]
+    fields["flags"] &= ~FLAG_TRACE  # the per-hop timings block is not built (see the module)
+    ran = rng.randrange(n)
+    fields["hop_index"] = ran
+    for i in range(n):
+        device = rng.choice([DEVICE_SELF, DEVICE_SELF, DEVICE_ID, 1, 7, 200, 0, 2, 254, rng.getrandbits(8)])
+        function = rng.choice([0, 1, 6, 0, 1, 6, 2, 3, 255, rng.getrandbits(8)])
+        hops[i] = (function, device, hops[i][2])
+    status = rng.choice([OK] * 6 + [5, 6, 10, 13])
+    size = rng.choice([0, 1, 4, 63, 64, 65, 128, MAX_PAYLOAD, MAX_PAYLOAD + 1, 300, rng.randrange(1, 200)])
+    result = bytes(rng.getrandbits(8) for _ in range(size))
+    return Hop(
+        fields=fields,
+        hops=hops,
+        origin_id=origin_id,
+        conn=rng.randrange(4),
+        status=status,
+        detail=0 if status == OK else rng.getrandbits(64),
+        result=result,
+        reassembly=rng.getrandbits(64),
+        queue=rng.getrandbits(64),
+        exec=rng.getrandbits(64),
+    )
+
+
+def idle(dut: Any) -> None:
+    dut.s_hop_valid.value = 0
+    dut.s_axis_tvalid.value = 0
+    for p in PORTS:
+        getattr(dut, f"m_{p}_axis_tready").value = 0
+
+
+def drive_hop(dut: Any, h: Hop) -> None:
+    dut.s_hop_hdr.value = h.hdr()
+    dut.s_hop_conn.value = h.conn
+    dut.s_hop_status.value = h.status
+    dut.s_hop_detail.value = h.detail
+    dut.s_hop_len.value = len(h.result)
+    dut.s_hop_reassembly.value = h.reassembly
+    dut.s_hop_queue.value = h.queue
+    dut.s_hop_exec.value = h.exec
+
+
+class Sinks:
+    """The three output ports: beats collected into frames, each held beat checked not to change."""
+
+    def __init__(self, dut: Any) -> None:
+        self.dut = dut
+        self.frames: dict[str, list[Frame]] = {p: [] for p in PORTS}
+        self.cur: dict[str, Frame | None] = dict.fromkeys(PORTS)
+        self.held: dict[str, tuple[int, ...] | None] = dict.fromkeys(PORTS)
+
+    def sample(self) -> None:
+        """In the read-only phase: record the beats handed over at the coming edge."""
+        d = self.dut
+        for p in PORTS:
+            valid = sig(getattr(d, f"m_{p}_axis_tvalid"))
+            ready = sig(getattr(d, f"m_{p}_axis_tready"))
+            if not valid:
+                assert self.held[p] is None, f"{p}: a stalled beat was withdrawn"
+                continue
+            beat = (
+                sig(getattr(d, f"m_{p}_axis_tdata")),
+                sig(getattr(d, f"m_{p}_axis_tkeep")),
+                sig(getattr(d, f"m_{p}_axis_tlast")),
+            )
+            conn = sig(getattr(d, f"m_{p}_axis_tuser"))
+            dest = sig(d.m_net_axis_tdest) if p == "net" else None
+            times = (
+                (sig(d.m_next_reassembly), sig(d.m_next_queue), sig(d.m_next_exec)) if p == "next" else None
+            )
+            whole = (*beat, conn, dest or 0, *(times or ()))
+            if self.held[p] is not None:
+                assert whole == self.held[p], f"{p}: a stalled beat changed"
+            self.held[p] = None if ready else whole
+            if not ready:
+                continue
+            f = self.cur[p]
+            if f is None:
+                f = self.cur[p] = Frame(p, [], conn, dest, times)
+            assert (f.conn, f.dest, f.times) == (conn, dest, times), f"{p}: sideband changed inside a frame"
+            f.beats.append(beat)
+            if beat[2]:
+                self.frames[p].append(f)
+                self.cur[p] = None
+
+    def reset(self) -> None:
+        self.cur = dict.fromkeys(PORTS)
+        self.held = dict.fromkeys(PORTS)
+
+
+async def run_hops(
+    dut: Any, hops: list[Hop], rng: random.Random, p_in: float, p_out: float, sinks: Sinks | None = None
+) -> dict[str, int]:
+    """Offer the hops and their results with gaps, stall every output at random; check every frame."""
+    sinks = sinks or Sinks(dut)
+    before = {p: len(sinks.frames[p]) for p in PORTS}
+    want = [expected(h) for h in hops]
+    payload = [b for h in hops for b in h.payload_beats()]
+    hi = bi = 0
+    limit = 200 + sum(10 + 2 * len(h.payload_beats()) for h in hops) * 4 / (p_in * p_out)
+    for _ in range(int(limit)):
+        hop_on = hi < len(hops) and rng.random() < p_in
+        # a result beat may be offered once its hop has been offered (the router takes it in order)
+        offered = sum(len(h.payload_beats()) for h in hops[: hi + int(hop_on)])
+        data_on = bi < min(len(payload), offered) and rng.random() < p_in
+        dut.s_hop_valid.value = int(hop_on)
+        if hi < len(hops):
+            drive_hop(dut, hops[hi])
+        dut.s_axis_tvalid.value = int(data_on)
+        if bi < len(payload):
+            dut.s_axis_tdata.value, dut.s_axis_tkeep.value, dut.s_axis_tlast.value = payload[bi]
+        for p in PORTS:
+            getattr(dut, f"m_{p}_axis_tready").value = int(rng.random() < p_out)
+        await ReadOnly()
+        if hop_on and sig(dut.s_hop_ready):
+            hi += 1
+        if data_on and sig(dut.s_axis_tready):
+            bi += 1
+        sinks.sample()
+        await FallingEdge(dut.clk)
+        got = sum(len(sinks.frames[p]) - before[p] for p in PORTS)
+        if got == len(hops) and hi == len(hops) and bi == len(payload):
+            break
+    else:
+        raise AssertionError(f"stalled: {hi} hops in, {bi} result beats in")
+    # nothing more comes out
+    idle(dut)
+    for p in PORTS:
+        getattr(dut, f"m_{p}_axis_tready").value = 1
+    for _ in range(4):
+        await ReadOnly()
+        for p in PORTS:
+            assert not sig(getattr(dut, f"m_{p}_axis_tvalid")), f"{p}: a beat beyond the hops"
+        await FallingEdge(dut.clk)
+    counts = dict.fromkeys(PORTS, 0)
+    for p in PORTS:
+        got_p = sinks.frames[p][before[p] :]
+        want_p = [w for w in want if w.port == p]
+        assert len(got_p) == len(want_p), f"{p}: {len(got_p)} frames, expected {len(want_p)}"
+        for i, (g, w) in enumerate(zip(got_p, want_p, strict=True)):
+            assert g == w, f"{p} frame {i}: got {g}, expected {w}"
+        counts[p] = len(want_p)
+    return counts
+
+
+def statuses(hops: list[Hop]) -> dict[str, int]:
+    """How many of each outcome the hops exercise (so a test cannot pass on one kind alone)."""
+    out: dict[str, int] = {}
+    for h in hops:
+        w = expected(h)
+        key = f"resp-{w.beats[0][0] >> 32 & 0xFFFF}" if w.port == "resp" else w.port  # status: bytes 4..5
+        out[key] = out.get(key, 0) + 1
+    return out
+
+
+@cocotb.test()
+async def directed(dut: Any) -> None:
+    """Seed 001's case and each rule alone: echo then top-k locally, a remote hop, every refusal."""
+    await start(dut)
+    idle(dut)
+    rng = random.Random(1)
+    base = {
+        "flags": 0,
+        "tenant": 7,
+        "hop_count": 2,
+        "hop_index": 0,
+        "request_id": 0x1122334455667788,
+        "payload_len": 40,
+        "reply_device": DEVICE_SELF,
+        "budget_us": 0,
+    }
+    z = (0, 0, 0)
+
+    def mk(fields: dict[str, int], hops: list[tuple[int, int, int]], result: bytes, **kw: Any) -> Hop:
+        f = dict(base)
+        f.update(fields)
+        return Hop(
+            fields=f,
+            hops=hops + [z] * (8 - len(hops)),
+            origin_id=kw.get("origin_id", 0),
+            conn=kw.get("conn", 1),
+            status=kw.get("status", OK),
+            detail=kw.get("detail", 0),
+            result=result,
+            reassembly=10,
+            queue=20,
+            exec=30,
+        )
+
+    data = bytes(range(40))
+    hops = [
+        mk({}, [(0, DEVICE_SELF, 0), (1, DEVICE_SELF, 3)], data),  # echo ran: top-k is next, here
+        mk({"hop_index": 1}, [(0, DEVICE_SELF, 0), (1, DEVICE_SELF, 3)], data[:12]),  # top-k ran: answer
+        mk({}, [(0, DEVICE_ID, 0), (6, DEVICE_ID, 0)], b""),  # own id, empty result
+        mk({}, [(0, DEVICE_SELF, 0), (1, 7, 3)], data),  # remote: forwarded to 7
+        mk(
+            {"flags": FLAG_DIRECT_REPLY, "reply_device": 9},
+            [(0, DEVICE_SELF, 0), (1, 200, 3)],
+            data,
+        ),  # direct reply: extension with the caller's id
+        mk({}, [(0, DEVICE_SELF, 0), (1, 8, 3)], data),  # not a peer: UNREACHABLE
+        mk({}, [(0, DEVICE_SELF, 0), (3, DEVICE_SELF, 0)], data),  # not hosted: UNKNOWN_FUNCTION
+        mk({}, [(0, DEVICE_SELF, 0), (1, DEVICE_SELF, 0)], bytes(MAX_PAYLOAD + 4)),  # TOO_LARGE
+        mk({}, [(0, DEVICE_SELF, 0), (1, DEVICE_SELF, 0)], b"", status=5, detail=77),  # hop failed
+        mk(
+            {"hop_count": 6, "flags": FLAG_HOP_EXT, "hop_index": 4},
+            [(0, DEVICE_SELF, 0)] * 5 + [(6, DEVICE_SELF, 1)],
+            data,
+        ),  # the sixth hop, in the extension
+    ]
+    counts = await run_hops(dut, hops, rng, 1.0, 1.0)
+    assert counts == {"resp": 5, "net": 2, "next": 3}, counts
+    kinds = statuses(hops)
+    assert {"resp-0", "resp-2", "resp-3", "resp-5", "resp-11", "net", "next"} <= set(kinds), kinds
+
+
+@cocotb.test()
+async def random_hops(dut: Any) -> None:
+    """Random hops of valid requests, all outputs ready, then gaps and stalls down to 5%."""
+    await start(dut)
+    idle(dut)
+    rng = random.Random(2)
+    sinks = Sinks(dut)
+    total = dict.fromkeys(PORTS, 0)
+    seen: dict[str, int] = {}
+    for p_in, p_out, n in [(1.0, 1.0, 400), (0.5, 0.5, 200), (1.0, 0.2, 150), (0.3, 0.05, 60)]:
+        hops = [random_hop(rng) for _ in range(n)]
+        for k, v in statuses(hops).items():
+            seen[k] = seen.get(k, 0) + v
+        counts = await run_hops(dut, hops, rng, p_in, p_out, sinks)
+        for p in PORTS:
+            total[p] += counts[p]
+    dut._log.info("frames per port %s; outcomes %s", total, seen)
+    for k in ("resp-0", "resp-2", "resp-3", "resp-5", "resp-11", "net", "next"):
+        assert seen.get(k, 0) >= 5, (k, seen)
+
+
+@cocotb.test()
+async def reset_mid_request(dut: Any) -> None:
+    """Reset with a frame half out on each stalled port: everything gone, the next hops exact."""
+    await start(dut)
+    idle(dut)
+    rng = random.Random(3)
+    for port in PORTS:
+        # a hop bound for `port` with a result of several beats
+        while True:
+            h = random_hop(rng)
+            h.status = OK
+            h.result = bytes(rng.getrandbits(8) for _ in range(200))
+            last = h.fields["hop_index"] + 1 >= h.fields["hop_count"]
+            if expected(h).port == port and (port != "resp" or last):  # an answer with a result
+                break
+        drive_hop(dut, h)
+        dut.s_hop_valid.value = 1
+        beats = h.payload_beats()
+        await ReadOnly()
+        assert sig(dut.s_hop_ready)
+        await FallingEdge(dut.clk)
+        dut.s_hop_valid.value = 0
+        # the header and one result beat through, then the port stalls
+        sent = 0
+        for _ in range(12):
+            dut.s_axis_tvalid.value = 1
+            dut.s_axis_tdata.value, dut.s_axis_tkeep.value, dut.s_axis_tlast.value = beats[sent]
+            getattr(dut, f"m_{port}_axis_tready").value = int(_ < 2)
+            await ReadOnly()
+            if sig(dut.s_axis_tready):
+                sent += 1
+            await FallingEdge(dut.clk)
+            assert sent < len(beats)
+        assert sig(getattr(dut, f"m_{port}_axis_tvalid")), "the stalled port holds a beat"
+        dut.rst.value = 1
+        dut.s_axis_tvalid.value = 0
+        await RisingEdge(dut.clk)
+        await RisingEdge(dut.clk)
+        dut.rst.value = 0
+        await FallingEdge(dut.clk)
+        await ReadOnly()
+        for p in PORTS:
+            assert not sig(getattr(dut, f"m_{p}_axis_tvalid")), f"{p} valid after reset"
+        assert sig(dut.s_hop_ready), "ready for a hop after reset"
+        await FallingEdge(dut.clk)
+        idle(dut)
+        await run_hops(dut, [random_hop(rng) for _ in range(40)], rng, 0.7, 0.5)
