@@ -18,6 +18,7 @@ const SOURCES: &[&str] = &[
     "offrac_mapid_probe",
     "offrac_result_buffer",
     "offrac_axis_reg",
+    "offrac_chain_router",
 ];
 
 /// The instance the node serves with (docs/rtl.md, "The Verilated datapath").
