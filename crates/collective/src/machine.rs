@@ -230,7 +230,21 @@ impl Collectives {
         payload: &[u8],
         reachable: impl Fn(u8) -> bool,
     ) {
-        match self.start(now, call, payload, reachable) {
+        self.handle_call_with_input(now, call, payload, None, reachable);
+    }
+
+    /// [`Collectives::handle_call`] whose input is `input` rather than the
+    /// bytes after the descriptor (a named buffer's, read in place: it is
+    /// copied once, into the work buffer).
+    pub fn handle_call_with_input(
+        &mut self,
+        now: Instant,
+        call: CallId,
+        payload: &[u8],
+        input: Option<&[u8]>,
+        reachable: impl Fn(u8) -> bool,
+    ) {
+        match self.start(now, call, payload, input, reachable) {
             Ok(key) => self.progress(now, key),
             Err(f) => {
                 self.stats.failed += 1;
@@ -248,10 +262,12 @@ impl Collectives {
         now: Instant,
         call: CallId,
         payload: &[u8],
+        input: Option<&[u8]>,
         reachable: impl Fn(u8) -> bool,
     ) -> Result<Key, Failure> {
         let bad = |m: String| Failure::new(FailKind::BadInput, None, m);
-        let (mut d, input) = Descriptor::decode(payload).map_err(|e| bad(e.to_string()))?;
+        let (mut d, after) = Descriptor::decode(payload).map_err(|e| bad(e.to_string()))?;
+        let input = input.unwrap_or(after);
         if d.kind != Kind::Call {
             return Err(bad(format!(
                 "a client sends calls (kind 1), not kind {}",
