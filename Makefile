@@ -9,7 +9,7 @@ PYTHON ?= python3
 # and its Python test is skipped. Set RTL_FEATURES= to leave it out.
 RTL_FEATURES ?= $(shell command -v verilator >/dev/null 2>&1 && echo --features offrac-cli/rtl)
 
-.PHONY: build demo test test-rust test-python python-deps lint typecheck api-docs bench-kernels fuzz-deps fuzz rtl-deps rtl-test rtl-traces rtl-mapid-full rtl-synth
+.PHONY: build demo test test-rust test-python python-deps experiment-deps lint typecheck api-docs bench-kernels fuzz-deps fuzz rtl-deps rtl-test rtl-traces rtl-mapid-full rtl-synth
 
 build:
 	$(CARGO) build --release --workspace --bins --examples $(RTL_FEATURES)
@@ -21,6 +21,12 @@ python-deps:
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check -e 'python[test,cnn]'
 
 test: build python-deps test-rust test-python
+
+# What the experiments need beyond the tests (not on the test path, not in CI): mpi4py for the
+# OpenMPI baseline of experiments/collectives (it builds against the system OpenMPI: apt
+# openmpi-bin libopenmpi-dev).
+experiment-deps: python-deps
+	$(PYTHON) -m pip install --quiet --disable-pip-version-check -r experiments/requirements.txt
 
 test-rust:
 	$(CARGO) test --release --workspace $(RTL_FEATURES)

@@ -1,15 +1,28 @@
 """Collectives across namespace hosts: offrac's nodes against OpenMPI (mpi4py), side by side.
 
-For 2 and 4 ranks, each on its own network namespace host (veth + bridge, as the multi-host
-tests), and sizes 1 KiB .. 16 MiB: the latency of all-reduce (sum, float32) and broadcast —
-per iteration the slowest rank's time, median over iterations — and the algorithm bandwidth
-(bytes / latency). offrac: each rank's client calls its own node, the nodes run the
-collective. MPI: mpi4py over OpenMPI's TCP transport between the same namespaces, one
-process per host, launched by mpirun through `ip netns exec`.
+For 2, 4 and 8 ranks, each on its own network-namespace host (veth + bridge, as the
+multi-host tests), the five collectives (broadcast, scatter, gather, reduce and all-reduce;
+sum of float32) at 1 KiB .. 16 MiB per rank, in one run:
 
-    sudo python3 experiments/collectives/run.py [--ranks 2,4] [--ops allreduce,bcast] [--reps 20]
+- offrac ``payload``: each rank's client sends its data in the call to its own node and gets
+  its output in the answer (the data crosses the client's loopback hop both ways);
+- offrac ``buffers``: the input already sits at the node in a named buffer and the output is
+  kept in one (descriptor byte 7, ``docs/collectives.md``): only the call crosses that hop;
+- MPI: mpi4py over OpenMPI between the same namespaces, one rank per host, the data in the
+  rank's memory. ``mpirun`` starts its daemons through a launch agent (``plm_rsh_agent``)
+  that runs each in the namespace owning the host's address (``ip netns exec``); the ranks
+  use the TCP BTL (``--mca btl tcp,self``) on the hosts' bridge subnet only
+  (``btl_tcp_if_include``, ``oob_tcp_if_include``) and yield when idle
+  (``mpi_yield_when_idle 1``: the hosts share the machine's cores).
 
-Needs root, iproute2, openmpi-bin + libopenmpi-dev and `pip install mpi4py`.
+Latency: per iteration the slowest rank's time (the ranks line up before each iteration),
+median over iterations. MB/s: bytes per rank / latency. Ratios offrac / MPI (< 1: offrac
+faster).
+
+    sudo python3 experiments/collectives/run.py [--quick] [--ranks 2,4,8] [--ops ...] [--reps 20]
+
+Needs root, iproute2, openmpi-bin + libopenmpi-dev and mpi4py (``make experiment-deps``).
+OFFRAC_BIN picks the node binary (default target/release/offrac).
 """
 
 from __future__ import annotations
@@ -33,16 +46,24 @@ from netns import Hosts  # noqa: E402
 
 PORT = 7300
 WORKER = Path(__file__).resolve().parent / "worker.py"
+OPS = ["bcast", "scatter", "gather", "reduce", "allreduce"]
 KIB = 1024
 SIZES = [KIB, 4 * KIB, 16 * KIB, 64 * KIB, 256 * KIB, 1 << 20, 4 << 20, 16 << 20]
+
+
+# The root's scatter input and gather output are 8 x 16 MiB at 8 ranks.
+MAX_PAYLOAD = 160 << 20
+# One mpirun (one collective, every size) takes well under this.
+MPI_TIMEOUT_S = 240
 
 
 def node_config(hosts: Hosts, me: int, n: int) -> str:
     peers = devices(hosts, me, n, PORT)
     return (
-        f'device_id = {me}\nmax_payload = {40 << 20}\n[metrics]\nlisten = ""\n'
-        f"[pool]\nbuffers = 8\nbuffer_bytes = {40 << 20}\n"
-        f"[selector]\nslot_queue_bytes = {40 << 20}\n{peers}"
+        f'device_id = {me}\nmax_payload = {MAX_PAYLOAD}\n[metrics]\nlisten = ""\n'
+        f"[pool]\nbuffers = 8\nbuffer_bytes = {MAX_PAYLOAD}\n"
+        f"[selector]\nslot_queue_bytes = {MAX_PAYLOAD}\n"
+        f"[named_buffers]\nmax_bytes = {1 << 30}\n{peers}"
     )
 
 
@@ -59,10 +80,9 @@ def latency(lines: list[dict[str, object]], nbytes: int) -> float:
 
 
 def run_offrac(
-    hosts: Hosts, n: int, op: str, reps: int, sizes: list[int], first_tag: int
+    hosts: Hosts, n: int, op: str, variant: str, reps: int, sizes: list[int], first_tag: int
 ) -> list[dict[str, object]]:
     members = ",".join(str(i) for i in range(n))
-    size_arg = ",".join(map(str, sizes))
     env = {**os.environ, "PYTHONPATH": str(REPO / "python")}
     procs = [
         subprocess.Popen(
@@ -71,20 +91,9 @@ def run_offrac(
                 sys.executable,
                 str(WORKER),
                 "offrac",
-                "--op",
-                op,
-                "--sizes",
-                size_arg,
-                "--reps",
-                str(reps),
-                "--addr",
-                f"{hosts.ip(i)}:{PORT}",
-                "--members",
-                members,
-                "--device",
-                str(i),
-                "--first-tag",
-                str(first_tag),
+                *("--op", op, "--variant", variant, "--sizes", ",".join(map(str, sizes))),
+                *("--reps", str(reps), "--addr", f"{hosts.ip(i)}:{PORT}", "--members", members),
+                *("--device", str(i), "--first-tag", str(first_tag)),
             ],
             stdout=subprocess.PIPE,
             text=True,
@@ -94,21 +103,29 @@ def run_offrac(
     ]
     lines = []
     for p in procs:
-        out, _ = p.communicate(timeout=1800)
+        out, _ = p.communicate(timeout=3600)
         assert p.returncode == 0, f"offrac worker failed ({p.returncode})"
         lines += [json.loads(x) for x in out.splitlines() if x.startswith("{")]
     return lines
 
 
-def run_mpi(hosts: Hosts, n: int, op: str, reps: int, sizes: list[int], tmp: Path) -> list[dict[str, object]]:
-    # mpirun starts its daemons through this agent: `agent HOST COMMAND…` runs COMMAND in
-    # the namespace that owns HOST's address.
+def mpirun_args(hosts: Hosts, n: int, tmp: Path) -> list[str]:
+    """``mpirun`` with one rank on each of the first ``n`` namespace hosts (module docstring)."""
+    # `agent HOST COMMAND…` runs COMMAND in the namespace that owns HOST's address.
     agent = tmp / "netns-agent.sh"
     cases = "".join(f"  {hosts.ip(i)}) ns={hosts.names[i]} ;;\n" for i in range(hosts.n))
     script = f'#!/bin/sh\nhost="$1"; shift\ncase "$host" in\n{cases}  *) exit 1 ;;\nesac\n'
     agent.write_text(script + 'exec ip netns exec "$ns" sh -c "$*"\n')
     agent.chmod(0o755)
     subnet = f"10.{hosts.net}.0.0/24"
+    mca = {
+        "plm_rsh_agent": str(agent),
+        "plm_rsh_no_tree_spawn": "1",
+        "btl": "tcp,self",
+        "btl_tcp_if_include": subnet,
+        "oob_tcp_if_include": subnet,
+        "mpi_yield_when_idle": "1",
+    }
     args = [
         "mpirun",
         "--allow-run-as-root",
@@ -116,56 +133,79 @@ def run_mpi(hosts: Hosts, n: int, op: str, reps: int, sizes: list[int], tmp: Pat
         str(n),
         "-H",
         ",".join(f"{hosts.ip(i)}:1" for i in range(n)),
-        "--mca",
-        "plm_rsh_agent",
-        str(agent),
-        "--mca",
-        "btl",
-        "tcp,self",
-        "--mca",
-        "btl_tcp_if_include",
-        subnet,
-        "--mca",
-        "oob_tcp_if_include",
-        subnet,
-        "--mca",
-        "plm_rsh_no_tree_spawn",
-        "1",
-        "-x",
-        "PATH",
-        "-x",
-        "PYTHONPATH",
+    ]
+    for k, v in mca.items():
+        args += ["--mca", k, v]
+    return [*args, "-x", "PATH", "-x", "PYTHONPATH"]
+
+
+def run_mpi(hosts: Hosts, n: int, op: str, reps: int, sizes: list[int], tmp: Path) -> list[dict[str, object]]:
+    args = [
+        *mpirun_args(hosts, n, tmp),
         sys.executable,
         str(WORKER),
         "mpi",
-        "--op",
-        op,
-        "--sizes",
-        ",".join(map(str, sizes)),
-        "--reps",
-        str(reps),
+        *("--op", op, "--sizes", ",".join(map(str, sizes)), "--reps", str(reps)),
     ]
     env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
-    out = subprocess.run(args, capture_output=True, text=True, timeout=1800, env=env)
-    assert out.returncode == 0, f"mpirun failed:\n{out.stderr[-3000:]}"
-    return [json.loads(x) for x in out.stdout.splitlines() if x.startswith("{")]
+    # mpirun now and then hangs starting its daemons in the namespaces (one never reports
+    # back): stopped (SIGTERM lets it take its daemons down) and started again.
+    for attempt in range(3):
+        p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        try:
+            out, err = p.communicate(timeout=MPI_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            p.terminate()
+            try:
+                p.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.communicate()
+            print(f"  (mpirun hung, attempt {attempt + 1}; started again)", flush=True)
+            continue
+        assert p.returncode == 0, f"mpirun failed:\n{err[-3000:]}"
+        return [json.loads(x) for x in out.splitlines() if x.startswith("{")]
+    raise RuntimeError("mpirun hung three times")
 
 
 def human(nbytes: int) -> str:
     return f"{nbytes >> 20} MiB" if nbytes >= 1 << 20 else f"{nbytes >> 10} KiB"
 
 
+def algorithm_of(lines: list[dict[str, object]], nbytes: int) -> str:
+    a = next(str(x["algorithm"]) for x in lines if x["bytes"] == nbytes)
+    return a.removeprefix("Algorithm.").lower()
+
+
+VARIANTS = ["payload", "buffers"]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--ranks", default="2,4")
-    ap.add_argument("--ops", default="allreduce,bcast")
-    ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--max-bytes", type=int, default=16 << 20)
+    ap.add_argument(
+        "--quick", action="store_true", help="2 and 4 ranks, 1 KiB / 64 KiB / 1 MiB / 16 MiB, 5 reps"
+    )
+    ap.add_argument("--ranks", default=None, help="default 2,4,8 (--quick: 2,4)")
+    ap.add_argument("--ops", default=",".join(OPS))
+    ap.add_argument("--variants", default=",".join([*VARIANTS, "mpi"]))
+    ap.add_argument(
+        "--reps", type=int, default=None, help="iterations per size up to 1 MiB (default 20, quick 5)"
+    )
+    ap.add_argument("--sizes", default=None, help="bytes per rank, comma-separated")
+    ap.add_argument("--json", type=Path, default=None, help="also write the rows here")
     a = ap.parse_args()
-    ranks = [int(r) for r in a.ranks.split(",")]
-    sizes = [s for s in SIZES if s <= a.max_bytes]
+    ranks = [int(r) for r in (a.ranks or ("2,4" if a.quick else "2,4,8")).split(",")]
+    reps = a.reps or (5 if a.quick else 20)
+    if a.sizes:
+        sizes = [int(s) for s in a.sizes.split(",")]
+    else:
+        sizes = [KIB, 64 * KIB, 1 << 20, 16 << 20] if a.quick else SIZES
+    variants = a.variants.split(",")
+    load = os.getloadavg()
+    print(f"load average at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}", flush=True)
     hosts = Hosts(max(ranks))
-    rows = []
+    rows: list[dict[str, object]] = []
+    runs = 0
     try:
         with tempfile.TemporaryDirectory() as d:
             tmp = Path(d)
@@ -173,31 +213,63 @@ def main() -> None:
                 nodes = start_nodes(hosts, n, tmp)
                 try:
                     for op in a.ops.split(","):
-                        ours = run_offrac(hosts, n, op, a.reps, sizes, first_tag=1 + 1_000_000 * len(rows))
-                        theirs = run_mpi(hosts, n, op, a.reps, sizes, tmp)
+                        got: dict[str, list[dict[str, object]]] = {}
+                        for v in variants:
+                            runs += 1
+                            if v == "mpi":
+                                got[v] = run_mpi(hosts, n, op, reps, sizes, tmp)
+                            else:
+                                got[v] = run_offrac(hosts, n, op, v, reps, sizes, first_tag=runs * 1_000_000)
                         for s in sizes:
-                            lo, lm = latency(ours, s), latency(theirs, s)
-                            algo = next(str(x["algorithm"]) for x in ours if x["bytes"] == s)
-                            rows.append((op, n, s, lo, lm, algo))
-                            print(
-                                f"{op:9} {n} ranks {human(s):>7}: offrac {lo * 1e6:10.0f} µs"
-                                f"  MPI {lm * 1e6:10.0f} µs  ratio {lo / lm:5.2f}  ({algo})",
-                                flush=True,
-                            )
+                            row: dict[str, object] = {"op": op, "ranks": n, "bytes": s}
+                            for v, lines in got.items():
+                                row[v] = latency(lines, s)
+                            if "payload" in got or "buffers" in got:
+                                row["algorithm"] = algorithm_of(got.get("payload") or got["buffers"], s)
+                            rows.append(row)
+                            print(summary(row), flush=True)
                 finally:
                     for p in nodes:
                         p.terminate()
                         p.wait(timeout=10)
     finally:
         hosts.close()
-    head = "| collective | ranks | size | offrac µs | MPI µs | offrac / MPI | offrac MB/s | MPI MB/s"
-    print(f"\n{head} | algorithm |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
-    for op, n, s, lo, lm, algo in rows:
-        print(
-            f"| {op} | {n} | {human(s)} | {lo * 1e6:.0f} | {lm * 1e6:.0f} | {lo / lm:.2f} | "
-            f"{s / lo / 1e6:.1f} | {s / lm / 1e6:.1f} | {algo.removeprefix('Algorithm.').lower()} |"
-        )
+    load = os.getloadavg()
+    print(f"load average at end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    print(table(rows, variants))
+    if a.json:
+        a.json.write_text(json.dumps(rows, indent=1))
+
+
+def summary(row: dict[str, object]) -> str:
+    s = int(row["bytes"])  # type: ignore[call-overload]
+    parts = [f"{row['op']:9} {row['ranks']} ranks {human(s):>7}:"]
+    for v in [*VARIANTS, "mpi"]:
+        if v in row:
+            parts.append(f"{v} {float(row[v]) * 1e6:9.0f} µs")  # type: ignore[arg-type]
+    for v in VARIANTS:
+        if v in row and "mpi" in row:
+            parts.append(f"{v}/MPI {float(row[v]) / float(row['mpi']):5.2f}")  # type: ignore[arg-type]
+    return "  ".join(parts) + f"  ({row.get('algorithm', '')})"
+
+
+def table(rows: list[dict[str, object]], variants: list[str]) -> str:
+    ours = [v for v in VARIANTS if v in variants]
+    mpi = "mpi" in variants
+    cols = [f"{v} µs" for v in ours] + (["MPI µs"] if mpi else [])
+    cols += [f"{v} / MPI" for v in ours if mpi]
+    cols += [f"{v} MB/s" for v in ours] + (["MPI MB/s"] if mpi else []) + ["algorithm"]
+    out = ["| collective | ranks | size | " + " | ".join(cols) + " |"]
+    out.append("|---|---:|---:|" + "---:|" * (len(cols) - 1) + "---|")
+    for r in rows:
+        s = int(r["bytes"])  # type: ignore[call-overload]
+        t = {v: float(r[v]) for v in [*ours, *(["mpi"] if mpi else [])]}  # type: ignore[arg-type]
+        cells = [f"{t[v] * 1e6:.0f}" for v in ours] + ([f"{t['mpi'] * 1e6:.0f}"] if mpi else [])
+        cells += [f"{t[v] / t['mpi']:.2f}" for v in ours if mpi]
+        cells += [f"{s / t[v] / 1e6:.1f}" for v in t]
+        cells.append(str(r.get("algorithm", "")))
+        out.append(f"| {r['op']} | {r['ranks']} | {human(s)} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
 
 
 if __name__ == "__main__":

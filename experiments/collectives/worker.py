@@ -1,8 +1,16 @@
 """One rank of the collectives benchmark (run.py starts it inside the rank's namespace).
 
-``offrac``: this rank's data goes to its own node, which runs the collective with the other
-ranks' nodes. ``mpi``: the same collective with mpi4py over OpenMPI (TCP), the baseline.
-Prints (rank 0 only, offrac: every rank) one JSON line per size: the per-iteration seconds.
+``offrac``: the collective runs on the nodes, this rank's client calls its own node, either
+with the data in the call and the output in the answer (``--variant payload``: the data
+crosses the client's loopback hop both ways) or with the input already kept at the node in a
+named buffer and the output kept in another (``--variant buffers``, descriptor byte 7: the
+call and its answer carry no data). ``mpi``: the same collective with mpi4py over OpenMPI
+(TCP), the data in the rank's own memory.
+
+``size`` is the bytes per rank (MPI's count * 4): the block each rank sends (gather) or gets
+(scatter), the vector each rank reduces or gets (broadcast). Before every iteration the ranks
+synchronise (MPI: ``Barrier``; offrac: an all-reduce of one float, not timed), then each rank
+times its own call. Prints one JSON line per rank and size (MPI: rank 0 prints every rank's).
 """
 
 from __future__ import annotations
@@ -14,82 +22,133 @@ import time
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
+
+OPS = ["bcast", "scatter", "gather", "reduce", "allreduce"]
+IN_BUF = 0x4F460001  # the named buffers of the ``buffers`` variant
+OUT_BUF = 0x4F460002
 
 
 def reps_for(a: argparse.Namespace, nbytes: int) -> int:
-    """Fewer repetitions of the large sizes (each takes tens of ms)."""
-    return a.reps if nbytes <= 1 << 20 else max(5, a.reps // 4)
+    """Fewer repetitions of the large sizes (each takes tens of ms or more)."""
+    return a.reps if nbytes <= 1 << 20 else max(3, a.reps // 4)
 
 
-def operands(op: str, nbytes: int, rank: int) -> np.ndarray:
-    return np.full(nbytes // 4, rank + 1, dtype=np.float32)
+def has_input(op: str, rank: int, root: int = 0) -> bool:
+    return op not in ("bcast", "scatter") or rank == root
+
+
+def operand(op: str, count: int, rank: int, size: int) -> npt.NDArray[np.float32]:
+    """This rank's input: rank + 1 everywhere (scatter's root: block r holds r + 1)."""
+    if op == "scatter":
+        return np.repeat(np.arange(1, size + 1, dtype=np.float32), count)
+    return np.full(count, rank + 1, dtype=np.float32)
+
+
+def expected(op: str, count: int, rank: int, size: int) -> npt.NDArray[np.float32] | None:
+    """This rank's output (None: MPI gives nothing at this rank)."""
+    if op in ("bcast", "scatter"):
+        return np.full(count, 1 if op == "bcast" else rank + 1, dtype=np.float32)
+    if op == "gather":
+        return np.repeat(np.arange(1, size + 1, dtype=np.float32), count) if rank == 0 else None
+    if op == "reduce" and rank != 0:
+        return None
+    return np.full(count, size * (size + 1) / 2, dtype=np.float32)
+
+
+def check(op: str, got: npt.NDArray[Any] | None, want: npt.NDArray[np.float32] | None) -> None:
+    if want is None:
+        return
+    assert got is not None and got.size == want.size and np.array_equal(got, want), (op, got, want[:4])
+
+
+def line(rank: int, nbytes: int, times: list[float], **extra: object) -> None:
+    print(json.dumps({"rank": rank, "bytes": nbytes, "times": times, **extra}))
+    sys.stdout.flush()
 
 
 def run_offrac(a: argparse.Namespace) -> None:
+    from offrac.buffers import drop_buffer, get_buffer, put_buffer
     from offrac.collectives import Communicator
 
     members = [int(m) for m in a.members.split(",")]
-    with Communicator(a.addr, members, device=a.device, timeout=60, first_tag=a.first_tag) as comm:
+    op: str = a.op
+    with Communicator(a.addr, members, device=a.device, timeout=120, first_tag=a.first_tag) as comm:
+        rank, size = comm.rank, comm.size
+        one = np.ones(1, dtype=np.float32)
         for nbytes in a.sizes:
-            x = operands(a.op, nbytes, comm.rank)
-            times = []
+            count = nbytes // 4
+            x = operand(op, count, rank, size)
+            mine = has_input(op, rank)
+            if a.variant == "buffers" and mine:
+                put_buffer(comm.client, IN_BUF, x)
+            times: list[float] = []
+            out: npt.NDArray[Any] | None = None
             for i in range(a.warmup + reps_for(a, nbytes)):
+                comm.allreduce(one)  # line the ranks up (not timed)
                 t0 = time.perf_counter()
-                out = comm.allreduce(x) if a.op == "allreduce" else comm.bcast(x, root=0)
+                if a.variant == "buffers":
+                    comm.run(op, dtype=np.float32, count=count, source=IN_BUF if mine else None, keep=OUT_BUF)
+                else:
+                    out = comm.run(op, dtype=np.float32, count=count, data=x if mine else None)
                 dt = time.perf_counter() - t0
                 if i >= a.warmup:
                     times.append(dt)
-            want = sum(range(1, comm.size + 1)) if a.op == "allreduce" else 1
-            assert out.size == x.size and float(out[0]) == want and float(out[-1]) == want, (out[:4], want)
-            print(
-                json.dumps(
-                    {
-                        "rank": comm.rank,
-                        "bytes": nbytes,
-                        "times": times,
-                        "algorithm": str(comm.last_algorithm),
-                    }
-                )
-            )
-            sys.stdout.flush()
+            want = expected(op, count, rank, size)
+            if a.variant == "buffers":
+                if want is not None:
+                    out = np.frombuffer(get_buffer(comm.client, OUT_BUF), dtype=np.float32)
+                drop_buffer(comm.client, OUT_BUF)
+                if mine:
+                    drop_buffer(comm.client, IN_BUF)
+            check(op, out, want)
+            line(rank, nbytes, times, algorithm=str(comm.last_algorithm))
 
 
 def run_mpi(a: argparse.Namespace) -> None:
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
-    rank = comm.Get_rank()
+    rank, size = comm.Get_rank(), comm.Get_size()
+    op: str = a.op
     for nbytes in a.sizes:
-        x = operands(a.op, nbytes, rank)
-        out = np.empty_like(x)
-        times = []
+        count = nbytes // 4
+        x = operand(op, count, rank, size)
+        out = np.zeros(count * (size if op == "gather" else 1), dtype=np.float32)
+        times: list[float] = []
         for i in range(a.warmup + reps_for(a, nbytes)):
+            comm.Barrier()
             t0 = time.perf_counter()
-            if a.op == "allreduce":
+            if op == "allreduce":
                 comm.Allreduce(x, out, op=MPI.SUM)
+            elif op == "reduce":
+                comm.Reduce(x, out if rank == 0 else None, op=MPI.SUM, root=0)
+            elif op == "bcast":
+                if rank == 0:
+                    out[:] = x
+                comm.Bcast(out, root=0)
+            elif op == "scatter":
+                comm.Scatter(x if rank == 0 else None, out, root=0)
             else:
-                buf = x if rank == 0 else out
-                comm.Bcast(buf, root=0)
-                out = buf
+                comm.Gather(x, out if rank == 0 else None, root=0)
             dt = time.perf_counter() - t0
             if i >= a.warmup:
                 times.append(dt)
-        want = sum(range(1, comm.Get_size() + 1)) if a.op == "allreduce" else 1
-        assert float(out[0]) == want and float(out[-1]) == want, (out[:4], want)
+        check(op, out, expected(op, count, rank, size))
         every: Any = comm.gather(times, root=0)
         if rank == 0:
             for r, t in enumerate(every):
-                print(json.dumps({"rank": r, "bytes": nbytes, "times": t}))
-            sys.stdout.flush()
+                line(r, nbytes, t)
 
 
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("mode", choices=["offrac", "mpi"])
-    p.add_argument("--op", choices=["allreduce", "bcast"], default="allreduce")
+    p.add_argument("--op", choices=OPS, default="allreduce")
+    p.add_argument("--variant", choices=["payload", "buffers"], default="payload")
     p.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",")], required=True)
     p.add_argument("--reps", type=int, default=20)
-    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--addr", default="")
     p.add_argument("--members", default="")
     p.add_argument("--device", type=int, default=0)

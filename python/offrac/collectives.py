@@ -194,14 +194,24 @@ class Communicator:
         flags = (CALL_FROM_BUFFER if source is not None else 0) | (CALL_KEEP if keep is not None else 0)
         param = _buffer_name(source) | _buffer_name(keep) << 32
         desc = encode_call(op, code, redop, root, algorithm, tag, count, self.timeout_ms, self.members, flags)
-        body = b"" if data is None else np.ascontiguousarray(data, dtype=dtype).tobytes()
+        if data is None:
+            request = desc
+        else:
+            # The descriptor and the data in one buffer, the data copied once.
+            arr = np.ascontiguousarray(data, dtype=dtype)
+            buf = bytearray(len(desc) + arr.nbytes)
+            buf[: len(desc)] = desc
+            np.frombuffer(buf, dtype=np.uint8, offset=len(desc))[:] = arr.reshape(-1).view(np.uint8)
+            request = buf
         header, payload = self.client.call_raw(
-            FN_COLLECTIVE, desc + body, param, timeout=self.timeout_ms / 1000 + 5
+            FN_COLLECTIVE, request, param, timeout=self.timeout_ms / 1000 + 5
         )
         if header.status != Status.OK:
             raise error_for_response(header, payload)
         self.last_algorithm = Algorithm(header.detail)
-        return np.frombuffer(bytearray(payload), dtype=np.dtype(dtype))
+        # The answer's bytes are the caller's own (a writable array, not a copy of them).
+        owned = payload if isinstance(payload, bytearray) else bytearray(payload)
+        return np.frombuffer(owned, dtype=np.dtype(dtype))
 
     def run(
         self,

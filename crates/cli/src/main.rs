@@ -75,6 +75,24 @@ enum Command {
     Man,
 }
 
+/// A node's large buffers (a reassembled request, a collective's work buffer
+/// and segments, an answer) come and go at the rate of requests. glibc maps
+/// each allocation from 128 KiB up (its threshold grows with use, to at most
+/// 32 MiB) and unmaps it on free, so every such buffer is faulted in afresh,
+/// page by page: at 16 MiB that cost more than the copies themselves
+/// (`docs/collectives.md`, "Large messages"). Fixed thresholds keep buffers up
+/// to 32 MiB (glibc's largest threshold) on the heap for reuse, and up to
+/// 256 MiB of free heap before it is returned to the system.
+fn keep_large_buffers() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only changes glibc's allocation thresholds; called before
+    // any thread exists.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 256 << 20);
+    }
+}
+
 fn main() -> ExitCode {
     // Like any Unix filter: a closed pipe (`offrac demo --json | head`) ends
     // the process quietly instead of a panic in println!.
@@ -92,6 +110,7 @@ fn main() -> ExitCode {
         unsafe {
             libc::signal(libc::SIGPIPE, libc::SIG_IGN);
         }
+        keep_large_buffers();
     }
     let result = match cli.command {
         Command::Serve(a) => serve::run(a),

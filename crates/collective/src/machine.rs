@@ -230,7 +230,21 @@ impl Collectives {
         payload: &[u8],
         reachable: impl Fn(u8) -> bool,
     ) {
-        match self.start(now, call, payload, reachable) {
+        self.handle_call_with_input(now, call, payload, None, reachable);
+    }
+
+    /// [`Collectives::handle_call`] whose input is `input` rather than the
+    /// bytes after the descriptor (a named buffer's, read in place: it is
+    /// copied once, into the work buffer).
+    pub fn handle_call_with_input(
+        &mut self,
+        now: Instant,
+        call: CallId,
+        payload: &[u8],
+        input: Option<&[u8]>,
+        reachable: impl Fn(u8) -> bool,
+    ) {
+        match self.start(now, call, payload, input, reachable) {
             Ok(key) => self.progress(now, key),
             Err(f) => {
                 self.stats.failed += 1;
@@ -248,10 +262,12 @@ impl Collectives {
         now: Instant,
         call: CallId,
         payload: &[u8],
+        input: Option<&[u8]>,
         reachable: impl Fn(u8) -> bool,
     ) -> Result<Key, Failure> {
         let bad = |m: String| Failure::new(FailKind::BadInput, None, m);
-        let (mut d, input) = Descriptor::decode(payload).map_err(|e| bad(e.to_string()))?;
+        let (mut d, after) = Descriptor::decode(payload).map_err(|e| bad(e.to_string()))?;
+        let input = input.unwrap_or(after);
         if d.kind != Kind::Call {
             return Err(bad(format!(
                 "a client sends calls (kind 1), not kind {}",
@@ -335,7 +351,7 @@ impl Collectives {
         };
         let mut work = vec![0u8; p.work_len];
         if !ignored {
-            work[p.input.clone()].copy_from_slice(input);
+            work[in_work(&p, &p.input)].copy_from_slice(input);
         }
         let mut run = Running {
             call,
@@ -581,10 +597,11 @@ impl Collectives {
                 let r = self.running.remove(&key).expect("running");
                 self.finished.insert(key, now + self.cfg.early_ttl);
                 self.stats.completed += 1;
-                let out = if r.plan.output == (0..r.work.len()) {
+                let out = in_work(&r.plan, &r.plan.output);
+                let out = if out == (0..r.work.len()) {
                     r.work
                 } else {
-                    r.work[r.plan.output.clone()].to_vec()
+                    r.work[out].to_vec()
                 };
                 self.out.push_back(Out::Done {
                     call: r.call,
@@ -648,6 +665,16 @@ impl Collectives {
             }
         }
     }
+}
+
+/// Where `range` (of the collective's layout) sits in the work buffer. The
+/// plan's ranges lie within the buffer (`plan.rs` tests), and a message's
+/// range is checked against the plan's before it is used.
+fn in_work(p: &Plan, range: &std::ops::Range<usize>) -> std::ops::Range<usize> {
+    if range.is_empty() {
+        return 0..0;
+    }
+    range.start - p.work_base..range.end - p.work_base
 }
 
 /// Whether message `m` belongs to the same collective as this rank's call.
@@ -732,7 +759,7 @@ fn enter(
                 .recvs
                 .iter()
                 .any(|q| q.range.start < t.range.end && t.range.start < q.range.end);
-            (waits && overwritten).then(|| r.work[t.range.clone()].to_vec())
+            (waits && overwritten).then(|| r.work[in_work(&r.plan, &t.range)].to_vec())
         })
         .collect();
     let key = (r.desc.tag, r.desc.members);
@@ -781,7 +808,7 @@ fn try_sends(r: &mut Running, cfg: &Config, out: &mut VecDeque<Out>, stats: &mut
             let end = (at + seg).min(t.range.end);
             let bytes = match &held {
                 Some(h) => &h[at - t.range.start..end - t.range.start],
-                None => &r.work[at..end],
+                None => &r.work[in_work(&r.plan, &(at..end))],
             };
             let message = r
                 .desc
@@ -837,9 +864,10 @@ fn apply(
             } else {
                 r.plan.combine
             };
+            let into = in_work(&r.plan, &(at..end));
             match combine_now {
-                Combine::Copy => r.work[at..end].copy_from_slice(body),
-                Combine::Reduce => combine(r.desc.dtype, r.desc.redop, &mut r.work[at..end], body),
+                Combine::Copy => r.work[into].copy_from_slice(body),
+                Combine::Reduce => combine(r.desc.dtype, r.desc.redop, &mut r.work[into], body),
             }
             r.got[i] += body.len();
             if r.got[i] > step.recvs[i].range.len() {

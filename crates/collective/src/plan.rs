@@ -30,6 +30,11 @@ pub struct Step {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
     pub combine: Combine,
+    /// The work buffer holds bytes `work_base..work_base + work_len` of the
+    /// collective's layout; every range of the plan (and every offset on
+    /// the wire) is in that layout. A gather's or scatter's non-root holds
+    /// only its own block.
+    pub work_base: usize,
     /// Bytes of the work buffer.
     pub work_len: usize,
     /// Where this rank's input goes (empty: it gives no input).
@@ -116,6 +121,7 @@ pub fn plan(
         } else {
             Combine::Copy
         },
+        work_base: 0,
         work_len: len,
         input: all.clone(),
         output: all.clone(),
@@ -148,13 +154,21 @@ pub fn plan(
             p.steps = vec![star(n, rank, root, |_| all.clone(), true)];
         }
         (Op::Gather, _) => {
-            p.work_len = n * len;
+            (p.work_base, p.work_len) = if rank == root {
+                (0, n * len)
+            } else {
+                (rank * len, len)
+            };
             p.input = block(rank);
             p.output = if rank == root { 0..n * len } else { 0..0 };
             p.steps = vec![star(n, rank, root, block, true)];
         }
         (Op::Scatter, _) => {
-            p.work_len = n * len;
+            (p.work_base, p.work_len) = if rank == root {
+                (0, n * len)
+            } else {
+                (rank * len, len)
+            };
             p.input = if rank == root { 0..n * len } else { 0..0 };
             p.output = block(rank);
             p.steps = vec![star(n, rank, root, block, false)];
@@ -298,6 +312,20 @@ mod tests {
                         t.peer
                     );
                 }
+            }
+            let held = p.work_base..p.work_base + p.work_len;
+            let inside =
+                |r: &Range<usize>| r.is_empty() || (held.start <= r.start && r.end <= held.end);
+            assert!(
+                inside(&p.input) && inside(&p.output),
+                "{op:?} rank {a}: input/output outside the work buffer"
+            );
+            for t in p.steps.iter().flat_map(|s| s.sends.iter().chain(&s.recvs)) {
+                assert!(
+                    inside(&t.range),
+                    "{op:?} {algorithm:?} n={n} rank {a}: {:?} outside {held:?}",
+                    t.range
+                );
             }
             let recvs: usize = p.steps.iter().map(|s| s.recvs.len()).sum();
             let matched: usize = plans

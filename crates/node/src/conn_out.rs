@@ -3,8 +3,12 @@
 //! the socket from the thread that computed it.
 
 use mio::net::TcpStream;
+use std::collections::VecDeque;
 use std::io::{IoSlice, Write};
 use std::sync::Mutex;
+
+/// Most buffers handed to one vectored write.
+const MAX_SLICES: usize = 16;
 
 pub struct ConnOut {
     pub stream: TcpStream,
@@ -13,9 +17,13 @@ pub struct ConnOut {
 
 #[derive(Default)]
 struct OutState {
-    /// Bytes the socket has not taken yet, in order.
-    pending: Vec<u8>,
+    /// Bytes the socket has not taken yet, in order: whole buffers, the
+    /// first `sent` bytes of the front one already written. A payload the
+    /// socket does not take at once is kept as it came (moved, not copied).
+    pending: VecDeque<Vec<u8>>,
     sent: usize,
+    /// Bytes in `pending`, `sent` included.
+    queued: usize,
     closed: bool,
     /// Half-close the socket as soon as the backlog is written.
     shut_when_flushed: bool,
@@ -23,14 +31,40 @@ struct OutState {
 
 impl OutState {
     fn backlog(&self) -> usize {
-        self.pending.len() - self.sent
+        self.queued - self.sent
+    }
+
+    fn push(&mut self, bytes: Vec<u8>) {
+        if !bytes.is_empty() {
+            self.queued += bytes.len();
+            self.pending.push_back(bytes);
+        }
+    }
+
+    /// The socket took `n` more bytes.
+    fn consume(&mut self, mut n: usize) {
+        while n > 0 {
+            let Some(front) = self.pending.front() else {
+                break;
+            };
+            let left = front.len() - self.sent;
+            if n < left {
+                self.sent += n;
+                return;
+            }
+            n -= left;
+            self.queued -= front.len();
+            self.sent = 0;
+            self.pending.pop_front();
+        }
     }
 
     /// The peer is gone: nothing more can be delivered, drop what was pending.
     fn die(&mut self) {
         self.closed = true;
-        self.pending = Vec::new();
+        self.pending = VecDeque::new();
         self.sent = 0;
+        self.queued = 0;
     }
 }
 
@@ -47,24 +81,55 @@ impl ConnOut {
     /// Messages are never interleaved because the lock is held throughout.
     pub fn send(&self, header: &[u8], payload: &[u8]) {
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        if st.closed {
+        let Some(skip) = self.write_first(&mut st, header, payload) else {
             return;
+        };
+        if skip < header.len() {
+            st.push(header[skip..].to_vec());
+            st.push(payload.to_vec());
+        } else if skip - header.len() < payload.len() {
+            st.push(payload[skip - header.len()..].to_vec());
         }
-        let mut skip = 0;
-        if st.backlog() == 0 {
-            match self.write_now(header, payload) {
-                Ok(n) => skip = n,
-                Err(()) => return st.die(),
+    }
+
+    /// [`ConnOut::send`] of a payload the caller gives away: what the socket
+    /// does not take at once is kept as it is, not copied (a large answer or
+    /// a collective's segment is written from its own buffer).
+    pub fn send_owned(&self, header: &[u8], payload: Vec<u8>) {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(skip) = self.write_first(&mut st, header, &payload) else {
+            return;
+        };
+        if skip < header.len() {
+            st.push(header[skip..].to_vec());
+            st.push(payload);
+        } else if skip - header.len() < payload.len() {
+            let done = skip - header.len();
+            if st.pending.is_empty() {
+                // The payload becomes the front buffer, its first bytes sent.
+                st.push(payload);
+                st.sent = done;
+            } else {
+                st.push(payload[done..].to_vec());
             }
         }
-        let total = header.len() + payload.len();
-        if skip < total {
-            if skip < header.len() {
-                st.pending.extend_from_slice(&header[skip..]);
-                st.pending.extend_from_slice(payload);
-            } else {
-                st.pending
-                    .extend_from_slice(&payload[skip - header.len()..]);
+    }
+
+    /// Write what the socket takes now if nothing is pending before it:
+    /// the bytes written (0 behind a backlog), None if the connection is
+    /// closed or found broken.
+    fn write_first(&self, st: &mut OutState, header: &[u8], payload: &[u8]) -> Option<usize> {
+        if st.closed {
+            return None;
+        }
+        if st.backlog() > 0 {
+            return Some(0);
+        }
+        match self.write_now(header, payload) {
+            Ok(n) => Some(n),
+            Err(()) => {
+                st.die();
+                None
             }
         }
     }
@@ -99,10 +164,18 @@ impl ConnOut {
     pub fn flush(&self) -> usize {
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         while st.backlog() > 0 && !st.closed {
-            let from = st.sent;
-            match (&self.stream).write(&st.pending[from..]) {
+            let res = {
+                let mut slices = [IoSlice::new(&[]); MAX_SLICES];
+                let mut k = 0;
+                for (i, b) in st.pending.iter().take(MAX_SLICES).enumerate() {
+                    slices[i] = IoSlice::new(if i == 0 { &b[st.sent..] } else { b });
+                    k = i + 1;
+                }
+                (&self.stream).write_vectored(&slices[..k])
+            };
+            match res {
                 Ok(0) => break,
-                Ok(n) => st.sent += n,
+                Ok(n) => st.consume(n),
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                 Err(_) => {
@@ -111,16 +184,8 @@ impl ConnOut {
                 }
             }
         }
-        if st.backlog() == 0 {
-            st.pending.clear();
-            st.sent = 0;
-            if std::mem::take(&mut st.shut_when_flushed) {
-                let _ = self.stream.shutdown(std::net::Shutdown::Write);
-            }
-        } else if st.sent > (1 << 20) {
-            let sent = st.sent;
-            st.pending.drain(..sent);
-            st.sent = 0;
+        if st.backlog() == 0 && std::mem::take(&mut st.shut_when_flushed) {
+            let _ = self.stream.shutdown(std::net::Shutdown::Write);
         }
         st.backlog()
     }
@@ -149,12 +214,66 @@ impl ConnOut {
     /// No more output is accepted; the socket is shut down both ways.
     pub fn close(&self) {
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        st.closed = true;
-        st.pending = Vec::new();
+        st.die();
         let _ = self.stream.shutdown(std::net::Shutdown::Both);
     }
 
     pub fn is_closed(&self) -> bool {
         self.state.lock().unwrap_or_else(|p| p.into_inner()).closed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+    use std::net::{TcpListener, TcpStream as StdStream};
+
+    /// Messages larger than the socket takes at once, given away and
+    /// borrowed, interleaved with flushes while the reader drains: the
+    /// reader gets every byte once, in order, and the backlog ends at 0.
+    #[test]
+    fn large_messages_arrive_whole_and_in_order() {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let client = StdStream::connect(listener.local_addr().expect("addr")).expect("connect");
+        let (server, _) = listener.accept().expect("accept");
+        server.set_nonblocking(true).expect("nonblocking");
+        let out = ConnOut::new(TcpStream::from_std(server));
+        let mut want = Vec::new();
+        for i in 0..6u8 {
+            let header = [i; 8];
+            let payload: Vec<u8> = (0..(3 << 20) + usize::from(i))
+                .map(|k| (k % 251) as u8 ^ i)
+                .collect();
+            want.extend_from_slice(&header);
+            want.extend_from_slice(&payload);
+            if i % 2 == 0 {
+                out.send_owned(&header, payload);
+            } else {
+                out.send(&header, &payload);
+            }
+        }
+        assert!(
+            out.backlog() > 0,
+            "the socket cannot have taken 18 MiB at once"
+        );
+        let total = want.len();
+        let reader = std::thread::spawn(move || {
+            let mut got = vec![0u8; total];
+            let mut client = client;
+            client.read_exact(&mut got).expect("read");
+            got
+        });
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while out.flush() > 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "backlog never drained"
+            );
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+        assert_eq!(out.backlog(), 0);
+        let got = reader.join().expect("reader");
+        assert!(got == want, "bytes differ from what was sent");
     }
 }

@@ -831,7 +831,7 @@ impl Reactor {
                 } => {
                     self.log_refusal(conn, &header, &payload);
                     if let Some(out) = self.out_of(conn) {
-                        out.send(&header.encode_wire()[..header.wire_len()], &payload);
+                        out.send_owned(&header.encode_wire()[..header.wire_len()], payload);
                         self.report_backlog(conn);
                     }
                 }
@@ -885,7 +885,7 @@ impl Reactor {
                 } => {
                     if let Some(Some(l)) = self.links.get(link) {
                         let wire = header.encode_wire();
-                        l.out.send(&wire[..header.wire_len()], &payload);
+                        l.out.send_owned(&wire[..header.wire_len()], payload);
                     }
                 }
                 Io::CloseLink { link } => {

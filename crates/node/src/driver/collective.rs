@@ -64,6 +64,8 @@ impl Driver {
         if job.payload.first() == Some(&(Kind::Call as u8)) {
             let mut payload = job.payload;
             let mut keep = None;
+            // The input from a named buffer: read where it is kept.
+            let mut from_buffer = None;
             if payload.len() >= DESCRIPTOR_LEN && payload[7] != 0 {
                 let flags = payload[7];
                 let param = job.header.current_hop().param;
@@ -82,8 +84,8 @@ impl Driver {
                     ))
                 } else if flags & CALL_FROM_BUFFER != 0 {
                     match self.engine.buffers().get(tenant, param as u32) {
-                        Ok(kept) => {
-                            payload.extend_from_slice(kept);
+                        Ok(_) => {
+                            from_buffer = Some((tenant, param as u32));
                             None
                         }
                         Err(e) => Some((Status::UnknownBuffer, e.detail(), e.to_string())),
@@ -123,8 +125,11 @@ impl Driver {
                 },
             );
             let link_of = &self.link_of;
+            let input = from_buffer.and_then(|(t, name)| self.engine.buffers().get(t, name).ok());
             self.collectives
-                .handle_call(now, call, &payload, |d| link_of[d as usize].is_some());
+                .handle_call_with_input(now, call, &payload, input, |d| {
+                    link_of[d as usize].is_some()
+                });
         } else {
             let (status, msg) = match self.collectives.handle_message(now, &job.payload) {
                 Ok(()) => (Status::Ok, String::new()),
