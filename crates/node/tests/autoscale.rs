@@ -5,10 +5,44 @@
 //! go back to spare.
 
 use offrac_client::{Client, FunctionId, RetryPolicy, Status};
+use offrac_control::examples::compile_wat;
+use offrac_control::{wire, Op, Target, FN_CONTROL};
 use offrac_node::{start, NodeConfig};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+const KEY: &[u8] = b"autoscale tenant";
+
+/// Busy-loops `param` times, then echoes: a WebAssembly stand-in for SPIN.
+const LOOP_WAT: &str = r#"(module
+  (memory (export "memory") 1)
+  (func (export "alloc") (param $len i32) (result i32) (i32.const 1024))
+  (func (export "run") (param $ptr i32) (param $len i32) (param $n i64) (result i64)
+    (local $i i64)
+    (block $done
+      (loop $again
+        (br_if $done (i64.ge_u (local.get $i) (local.get $n)))
+        (local.set $i (i64.add (local.get $i) (i64.const 1)))
+        (br $again)))
+    (i64.or
+      (i64.shl (i64.extend_i32_u (local.get $ptr)) (i64.const 32))
+      (i64.extend_i32_u (local.get $len))))
+)"#;
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// A control request of tenant 1 on `c`; the answer's JSON.
+fn control(c: &mut Client, nonce: u64, op: &Op) -> serde_json::Value {
+    let env = wire::encode(1, now_ms(), nonce, op, KEY);
+    let answer = c.call(FN_CONTROL, 0, &env).expect("control request");
+    serde_json::from_slice(&answer.payload).expect("JSON")
+}
 
 fn roles(c: &mut Client) -> Vec<String> {
     let d = c.describe().expect("describe");
@@ -118,13 +152,30 @@ fn callers(
     payload: Vec<u8>,
     stop: Arc<AtomicBool>,
 ) -> Vec<std::thread::JoinHandle<(u64, u64, u64)>> {
+    tenant_callers(addr, threads, function, param, payload, stop, false)
+}
+
+/// [`callers`], each connection opened with tenant 1's hello if `hello`.
+fn tenant_callers(
+    addr: &str,
+    threads: usize,
+    function: u8,
+    param: u64,
+    payload: Vec<u8>,
+    stop: Arc<AtomicBool>,
+    hello: bool,
+) -> Vec<std::thread::JoinHandle<(u64, u64, u64)>> {
     (0..threads)
-        .map(|_| {
+        .map(|i| {
             let (addr, stop, payload) = (addr.to_string(), stop.clone(), payload.clone());
             std::thread::spawn(move || {
                 let mut c = Client::connect(&addr)
                     .unwrap()
                     .with_retry_policy(RetryPolicy::with_max_retries(0));
+                if hello {
+                    let env = wire::encode(1, now_ms(), 1 << 40 | i as u64, &Op::Hello, KEY);
+                    c.hello(1, &env).expect("hello");
+                }
                 let mut n = (0, 0, 0);
                 while !stop.load(Ordering::Relaxed) {
                     match c.call(function, param, &payload) {
@@ -223,5 +274,83 @@ shrink_periods = 2000
     assert_eq!(stats["replicated"], 4, "{stats}");
     assert_eq!(stats["reclaimed"], 0, "{stats}");
     assert_eq!(stats["failed"], 0, "{stats}");
+    node.shutdown().unwrap();
+}
+
+/// A tenant's module is hot: the autoscaler loads replicas of that module
+/// (not of a built-in of its id, which would be refused) into the spare
+/// slots, and the tenant's callers are served by them. Before, every such
+/// decision failed (`failed` counted, the slots stayed spare).
+#[test]
+fn a_hot_module_gets_replicas_of_itself() {
+    let cfg = NodeConfig::parse(&format!(
+        r#"
+[metrics]
+listen = ""
+[[slots]]
+function = "echo"
+queue_depth = 2
+[[slots]]
+function = "echo"
+spare = true
+[[slots]]
+function = "echo"
+spare = true
+[autoscale]
+period_ms = 50
+grow_periods = 1
+shrink_periods = 100000
+[control]
+fuel = 200000000
+[[control.tenants]]
+id = 1
+key = "{}"
+"#,
+        hex::encode(KEY)
+    ))
+    .expect("config");
+    let node = start(cfg, "127.0.0.1:0").expect("node starts");
+    let addr = node.addr.to_string();
+    let mut ctl = Client::connect(&addr).unwrap();
+    let up = control(&mut ctl, 1, &Op::Upload(compile_wat(LOOP_WAT).unwrap()));
+    let digest: [u8; 32] = hex::decode(up["digest"].as_str().unwrap())
+        .unwrap()
+        .try_into()
+        .unwrap();
+    let module = Target::Wasm {
+        function: 140,
+        digest,
+    };
+    control(
+        &mut ctl,
+        2,
+        &Op::Swap {
+            slot: 0,
+            target: module,
+        },
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    // Millions of loop turns a call (milliseconds): four callers need about four slots.
+    let workers = tenant_callers(&addr, 4, 140, 3_000_000, b"x".to_vec(), stop.clone(), true);
+    let mut probe = Client::connect(&addr).unwrap();
+    let want = vec![None, Some(140), Some(140)];
+    let grown = wait_until(
+        &mut probe,
+        replica_functions,
+        &want,
+        Duration::from_secs(10),
+    );
+    stop.store(true, Ordering::Relaxed);
+    let counts: Vec<_> = workers.into_iter().map(|w| w.join().unwrap()).collect();
+    let d = probe.describe().unwrap();
+    let stats = &d["autoscale"]["stats"];
+    assert_eq!(grown, want, "{stats}");
+    assert_eq!(stats["failed"], 0, "{stats}");
+    assert_eq!(
+        counts.iter().map(|c| c.2).sum::<u64>(),
+        0,
+        "only OK or BUSY: {counts:?}"
+    );
+    assert!(counts.iter().map(|c| c.0).sum::<u64>() > 0);
     node.shutdown().unwrap();
 }

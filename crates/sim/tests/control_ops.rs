@@ -557,3 +557,98 @@ fn resize_moves_the_slots_to_a_template_under_load() {
         assert_eq!(w.driver().slot_targets()[2].0, MODULE);
     });
 }
+
+/// The autoscaler replicates a function served by a tenant's module (not
+/// only built-ins): the replica loads that module, counts toward the
+/// tenant's slot quota, and a tenant at its quota gets none. Before, the
+/// policy's decision for a module's id became a swap to a built-in of that
+/// id, refused and counted as failed.
+#[test]
+fn the_autoscaler_replicates_a_module_within_its_tenants_quota() {
+    // Unlimited: two or three replicas (the backlog of the first periods
+    // may ask for a third); a quota of 2: slot 0 holds one, one replica.
+    for (max_slots, want) in [(None, 2..=3), (Some(2), 1..=1)] {
+        for_seeds(|seed| {
+            let mut w = world(seed, |c| {
+                c.engine.slots = vec![SPIN, ECHO, ECHO, ECHO];
+                c.engine.slot_queue_depths = vec![Some(8); 4];
+                c.driver = offrac_node::DriverConfig::new(
+                    [SPIN, ECHO, ECHO, ECHO]
+                        .iter()
+                        .map(|&function| offrac_node::SlotConfig {
+                            function,
+                            inline_max_bytes: 0,
+                        })
+                        .collect(),
+                );
+                c.driver.tenancy = tenancy(max_slots);
+                c.driver.autoscale = Some(AutoscaleSettings {
+                    policy: AutoscaleConfig {
+                        target_utilisation: 0.7,
+                        grow_periods: 2,
+                        shrink_periods: 1_000_000,
+                        max_step: 2,
+                    },
+                    period: Duration::from_millis(10),
+                    spare: vec![1, 2, 3],
+                });
+                c.exec.fixed = vec![(SPIN, 200 * US), (140, 200 * US)];
+                c.exec.real_results = false;
+                c.tenant_keys = HashMap::from([(1, KEY.to_vec())]);
+            });
+            let ctl = w.connect();
+            let op = Op::Swap {
+                slot: 0,
+                target: MODULE,
+            };
+            control(&mut w, ctl, &op, 1);
+            assert_eq!(answer(&mut w, ctl, MS).header.status, Status::Ok);
+            // 10,000 calls/s of 200 µs: three slots' worth at ρ = 0.7.
+            let loaders: Vec<usize> = (0..4).map(|_| w.connect()).collect();
+            for &l in &loaders {
+                hello(&mut w, l);
+            }
+            let end = w.now() + 80 * MS;
+            let (mut id, mut t) = (0u64, w.now());
+            while t < end {
+                w.run_until(t);
+                call(&mut w, loaders[id as usize % loaders.len()], id, 140);
+                id += 1;
+                t += 100 * US;
+            }
+            w.run_for(10 * MS);
+            let (roles, stats) = w.driver().autoscale_view().expect("autoscaler");
+            let replicas: Vec<usize> = (1..4)
+                .filter(|&s| roles[s] == SlotRole::Replica(140))
+                .collect();
+            assert!(
+                want.contains(&replicas.len()),
+                "seed {seed} {max_slots:?}: {roles:?} {stats:?}"
+            );
+            for &s in &replicas {
+                assert_eq!(w.driver().slot_targets()[s].0, MODULE, "seed {seed}");
+            }
+            if max_slots.is_none() {
+                assert_eq!(stats.failed, 0, "seed {seed}: {stats:?}");
+            } else {
+                assert!(
+                    stats.failed > 0,
+                    "seed {seed}: the quota was hit: {stats:?}"
+                );
+            }
+            // Every call answered once, OK or BUSY (a full queue).
+            let mut seen = HashSet::new();
+            for &l in &loaders {
+                for a in w.drain_answers(l) {
+                    assert!(seen.insert(a.header.request_id), "seed {seed}: twice");
+                    assert!(
+                        matches!(a.header.status, Status::Ok | Status::Busy),
+                        "seed {seed}: {:?}",
+                        a.header.status
+                    );
+                }
+            }
+            assert_eq!(seen.len() as u64, id, "seed {seed}");
+        });
+    }
+}

@@ -189,14 +189,27 @@ impl Driver {
             return;
         }
         for d in decisions {
-            let token = self.next_swap_token;
-            self.next_swap_token += 1;
             let (slot, target, reclaim) = match d {
-                Decision::Replicate { function, slot } => (slot, Target::Builtin(function), false),
+                Decision::Replicate { function, slot } => match self.replica_of(function) {
+                    Some(target) => (slot, target, false),
+                    None => {
+                        // Nothing to load (its module is gone or being
+                        // unloaded, or its tenant is at its slot quota):
+                        // the policy hears of a failed swap, the slot stays spare.
+                        tracing::info!(slot, function, "autoscaler: no replica to load");
+                        if let Some(a) = &mut self.autoscale {
+                            a.scaler.swap_done(slot, false);
+                            a.stats.failed += 1;
+                        }
+                        continue;
+                    }
+                },
                 Decision::Reclaim { slot } => {
                     (slot, Target::Builtin(self.cfg.slots[slot].function), true)
                 }
             };
+            let token = self.next_swap_token;
+            self.next_swap_token += 1;
             tracing::info!(slot, ?target, reclaim, "autoscaler: swap");
             if let Some(a) = &mut self.autoscale {
                 a.tokens.insert(token, (slot, reclaim));
@@ -207,6 +220,28 @@ impl Driver {
                 .handle_swap(now.as_nanos(), token, slot, target, true);
         }
         self.run_swaps(now);
+    }
+
+    /// What a replica of `function` loads: the built-in, or the module a slot
+    /// serves under that id (held by its tenant, whose `max_slots` counts
+    /// the replica). None if there is nothing to load.
+    fn replica_of(&self, function: u8) -> Option<Target> {
+        if offrac_proto::FunctionId::from_id(function).is_some() {
+            return Some(Target::Builtin(function));
+        }
+        let module = self
+            .swaps
+            .targets()
+            .find(|t| matches!(t, Target::Wasm { .. }) && t.function() == function)?;
+        if let Target::Wasm { digest, .. } = module {
+            if self.unloading(&digest) {
+                return None;
+            }
+        }
+        match self.engine.owner(function) {
+            Some(tenant) if self.slot_quota_hit_n(tenant, &[], 1).is_some() => None,
+            _ => Some(module),
+        }
     }
 
     /// The outcome of swap `token`, if it was the autoscaler's.

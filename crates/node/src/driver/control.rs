@@ -208,6 +208,11 @@ impl Driver {
                 .values()
                 .flat_map(|p| p.module_slots_of(tenant)),
         );
+        // Swaps on their way to one of its modules (the autoscaler's too).
+        held.extend((0..self.cfg.slots.len()).filter(|&s| {
+            matches!(self.swaps.pending_target(s),
+                Some(t @ Target::Wasm { .. }) if self.engine.owner(t.function()) == Some(tenant))
+        }));
         for s in besides {
             held.remove(s);
         }
