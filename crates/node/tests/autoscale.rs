@@ -354,3 +354,78 @@ key = "{}"
     assert!(counts.iter().map(|c| c.0).sum::<u64>() > 0);
     node.shutdown().unwrap();
 }
+
+/// An operator's SWAP of a spare slot makes it the operator's (`fixed` in
+/// the describe answer): a hot SPIN takes the other spare only, and the
+/// swapped slot keeps serving what the operator put there.
+#[test]
+fn an_operators_swap_of_a_spare_slot_stays_the_operators() {
+    let cfg = NodeConfig::parse(&format!(
+        r#"
+[metrics]
+listen = ""
+[[slots]]
+function = "spin"
+queue_depth = 2
+[[slots]]
+function = "echo"
+spare = true
+[[slots]]
+function = "echo"
+spare = true
+[autoscale]
+period_ms = 50
+grow_periods = 1
+shrink_periods = 100000
+[control]
+[[control.tenants]]
+id = 1
+key = "{}"
+"#,
+        hex::encode(KEY)
+    ))
+    .expect("config");
+    let node = start(cfg, "127.0.0.1:0").expect("node starts");
+    let addr = node.addr.to_string();
+    let mut ctl = Client::connect(&addr).unwrap();
+    let minmax = Target::Builtin(FunctionId::MinMax.id());
+    control(
+        &mut ctl,
+        1,
+        &Op::Swap {
+            slot: 2,
+            target: minmax,
+        },
+    );
+    let mut probe = Client::connect(&addr).unwrap();
+    assert_eq!(roles(&mut probe), ["fixed", "spare", "fixed"]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let workers = callers(
+        &addr,
+        4,
+        FunctionId::Spin.id(),
+        2_000,
+        b"x".to_vec(),
+        stop.clone(),
+    );
+    let grown = wait_for(
+        &mut probe,
+        &["fixed", "replica", "fixed"],
+        Duration::from_secs(5),
+    );
+    // Past a few more periods of load, slot 2 is still the operator's.
+    std::thread::sleep(Duration::from_millis(300));
+    let later = roles(&mut probe);
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.join().unwrap();
+    }
+    assert_eq!(grown, ["fixed", "replica", "fixed"]);
+    assert_eq!(later, ["fixed", "replica", "fixed"]);
+    let x = 1.5f32.to_le_bytes().repeat(2);
+    assert!(
+        probe.call(FunctionId::MinMax.id(), 0, &x).is_ok(),
+        "slot 2 serves minmax"
+    );
+    node.shutdown().unwrap();
+}

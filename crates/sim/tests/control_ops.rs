@@ -616,7 +616,7 @@ fn the_autoscaler_replicates_a_module_within_its_tenants_quota() {
                 id += 1;
                 t += 100 * US;
             }
-            w.run_for(10 * MS);
+            w.run_for(200 * MS);
             let (roles, stats) = w.driver().autoscale_view().expect("autoscaler");
             let replicas: Vec<usize> = (1..4)
                 .filter(|&s| roles[s] == SlotRole::Replica(140))
@@ -651,4 +651,87 @@ fn the_autoscaler_replicates_a_module_within_its_tenants_quota() {
             assert_eq!(seen.len() as u64, id, "seed {seed}");
         });
     }
+}
+
+/// An operator's SWAP of a spare slot makes it the operator's: the
+/// autoscaler sees it `Fixed` to its new function and does not take it for
+/// a replica. Before, the slot kept the role `Spare` and the policy, with a
+/// hot function, swapped the operator's function away.
+#[test]
+fn an_operators_swap_of_a_spare_slot_is_not_taken_back_as_spare() {
+    for_seeds(|seed| {
+        let mut w = world(seed, |c| {
+            c.engine.slots = vec![SPIN, ECHO, ECHO];
+            c.engine.slot_queue_depths = vec![Some(8); 3];
+            c.driver = offrac_node::DriverConfig::new(
+                [SPIN, ECHO, ECHO]
+                    .iter()
+                    .map(|&function| offrac_node::SlotConfig {
+                        function,
+                        inline_max_bytes: 0,
+                    })
+                    .collect(),
+            );
+            c.driver.tenancy = tenancy(None);
+            c.driver.autoscale = Some(AutoscaleSettings {
+                policy: AutoscaleConfig {
+                    target_utilisation: 0.7,
+                    grow_periods: 2,
+                    shrink_periods: 1_000_000,
+                    max_step: 2,
+                },
+                period: Duration::from_millis(10),
+                spare: vec![1, 2],
+            });
+            c.exec.fixed = vec![(SPIN, 200 * US), (ECHO, 10 * US)];
+            c.exec.real_results = false;
+            c.tenant_keys = HashMap::from([(1, KEY.to_vec())]);
+        });
+        let ctl = w.connect();
+        let op = Op::Swap {
+            slot: 2,
+            target: Target::Builtin(ECHO),
+        };
+        control(&mut w, ctl, &op, 1);
+        assert_eq!(answer(&mut w, ctl, MS).header.status, Status::Ok);
+        let roles = |w: &World| w.driver().autoscale_view().expect("autoscaler").0;
+        assert_eq!(
+            roles(&w),
+            [
+                SlotRole::Fixed(SPIN),
+                SlotRole::Spare,
+                SlotRole::Fixed(ECHO)
+            ],
+            "seed {seed}"
+        );
+        // SPIN three slots' worth of load for 80 ms: it may take slot 1 only.
+        let caller = w.connect();
+        let end = w.now() + 80 * MS;
+        let (mut id, mut t) = (0u64, w.now());
+        while t < end {
+            w.run_until(t);
+            call(&mut w, caller, id, SPIN);
+            id += 1;
+            t += 100 * US;
+        }
+        w.run_for(10 * MS);
+        assert_eq!(
+            roles(&w),
+            [
+                SlotRole::Fixed(SPIN),
+                SlotRole::Replica(SPIN),
+                SlotRole::Fixed(ECHO)
+            ],
+            "seed {seed}"
+        );
+        assert_eq!(w.driver().slot_targets()[2].0, Target::Builtin(ECHO));
+        let echo = w.connect();
+        call(&mut w, echo, 1, ECHO);
+        w.run_for(MS);
+        assert_eq!(
+            w.drain_answers(echo)[0].header.status,
+            Status::Ok,
+            "seed {seed}"
+        );
+    });
 }

@@ -20,6 +20,9 @@ pub(super) struct Waiter {
     /// The slot it swaps, if to one of its modules (counts against its
     /// slot quota until answered).
     module_slot: Option<usize>,
+    /// The slot, if the autoscaler runs and was told the operator's swap
+    /// makes it `Fixed` to its new function (settled with the answer).
+    assigned: Option<usize>,
 }
 
 /// The controller of a driver whose slots run `targets`.
@@ -156,6 +159,14 @@ impl Driver {
             self.handle_control_answered(now, conn);
             return;
         }
+        // An operator's swap makes the slot the operator's: the autoscaler
+        // neither takes it as spare nor counts it for its old function.
+        let function = target.function();
+        let assigned = self
+            .autoscale
+            .as_mut()
+            .is_some_and(|a| a.assign(slot, offrac_control::SlotRole::Fixed(function)))
+            .then_some(slot);
         let token = self.next_swap_token;
         self.next_swap_token += 1;
         self.swap_waiters.insert(
@@ -167,6 +178,7 @@ impl Driver {
                 refused: 0,
                 tenant,
                 module_slot,
+                assigned,
             },
         );
         // Busy until the hand-off shows otherwise (`run_swaps`).
@@ -304,6 +316,13 @@ impl Driver {
                     let Some(mut w) = self.swap_waiters.remove(&token) else {
                         continue;
                     };
+                    if let (Some(slot), Some(a)) = (w.assigned, &mut self.autoscale) {
+                        a.done(slot, outcome.is_ok());
+                        if a.role(slot) == Some(offrac_control::SlotRole::Spare) {
+                            // Rolled back on a spare slot: it serves nothing.
+                            self.engine.pause_slot(now, slot);
+                        }
+                    }
                     let (status, body) = match &outcome {
                         Ok(r) => {
                             changed = true;
