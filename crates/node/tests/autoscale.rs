@@ -277,18 +277,15 @@ shrink_periods = 2000
     node.shutdown().unwrap();
 }
 
-/// A tenant's module is hot: the autoscaler loads replicas of that module
-/// (not of a built-in of its id, which would be refused) into the spare
-/// slots, and the tenant's callers are served by them. Before, every such
-/// decision failed (`failed` counted, the slots stayed spare).
-#[test]
-fn a_hot_module_gets_replicas_of_itself() {
+/// A node with one `first` slot and two spare ones, the autoscaler growing
+/// after one busy period and all but never shrinking, and tenant 1.
+fn tenant_node(first: &str) -> offrac_node::NodeHandle {
     let cfg = NodeConfig::parse(&format!(
         r#"
 [metrics]
 listen = ""
 [[slots]]
-function = "echo"
+function = "{first}"
 queue_depth = 2
 [[slots]]
 function = "echo"
@@ -309,7 +306,16 @@ key = "{}"
         hex::encode(KEY)
     ))
     .expect("config");
-    let node = start(cfg, "127.0.0.1:0").expect("node starts");
+    start(cfg, "127.0.0.1:0").expect("node starts")
+}
+
+/// A tenant's module is hot: the autoscaler loads replicas of that module
+/// (not of a built-in of its id, which would be refused) into the spare
+/// slots, and the tenant's callers are served by them. Before, every such
+/// decision failed (`failed` counted, the slots stayed spare).
+#[test]
+fn a_hot_module_gets_replicas_of_itself() {
+    let node = tenant_node("echo");
     let addr = node.addr.to_string();
     let mut ctl = Client::connect(&addr).unwrap();
     let up = control(&mut ctl, 1, &Op::Upload(compile_wat(LOOP_WAT).unwrap()));
@@ -360,32 +366,7 @@ key = "{}"
 /// swapped slot keeps serving what the operator put there.
 #[test]
 fn an_operators_swap_of_a_spare_slot_stays_the_operators() {
-    let cfg = NodeConfig::parse(&format!(
-        r#"
-[metrics]
-listen = ""
-[[slots]]
-function = "spin"
-queue_depth = 2
-[[slots]]
-function = "echo"
-spare = true
-[[slots]]
-function = "echo"
-spare = true
-[autoscale]
-period_ms = 50
-grow_periods = 1
-shrink_periods = 100000
-[control]
-[[control.tenants]]
-id = 1
-key = "{}"
-"#,
-        hex::encode(KEY)
-    ))
-    .expect("config");
-    let node = start(cfg, "127.0.0.1:0").expect("node starts");
+    let node = tenant_node("spin");
     let addr = node.addr.to_string();
     let mut ctl = Client::connect(&addr).unwrap();
     let minmax = Target::Builtin(FunctionId::MinMax.id());

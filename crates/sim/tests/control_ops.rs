@@ -13,7 +13,7 @@ use offrac_control::{AutoscaleConfig, Op, SlotRole, Target};
 use offrac_core::{Tenancy, TenantPolicy};
 use offrac_node::AutoscaleSettings;
 use offrac_proto::{RequestHeader, Status};
-use offrac_sim::world::{Received, World};
+use offrac_sim::world::{Received, World, WorldConfig};
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
@@ -35,6 +35,25 @@ fn tenancy(max_slots: Option<u32>) -> Tenancy {
         },
     );
     t
+}
+
+/// The world's node: slots running `functions` on their workers (queues 8
+/// deep), tenant 1 with its key and slot quota `max_slots`, no real results.
+fn slots(c: &mut WorldConfig, functions: &[u8], max_slots: Option<u32>) {
+    c.engine.slots = functions.to_vec();
+    c.engine.slot_queue_depths = vec![Some(8); functions.len()];
+    c.driver = offrac_node::DriverConfig::new(
+        functions
+            .iter()
+            .map(|&function| offrac_node::SlotConfig {
+                function,
+                inline_max_bytes: 0,
+            })
+            .collect(),
+    );
+    c.driver.tenancy = tenancy(max_slots);
+    c.exec.real_results = false;
+    c.tenant_keys = HashMap::from([(1, KEY.to_vec())]);
 }
 
 /// Send `op` signed by tenant 1 on `client`, as request `id`.
@@ -76,17 +95,8 @@ fn call(w: &mut World, client: usize, id: u64, function: u8) {
 fn a_forced_unload_under_load_answers_every_request_once() {
     for_seeds(|seed| {
         let mut w = world(seed, |c| {
-            c.engine.slots = vec![SPIN; 3];
-            c.engine.slot_queue_depths = vec![Some(8); 3];
-            let slot = offrac_node::SlotConfig {
-                function: SPIN,
-                inline_max_bytes: 0,
-            };
-            c.driver = offrac_node::DriverConfig::new(vec![slot; 3]);
-            c.driver.tenancy = tenancy(None);
+            slots(c, &[SPIN, SPIN, SPIN], None);
             c.exec.fixed = vec![(SPIN, 200 * US), (140, 200 * US)];
-            c.exec.real_results = false;
-            c.tenant_keys = HashMap::from([(1, KEY.to_vec())]);
         });
         let (ctl, other, third) = (w.connect(), w.connect(), w.connect());
         for (i, slot) in [1u16, 2].into_iter().enumerate() {
@@ -189,18 +199,7 @@ fn a_forced_unload_under_load_answers_every_request_once() {
 fn replicate_takes_spare_slots_all_or_nothing_within_the_quota() {
     for_seeds(|seed| {
         let mut w = world(seed, |c| {
-            c.engine.slots = vec![SPIN, ECHO, ECHO, ECHO];
-            c.engine.slot_queue_depths = vec![Some(8); 4];
-            c.driver = offrac_node::DriverConfig::new(
-                [SPIN, ECHO, ECHO, ECHO]
-                    .iter()
-                    .map(|&function| offrac_node::SlotConfig {
-                        function,
-                        inline_max_bytes: 0,
-                    })
-                    .collect(),
-            );
-            c.driver.tenancy = tenancy(Some(1));
+            slots(c, &[SPIN, ECHO, ECHO, ECHO], Some(1));
             // The policy itself never acts here (its grow streak is too long).
             c.driver.autoscale = Some(AutoscaleSettings {
                 policy: AutoscaleConfig {
@@ -212,8 +211,6 @@ fn replicate_takes_spare_slots_all_or_nothing_within_the_quota() {
                 spare: vec![1, 2, 3],
             });
             c.exec.fixed = vec![(SPIN, 200 * US), (140, 200 * US)];
-            c.exec.real_results = false;
-            c.tenant_keys = HashMap::from([(1, KEY.to_vec())]);
         });
         let ctl = w.connect();
         let roles = |w: &World| w.driver().autoscale_view().expect("autoscaler").0;
@@ -330,18 +327,7 @@ fn replicate_takes_spare_slots_all_or_nothing_within_the_quota() {
 fn repeated_replicates_and_forced_unloads_never_run_a_job_on_the_wrong_function() {
     for_seeds(|seed| {
         let mut w = world(seed, |c| {
-            c.engine.slots = vec![SPIN, ECHO, ECHO];
-            c.engine.slot_queue_depths = vec![Some(8); 3];
-            c.driver = offrac_node::DriverConfig::new(
-                [SPIN, ECHO, ECHO]
-                    .iter()
-                    .map(|&function| offrac_node::SlotConfig {
-                        function,
-                        inline_max_bytes: 0,
-                    })
-                    .collect(),
-            );
-            c.driver.tenancy = tenancy(None);
+            slots(c, &[SPIN, ECHO, ECHO], None);
             c.driver.autoscale = Some(AutoscaleSettings {
                 policy: AutoscaleConfig {
                     grow_periods: 1_000_000,
@@ -353,8 +339,6 @@ fn repeated_replicates_and_forced_unloads_never_run_a_job_on_the_wrong_function(
             });
             c.exec.base_ns = 20 * US;
             c.exec.per_kib_ns = 100 * US;
-            c.exec.real_results = false;
-            c.tenant_keys = HashMap::from([(1, KEY.to_vec())]);
         });
         let ctl = w.connect();
         let loaders: Vec<usize> = (0..3).map(|_| w.connect()).collect();
@@ -441,18 +425,7 @@ fn resize_moves_the_slots_to_a_template_under_load() {
     use common::MINMAX;
     for_seeds(|seed| {
         let mut w = world(seed, |c| {
-            c.engine.slots = vec![SPIN, ECHO, ECHO];
-            c.engine.slot_queue_depths = vec![Some(8); 3];
-            c.driver = offrac_node::DriverConfig::new(
-                [SPIN, ECHO, ECHO]
-                    .iter()
-                    .map(|&function| offrac_node::SlotConfig {
-                        function,
-                        inline_max_bytes: 0,
-                    })
-                    .collect(),
-            );
-            c.driver.tenancy = tenancy(None);
+            slots(c, &[SPIN, ECHO, ECHO], None);
             c.driver.tenancy.tenants.insert(2, TenantPolicy::default());
             c.driver.templates = vec![
                 ("spin3".into(), vec![SPIN, SPIN, SPIN]),
@@ -460,7 +433,6 @@ fn resize_moves_the_slots_to_a_template_under_load() {
                 ("short".into(), vec![SPIN]),
             ];
             c.exec.fixed = vec![(SPIN, 200 * US)];
-            c.exec.real_results = false;
             c.tenant_keys = HashMap::from([(1, KEY.to_vec()), (2, b"tenant-two-key-0".to_vec())]);
         });
         let (ctl, other) = (w.connect(), w.connect());
@@ -570,18 +542,7 @@ fn the_autoscaler_replicates_a_module_within_its_tenants_quota() {
     for (max_slots, want) in [(None, 2..=3), (Some(2), 1..=1)] {
         for_seeds(|seed| {
             let mut w = world(seed, |c| {
-                c.engine.slots = vec![SPIN, ECHO, ECHO, ECHO];
-                c.engine.slot_queue_depths = vec![Some(8); 4];
-                c.driver = offrac_node::DriverConfig::new(
-                    [SPIN, ECHO, ECHO, ECHO]
-                        .iter()
-                        .map(|&function| offrac_node::SlotConfig {
-                            function,
-                            inline_max_bytes: 0,
-                        })
-                        .collect(),
-                );
-                c.driver.tenancy = tenancy(max_slots);
+                slots(c, &[SPIN, ECHO, ECHO, ECHO], max_slots);
                 c.driver.autoscale = Some(AutoscaleSettings {
                     policy: AutoscaleConfig {
                         target_utilisation: 0.7,
@@ -593,8 +554,6 @@ fn the_autoscaler_replicates_a_module_within_its_tenants_quota() {
                     spare: vec![1, 2, 3],
                 });
                 c.exec.fixed = vec![(SPIN, 200 * US), (140, 200 * US)];
-                c.exec.real_results = false;
-                c.tenant_keys = HashMap::from([(1, KEY.to_vec())]);
             });
             let ctl = w.connect();
             let op = Op::Swap {
@@ -661,18 +620,7 @@ fn the_autoscaler_replicates_a_module_within_its_tenants_quota() {
 fn an_operators_swap_of_a_spare_slot_is_not_taken_back_as_spare() {
     for_seeds(|seed| {
         let mut w = world(seed, |c| {
-            c.engine.slots = vec![SPIN, ECHO, ECHO];
-            c.engine.slot_queue_depths = vec![Some(8); 3];
-            c.driver = offrac_node::DriverConfig::new(
-                [SPIN, ECHO, ECHO]
-                    .iter()
-                    .map(|&function| offrac_node::SlotConfig {
-                        function,
-                        inline_max_bytes: 0,
-                    })
-                    .collect(),
-            );
-            c.driver.tenancy = tenancy(None);
+            slots(c, &[SPIN, ECHO, ECHO], None);
             c.driver.autoscale = Some(AutoscaleSettings {
                 policy: AutoscaleConfig {
                     target_utilisation: 0.7,
@@ -684,8 +632,6 @@ fn an_operators_swap_of_a_spare_slot_is_not_taken_back_as_spare() {
                 spare: vec![1, 2],
             });
             c.exec.fixed = vec![(SPIN, 200 * US), (ECHO, 10 * US)];
-            c.exec.real_results = false;
-            c.tenant_keys = HashMap::from([(1, KEY.to_vec())]);
         });
         let ctl = w.connect();
         let op = Op::Swap {
