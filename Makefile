@@ -97,14 +97,15 @@ rtl-test: rtl-deps
 	$(PYTHON) -m pytest -q rtl/tests
 
 # The core-trace replay at length: RTL_TRACES traces from the sans-IO core per configuration
-# (5 pool + 5 slot-stage configurations; CI runs 25 each), divergence counts printed per configuration.
+# (5 pool + 5 slot-stage configurations, and the dispatcher against Engine; CI runs 25 each),
+# divergence counts printed per configuration.
 RTL_TRACES ?= 1000
 RTL_TRACE_SEED ?= 2
 rtl-traces: rtl-deps
 	@mkdir -p rtl/build
 	OFFRAC_RTL_TRACES=$(RTL_TRACES) OFFRAC_RTL_TRACE_SEED=$(RTL_TRACE_SEED) \
-	    $(PYTHON) -m pytest -q -s rtl/tests -k 'pool_admit or slot_stage' > rtl/build/traces.log; \
-	    status=$$?; grep -E '(pool|slots)-.*traces|passed|failed' rtl/build/traces.log; exit $$status
+	    $(PYTHON) -m pytest -q -s rtl/tests -k 'pool_admit or slot_stage or dispatcher' > rtl/build/traces.log; \
+	    status=$$?; grep -E '(pool|slots|dispatcher)-.*traces|passed|failed' rtl/build/traces.log; exit $$status
 
 # MapId at full size with the node's 32,768 built-in keys, against the software (long: ~130k cycles).
 rtl-mapid-full: rtl-deps

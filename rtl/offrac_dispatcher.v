@@ -115,7 +115,7 @@ module offrac_dispatcher #(
 
 localparam [2:0] RX_HEADER = 3'd0, RX_EXT = 3'd1, RX_PAYLOAD = 3'd2, RX_DISCARD = 3'd3, RX_CLOSED = 3'd4;
 localparam [3:0] S_IDLE = 4'd0, S_WORK = 4'd1, S_EXT2 = 4'd2, S_PARSED = 4'd3, S_ADMIT = 4'd4,
-                 S_ADMIT_WAIT = 4'd5, S_RESP = 4'd6, S_DONE = 4'd7, S_BUF = 4'd8;
+                 S_ADMIT_WAIT = 4'd5, S_RESP = 4'd6, S_DONE = 4'd7, S_BUF = 4'd8, S_PROBE = 4'd9;
 localparam [15:0] ST_BUSY = 16'd1, ST_UNKNOWN_FUNCTION = 16'd2, ST_TOO_LARGE = 16'd3,
                   ST_MALFORMED = 16'd4, ST_UNSUPPORTED_VERSION = 16'd7, ST_UNREACHABLE = 16'd11;
 localparam [3:0] ERR_BAD_MAGIC = 4'd1, ERR_UNUSED_HOP = 4'd7, ERR_RESERVED_BYTES = 4'd8;
@@ -143,6 +143,9 @@ reg [1023:0] w = 1024'd0;      // its bytes, byte 0 first
 reg [7:0]   wlen = 8'd0;
 reg [2:0]   rx = RX_HEADER;
 reg [511:0] hdr = 512'd0;
+// The parse under way is of a header whose extension has not arrived, with
+// zeros in its place: only the header's own errors count (see S_PARSED).
+reg         probing = 1'b0;
 reg [32:0]  rem = 33'd0;
 reg [BUF_WIDTH-1:0] buf_id = {BUF_WIDTH{1'b0}};
 reg [63:0]  req_id = 64'd0;
@@ -347,12 +350,18 @@ always @* begin
         S_WORK: begin
             if (rx == RX_HEADER && wlen >= 64 && !(w[24] && w[15:0] == 16'h4F51 && w[23:16] == 8'd1)) begin
                 p_tvalid = 1'b1;              // a header without extension
+            end else if (rx == RX_HEADER && wlen >= 64 && wlen < 128) begin
+                p_tvalid = 1'b1;              // a flagged header, its extension not here yet: probe it
             end else if (rx == RX_EXT && wlen >= 64) begin
                 p_tvalid = 1'b1;              // the saved header, then its extension
                 p_tdata  = hdr;
             end
         end
         S_EXT2:       p_tvalid = 1'b1;
+        S_PROBE: begin
+            p_tvalid = 1'b1;
+            p_tdata  = 512'd0;               // a stand-in extension: it has no errors of its own
+        end
         S_PARSED:     h_ready = 1'b1;
         S_ADMIT:      a_tvalid = 1'b1;
         S_ADMIT_WAIT: a_out_ready = 1'b1;
@@ -433,10 +442,20 @@ always @(posedge clk) begin
                     if (wlen < 64) begin
                         save;
                     end else if (w[24] && w[15:0] == 16'h4F51 && w[23:16] == 8'd1) begin
-                        hdr  <= w[511:0];     // its extension must be here too before parsing
-                        w    <= w >> 512;
-                        wlen <= wlen - 64;
-                        rx   <= RX_EXT;
+                        // Its extension must be here too before parsing. If it is not
+                        // yet, the header alone is checked first: the engine answers a
+                        // header's own error at once and skips the extension with the
+                        // payload, whether or not the extension ever comes.
+                        if (wlen >= 128 || p_tready) begin
+                            hdr  <= w[511:0];
+                            w    <= w >> 512;
+                            wlen <= wlen - 64;
+                            rx   <= RX_EXT;
+                        end
+                        if (wlen < 128 && p_tready) begin
+                            probing <= 1'b1;
+                            state   <= S_PROBE;
+                        end
                     end else if (p_tready) begin
                         w     <= w >> 512;
                         wlen  <= wlen - 64;
@@ -484,6 +503,11 @@ always @(posedge clk) begin
                 end
             endcase
         end
+        S_PROBE: begin
+            if (p_tready) begin
+                state <= S_PARSED;
+            end
+        end
         S_EXT2: begin
             if (p_tready) begin
                 w     <= w >> 512;
@@ -492,7 +516,15 @@ always @(posedge clk) begin
             end
         end
         S_PARSED: begin
-            if (h_valid) begin
+            if (h_valid && probing) begin
+                probing <= 1'b0;
+                if (h_error == 0) begin
+                    state <= S_WORK;          // a sound header: wait for its extension (RX_EXT)
+                end else begin
+                    // answered now; the extension is skipped with the payload
+                    refuse(ST_MALFORMED, h_request_id, 16'd0, 8'd0, 64'd0, 33'd64 + h_payload_len, 1'b0);
+                end
+            end else if (h_valid) begin
                 req_id     <= h_request_id;
                 req_tenant <= h_tenant;
                 req_hop    <= h_hop_index;
@@ -571,6 +603,7 @@ always @(posedge clk) begin
 
     if (rst) begin
         state      <= S_IDLE;
+        probing    <= 1'b0;
         req_tvalid <= 1'b0;
         buf_tvalid <= 1'b0;
         for (c = 0; c < CONN_COUNT; c = c + 1) begin

@@ -120,7 +120,6 @@ def test_model_matches_response_vectors() -> None:
         ("offrac_minmax_elem", "tb_minmax_elem"),
         ("offrac_accel_minmax", "tb_accel_minmax"),
         ("offrac_accel_topk", "tb_accel_topk"),
-        ("offrac_dispatcher", "tb_dispatcher"),
         ("offrac_slot_queue", "tb_slot_queue"),
         ("offrac_axis_reg", "tb_axis_reg"),
         ("offrac_result_buffer", "tb_result_buffer"),
@@ -193,6 +192,25 @@ def core_traces(kind: str, name: str, *config: str) -> Path:
             [*cmd, kind, str(TRACES), str(TRACE_SEED), *config], stdout=f, check=True, cwd=RTL.parent
         )
     return out
+
+
+def test_dispatcher() -> None:
+    """The dispatcher's own bench, including its replay against `Engine` itself
+    (crates/core/examples/engine_replay.rs answers the same beats)."""
+    cargo = os.environ.get("CARGO", "cargo")
+    cmd = [cargo, "build", "--release", "-q", "-p", "offrac-core", "--example", "engine_replay"]
+    subprocess.run(cmd, check=True, cwd=RTL.parent)
+    summary = BUILD / "traces" / f"dispatcher-engine-{TRACES}-{TRACE_SEED}.summary.json"
+    summary.parent.mkdir(parents=True, exist_ok=True)
+    env = {
+        "OFFRAC_ENGINE_REPLAY": str(RTL.parent / "target" / "release" / "examples" / "engine_replay"),
+        "OFFRAC_RTL_TRACES": str(TRACES),
+        "OFFRAC_RTL_TRACE_SEED": str(TRACE_SEED),
+        "OFFRAC_TRACE_SUMMARY": str(summary),
+    }
+    name = "offrac_dispatcher"
+    run(name, "tb_dispatcher", BUILD / name, PARAMETERS[name], env)
+    print("dispatcher-engine", json.loads(summary.read_text()))
 
 
 # (buffers, bytes each, policy): the three policies, a one-buffer pool, small buffers that fill.

@@ -1,0 +1,128 @@
+//! The engine's answers to beat streams, for the RTL dispatcher to be
+//! replayed against (issue #12's co-verification of `offrac_dispatcher.v`
+//! against `Engine` itself; `rtl/tests/tb_dispatcher.py` writes the input
+//! and reads the output, docs/rtl.md describes both).
+//!
+//! ```sh
+//! cargo run --release -p offrac-core --example engine_replay < traces.json > answers.json
+//! ```
+//! Input: `{"config": {...}, "traces": [[[conn, "hex bytes"], ...], ...]}`,
+//! the configuration the RTL was built with (`buffers`, `buffer_bytes`,
+//! `policy` spelled as in the node's TOML, `max_payload`, `device_id`, `hosted` function ids) and, per
+//! trace, the beats in arrival order. Each beat is one `handle_bytes` call
+//! of a fresh engine per trace, with the small-request queue off (the RTL
+//! has none) and a slot per hosted function that finishes every job at once
+//! (so a complete request leaves the pool at the end of the beat it
+//! completed in, as the engine drains it).
+//!
+//! Output, per trace and per beat, what the engine did in that call:
+//! `reply` (connection and the 64-byte response header, hex), `dispatch`
+//! (connection, request id, payload length) and `close` (connection); then
+//! `reassembling`, the buffers holding a partial request after the beat.
+
+use std::io::Read;
+use std::time::Duration;
+
+use offrac_core::{Action, BufferPolicy, Engine, EngineConfig, Instant, SlotPolicy};
+use serde_json::{json, Value};
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Result<Vec<u8>, String> {
+    if !s.len().is_multiple_of(2) {
+        return Err(format!("odd-length hex {s:?}"));
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).map_err(|e| format!("hex {s:?}: {e}")))
+        .collect()
+}
+
+fn field(cfg: &Value, name: &str) -> Result<u64, String> {
+    cfg[name]
+        .as_u64()
+        .ok_or_else(|| format!("config.{name} missing or not a number"))
+}
+
+fn config(cfg: &Value) -> Result<EngineConfig, String> {
+    let policy: BufferPolicy = cfg["policy"]
+        .as_str()
+        .ok_or("config.policy missing")?
+        .parse()?;
+    let hosted: Vec<u8> = cfg["hosted"]
+        .as_array()
+        .ok_or("config.hosted missing")?
+        .iter()
+        .map(|f| f.as_u64().and_then(|f| u8::try_from(f).ok()))
+        .collect::<Option<_>>()
+        .ok_or("config.hosted: function ids 0..=255")?;
+    let buffer_bytes = field(cfg, "buffer_bytes")?;
+    Ok(EngineConfig {
+        buffers: field(cfg, "buffers")? as usize,
+        buffer_bytes,
+        buffer_policy: policy,
+        max_payload: field(cfg, "max_payload")?,
+        small_request_max: 0,
+        small_queue_bytes: 0,
+        slot_policy: SlotPolicy::Rr,
+        slot_queue_bytes: buffer_bytes,
+        // Time does not pass in a replay: no request is ever collected.
+        stall_timeout: Duration::from_secs(3600),
+        reassembly_timeout: Duration::from_secs(3600),
+        slot_queue_depths: vec![None; hosted.len()],
+        slots: hosted,
+        device_id: u8::try_from(field(cfg, "device_id")?).map_err(|e| e.to_string())?,
+        peers: Vec::new(),
+    })
+}
+
+fn replay(cfg: &EngineConfig, beats: &Value) -> Result<Value, String> {
+    let mut engine = Engine::new(cfg.clone()).map_err(|e| e.to_string())?;
+    let now = Instant::from_nanos(0);
+    let mut out = Vec::new();
+    for beat in beats.as_array().ok_or("a trace is a list of beats")? {
+        let conn = beat[0].as_u64().ok_or("a beat's connection")?;
+        let data = unhex(beat[1].as_str().ok_or("a beat's bytes")?)?;
+        engine.handle_bytes(now, conn, &data);
+        let mut events = Vec::new();
+        while let Some(action) = engine.poll_action() {
+            match action {
+                Action::Reply { conn, header, .. } => {
+                    events.push(json!({"reply": [conn, hex(&header.encode())]}));
+                }
+                Action::Dispatch { slot, job } => {
+                    events.push(
+                        json!({"dispatch": [job.conn, job.header.request_id, job.payload.len()]}),
+                    );
+                    engine.handle_slot_done(now, slot);
+                }
+                Action::Close { conn } => events.push(json!({"close": conn})),
+                other => return Err(format!("the RTL's configuration cannot produce {other:?}")),
+            }
+        }
+        let pool = engine.pool();
+        let reassembling: Vec<usize> = (0..pool.len())
+            .filter(|&b| pool.is_reassembling(b))
+            .collect();
+        out.push(json!({"events": events, "reassembling": reassembling}));
+    }
+    Ok(Value::Array(out))
+}
+
+fn main() -> Result<(), String> {
+    let mut text = String::new();
+    std::io::stdin()
+        .read_to_string(&mut text)
+        .map_err(|e| e.to_string())?;
+    let input: Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+    let cfg = config(&input["config"])?;
+    let traces = input["traces"].as_array().ok_or("traces missing")?;
+    let answers = traces
+        .iter()
+        .map(|t| replay(&cfg, t))
+        .collect::<Result<Vec<_>, _>>()?;
+    println!("{}", Value::Array(answers));
+    Ok(())
+}
