@@ -152,11 +152,7 @@ impl Driver {
             .as_ref()
             .map(|a| a.spare.clone())
             .unwrap_or_default();
-        let mut parts = Vec::new();
         for &slot in &slots {
-            let token = self.next_swap_token;
-            self.next_swap_token += 1;
-            parts.push((token, slot));
             // A configured spare slot goes back to being spare.
             if spare.contains(&slot) {
                 if let Some(a) = &mut self.autoscale {
@@ -164,26 +160,8 @@ impl Driver {
                 }
             }
         }
-        let id = parts[0].0;
-        self.batches.insert(
-            id,
-            Pending {
-                conn,
-                header,
-                tenant,
-                kind: Kind::Unload { digest },
-                batch: Batch::new(parts.iter().copied()),
-                counts: Vec::new(),
-            },
-        );
-        for (token, slot) in parts {
-            let target = Target::Builtin(self.cfg.slots[slot].function);
-            // Busy until its hand-off shows otherwise (`run_swaps`): the
-            // hand-off of another slot of the batch may give it work first.
-            self.swaps
-                .handle_swap(now.as_nanos(), token, slot, target, true);
-        }
-        self.run_swaps(now);
+        let swaps = self.to_builtins(&slots);
+        self.start_batch(now, conn, header, tenant, Kind::Unload { digest }, swaps);
     }
 
     /// An authenticated `REPLICATE` of `target`, `n` more instances, by
@@ -229,35 +207,14 @@ impl Driver {
                 return;
             }
         };
-        let mut parts = Vec::new();
         for &slot in &slots {
-            let token = self.next_swap_token;
-            self.next_swap_token += 1;
-            parts.push((token, slot));
             if let Some(a) = &mut self.autoscale {
                 // An operator's replica: the autoscaler never reclaims it.
                 a.assign(slot, SlotRole::Fixed(target.function()));
             }
         }
-        let id = parts[0].0;
-        self.batches.insert(
-            id,
-            Pending {
-                conn,
-                header,
-                tenant,
-                kind: Kind::Replicate { target },
-                batch: Batch::new(parts.iter().copied()),
-                counts: Vec::new(),
-            },
-        );
-        for (token, slot) in parts {
-            // Busy until its hand-off shows otherwise (`run_swaps`): the
-            // hand-off of another slot of the batch may give it work first.
-            self.swaps
-                .handle_swap(now.as_nanos(), token, slot, target, true);
-        }
-        self.run_swaps(now);
+        let swaps = slots.iter().map(|&slot| (slot, target)).collect();
+        self.start_batch(now, conn, header, tenant, Kind::Replicate { target }, swaps);
     }
 
     /// An authenticated `SHRINK` of `function` to `keep` spare slots: the
@@ -301,34 +258,13 @@ impl Driver {
             self.answer_control_request(now, conn, &header, Status::Ok, 0, body.to_string());
             return;
         }
-        let mut parts = Vec::new();
         for &slot in &slots {
-            let token = self.next_swap_token;
-            self.next_swap_token += 1;
-            parts.push((token, slot));
             if let Some(a) = &mut self.autoscale {
                 a.assign(slot, SlotRole::Spare);
             }
         }
-        let id = parts[0].0;
-        self.batches.insert(
-            id,
-            Pending {
-                conn,
-                header,
-                tenant,
-                kind: Kind::Shrink { function },
-                batch: Batch::new(parts.iter().copied()),
-                counts: Vec::new(),
-            },
-        );
-        for (token, slot) in parts {
-            let target = Target::Builtin(self.cfg.slots[slot].function);
-            // Busy until its hand-off shows otherwise (`run_swaps`).
-            self.swaps
-                .handle_swap(now.as_nanos(), token, slot, target, true);
-        }
-        self.run_swaps(now);
+        let swaps = self.to_builtins(&slots);
+        self.start_batch(now, conn, header, tenant, Kind::Shrink { function }, swaps);
     }
 
     /// An authenticated `RESIZE` to the configured template `name`: every
@@ -383,28 +319,58 @@ impl Driver {
             let body = serde_json::json!({ "template": name, "slots": [], "swaps": [] });
             return refuse(self, Status::Ok, 0, body.to_string());
         }
-        let mut parts = Vec::new();
-        for &(slot, _) in &changes {
-            let token = self.next_swap_token;
-            self.next_swap_token += 1;
-            parts.push((token, slot));
-        }
-        let id = parts[0].0;
+        let kind = Kind::Resize {
+            name: name.to_string(),
+        };
+        self.start_batch(now, conn, header, tenant, kind, changes);
+    }
+
+    /// Each of `slots` back to the built-in it is configured with.
+    fn to_builtins(&self, slots: &[usize]) -> Vec<(usize, Target)> {
+        slots
+            .iter()
+            .map(|&slot| (slot, Target::Builtin(self.cfg.slots[slot].function)))
+            .collect()
+    }
+
+    /// Start `swaps` (slot, target) as one batch of `kind`, answered on
+    /// `conn` once every swap of it is done (`batch_reply`). The callers
+    /// answer an empty plan themselves.
+    fn start_batch(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        header: RequestHeader,
+        tenant: u16,
+        kind: Kind,
+        swaps: Vec<(usize, Target)>,
+    ) {
+        let parts: Vec<(u64, usize)> = swaps
+            .iter()
+            .map(|&(slot, _)| {
+                let token = self.next_swap_token;
+                self.next_swap_token += 1;
+                (token, slot)
+            })
+            .collect();
+        let Some(&(id, _)) = parts.first() else {
+            debug_assert!(false, "an empty batch is never answered");
+            return;
+        };
         self.batches.insert(
             id,
             Pending {
                 conn,
                 header,
                 tenant,
-                kind: Kind::Resize {
-                    name: name.to_string(),
-                },
+                kind,
                 batch: Batch::new(parts.iter().copied()),
                 counts: Vec::new(),
             },
         );
-        for ((token, slot), (_, target)) in parts.into_iter().zip(changes) {
-            // Busy until its hand-off shows otherwise (`run_swaps`).
+        for ((token, slot), (_, target)) in parts.into_iter().zip(swaps) {
+            // Busy until its hand-off shows otherwise (`run_swaps`): the
+            // hand-off of another slot of the batch may give it work first.
             self.swaps
                 .handle_swap(now.as_nanos(), token, slot, target, true);
         }
