@@ -12,7 +12,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const KEY_HEX: &str = "6f6666726163206265636e68206b6579";
+/// The benches' tenant key (their own node's configuration).
+pub(crate) const KEY_HEX: &str = "6f6666726163206265636e68206b6579";
 
 fn config() -> String {
     format!(
@@ -36,7 +37,8 @@ key = "{KEY_HEX}"
     )
 }
 
-fn pct(v: &mut [f64], p: f64) -> f64 {
+/// The `p`th percentile of `v` (sorted here), NaN when empty.
+pub(crate) fn pct(v: &mut [f64], p: f64) -> f64 {
     if v.is_empty() {
         return f64::NAN;
     }

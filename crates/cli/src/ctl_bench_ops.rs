@@ -5,6 +5,7 @@
 //! its own node on a loopback port (`docs/control.md`, "Measured").
 
 use crate::ctl::Ctl;
+use crate::ctl_bench::{pct, KEY_HEX};
 use crate::CliError;
 use offrac_client::{Client, ClientError, RetryPolicy};
 use offrac_control::{examples, wire, Op, Target};
@@ -13,7 +14,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-const KEY_HEX: &str = "6f6666726163206265636e68206b6579";
 const FUNCTION: u8 = 130;
 
 #[derive(clap::Args)]
@@ -55,15 +55,6 @@ id = 1
 key = "{KEY_HEX}"
 "#
     )
-}
-
-fn pct(v: &mut [f64], p: f64) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(|a, b| a.total_cmp(b));
-    let i = ((p / 100.0) * (v.len() - 1) as f64).round() as usize;
-    v[i.min(v.len() - 1)]
 }
 
 #[derive(Default, Debug, Clone, Copy)]
