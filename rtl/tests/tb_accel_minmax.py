@@ -101,7 +101,7 @@ async def backpressure(dut: Any) -> None:
         payloads = [random_array(rng, n).tobytes() for n in sizes(rng, 10)]
         payloads.append(rng.randbytes(MAX_BYTES + 64))
         await run(dut, payloads, rng, p_in, p_out)
-    # a beat takes ~32 cycles per element to compute: sinks this slow make results wait on a full stage
+    # sinks this slow make results wait on a full output stage and stall the element pipeline
     payloads = [random_array(rng, rng.choice([1, 2, 17])).tobytes() for _ in range(12)]
     await run(dut, payloads, rng, 1.0, 0.02)
 
