@@ -2,9 +2,10 @@
  * offrac min-max normalization, one element: y = (x - lo) / (hi - lo) as
  * crates/accel/src/minmax.rs computes it (normalise_generic), bit for bit.
  *
- * - x NaN: y is x quieted (x | 0x00400000), as x86 subss/divss give it.
  * - !(hi > lo) (zero range, or lo = +inf / hi = -inf when every element is
- *   NaN): y = +0.0.
+ *   NaN): y = +0.0, or x itself when x is NaN, signalling ones included (the
+ *   software's `x + 0.0` of a NaN is folded to x by the compiler).
+ * - else x NaN: y is x quieted (x | 0x00400000), as x86 subss/divss give it.
  * - hi - lo finite in float32: y = fl32(fl32(x - lo) / fl32(hi - lo)), each
  *   operation correctly rounded (round to nearest even, subnormals kept).
  * - hi - lo overflows float32: the f64 path, y = fl32(fl64(fl64(x - lo) /
@@ -168,6 +169,7 @@ reg [65:0]  b_win1, a_win1;
 reg [11:0]  b_e1, a_e1;
 reg         a_zero1, a_sign1;
 reg         byp1;             // the result is decided without the divider
+wire        x_nan0 = x0[30:23] == 8'hFF && x0[22:0] != 0;
 reg [31:0]  byp_y1;
 
 always @(posedge clk) begin
@@ -178,12 +180,14 @@ always @(posedge clk) begin
         a_e1    <= a_full[77:66];
         a_zero1 <= a_full[79];
         a_sign1 <= a_full[78];
-        if (x0[30:23] == 8'hFF && x0[22:0] != 0) begin
+        if (!lt(lo0, hi0)) begin
+            // `if x.is_nan() { x + 0.0 } else { 0.0 }`: the shipping build folds `x + 0.0` of a NaN
+            // to x, so a signalling NaN stays signalling here (accel_oracle shows it)
+            byp1   <= 1'b1;
+            byp_y1 <= x_nan0 ? x0 : 32'd0;
+        end else if (x_nan0) begin
             byp1   <= 1'b1;
             byp_y1 <= x0 | 32'h00400000;
-        end else if (!lt(lo0, hi0)) begin
-            byp1   <= 1'b1;
-            byp_y1 <= 32'd0;
         end else begin
             byp1   <= 1'b0;
             byp_y1 <= 32'd0;

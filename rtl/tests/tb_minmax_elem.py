@@ -138,7 +138,7 @@ async def backpressure(dut: Any) -> None:
 
 @cocotb.test()
 async def fixed_latency(dut: Any) -> None:
-    """Back to back with the sink ready: one element taken every cycle, each out exactly LATENCY cycles later."""
+    """Back to back, the sink ready: an element taken every cycle, each out exactly LATENCY cycles later."""
     drive(dut, None)
     await start(dut)
     rng = random.Random(44)
