@@ -7,14 +7,14 @@ from typing import Any
 
 import cocotb
 from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge
-from tb_util import BEAT, Beat, from_beats, idle, sig, start, to_beats
+from tb_util import BEAT, Beat, beats_of, from_beats, idle, sig, start, to_beats
 
 
 async def echo(
     dut: Any, payloads: list[bytes], metas: list[int], rng: random.Random, p_in: float, p_out: float
 ) -> tuple[list[bytes], list[int]]:
     """Drive requests with independent random gaps on both inputs and stalls on both outputs."""
-    beats = [b for p in payloads for b in to_beats(p)]
+    beats = [b for p in payloads for b in beats_of(p)]  # an empty payload: one beat with tkeep 0
     out_beats: list[Beat] = []
     out_metas: list[int] = []
     bi = mi = 0
@@ -52,7 +52,7 @@ async def echo(
 
 
 def requests(rng: random.Random, n: int) -> tuple[list[bytes], list[int]]:
-    sizes = [rng.choice([1, 63, 64, 65, 128, rng.randint(1, 600)]) for _ in range(n)]
+    sizes = [rng.choice([0, 1, 63, 64, 65, 128, rng.randint(1, 600)]) for _ in range(n)]
     return [rng.randbytes(s) for s in sizes], [rng.getrandbits(128) for _ in range(n)]
 
 
@@ -77,6 +77,20 @@ async def backpressure(dut: Any) -> None:
         payloads, metas = requests(rng, 60)
         got, got_metas = await echo(dut, payloads, metas, rng, p_in, p_out)
         assert got == payloads and got_metas == metas, (p_in, p_out)
+
+
+@cocotb.test()
+async def empty_payloads(dut: Any) -> None:
+    """Empty payloads (one beat, tkeep 0, as the dispatcher gives them) back to back and among others:
+    each echoed as one beat with tkeep 0 and tlast, under stalls."""
+    idle(dut)
+    await start(dut)
+    rng = random.Random(35)
+    for p_in, p_out in [(1.0, 1.0), (0.5, 0.3)]:
+        payloads = [b"", b"", rng.randbytes(64), b"", rng.randbytes(3), b""]
+        metas = [rng.getrandbits(128) for _ in payloads]
+        got, got_metas = await echo(dut, payloads, metas, rng, p_in, p_out)
+        assert got == payloads and got_metas == metas
 
 
 @cocotb.test()

@@ -154,6 +154,12 @@ def test_accel_against_software(toplevel: str, bench: str) -> None:
     run(toplevel, bench, BUILD / toplevel, PARAMETERS.get(toplevel, {}), env)
 
 
+def test_minmax_cycles() -> None:
+    """Min-max at 1 KB and 16 KB (OffRAC Table 5's sizes): cycles pinned, results against the software."""
+    env = {"OFFRAC_ACCEL_ORACLE": str(accel_oracle())}
+    run("offrac_accel_minmax", "tb_accel_minmax_cycles", BUILD / "minmax-cycles", {"MAX_BEATS": 256}, env)
+
+
 def run(
     toplevel: str,
     bench: str,
