@@ -228,12 +228,15 @@ end
 
 // ---- D1..D56 ---------------------------------------------------------------
 
+// one subtraction a stage: its borrow is the comparison
 integer s;
+reg [54:0] trial;
 always @(posedge clk) begin
     if (adv) begin
         for (s = 1; s <= NDIV; s = s + 1) begin
-            if (rem[s-1] >= {1'b0, dvs[s-1]}) begin
-                rem[s] <= (rem[s-1] - {1'b0, dvs[s-1]}) << 1;
+            trial = {1'b0, rem[s-1]} - {2'b0, dvs[s-1]};
+            if (!trial[54]) begin
+                rem[s] <= {trial[52:0], 1'b0};
                 quo[s] <= {quo[s-1][54:0], 1'b1};
             end else begin
                 rem[s] <= rem[s-1] << 1;
