@@ -19,14 +19,19 @@
  *
  * The payload is buffered (MAX_BEATS x 512 bits, one write port, one
  * registered read port: block RAM) because the output needs min and max of
- * the whole input. Then, one element per cycle from the buffer:
+ * the whole input.
  *   1. min/max exactly as nan_min_max_generic: per lane (element j of each
- *      whole 64-byte beat) over the whole beats, the 16 lanes folded in
- *      order, then the elements of a partial last beat in order. The order
- *      decides which of -0.0 / +0.0 is the minimum, which the output of a
- *      -0.0 element shows, so it is kept, not just the values.
- *   2. each element through offrac_minmax_elem (about 31 cycles each).
- * Throughput is therefore about 32 cycles per element: correctness first.
+ *      whole 64-byte beat) while the beats come in, a beat a cycle; after
+ *      the last beat the 16 lanes folded in order (16 cycles), then the
+ *      elements of a partial last beat in order. The order decides which
+ *      of -0.0 / +0.0 is the minimum, which the output of a -0.0 element
+ *      shows, so it is kept, not just the values.
+ *   2. the elements fed from the buffer to offrac_minmax_elem, a pipeline
+ *      of fixed latency, one a cycle (the next beat read while the current
+ *      one is fed), and its results assembled into beats, each pushed out
+ *      the cycle its last element comes out.
+ * A request of n elements (b beats) takes about b + 16 + n + 64 cycles
+ * with every sink ready: 354 for 1 KB. A stalled sink holds the pipeline.
  *
  * Input beats are assumed as the dispatcher gives them: all but the last
  * full, tkeep a contiguous run from byte 0. Metadata is taken only between
@@ -85,19 +90,15 @@ localparam [7:0]
 localparam [31:0] POS_INF = 32'h7F800000;
 localparam [31:0] NEG_INF = 32'hFF800000;
 
-localparam [3:0]
-    ST_IDLE       = 4'd0,
-    ST_IN         = 4'd1,
-    ST_STATUS     = 4'd2,
-    ST_SCAN_FETCH = 4'd3,
-    ST_SCAN       = 4'd4,
-    ST_REDUCE     = 4'd5,
-    ST_TAIL_FETCH = 4'd6,
-    ST_TAIL       = 4'd7,
-    ST_NORM_FETCH = 4'd8,
-    ST_NORM_SEND  = 4'd9,
-    ST_NORM_WAIT  = 4'd10,
-    ST_NORM_PUSH  = 4'd11;
+localparam [2:0]
+    ST_IDLE   = 3'd0,
+    ST_IN     = 3'd1,
+    ST_STATUS = 3'd2,
+    ST_REDUCE = 3'd3,
+    ST_TAIL   = 3'd4,
+    ST_FETCH  = 3'd5,
+    ST_LOAD   = 3'd6,
+    ST_NORM   = 3'd7;
 
 // IEEE a < b on float32 bits: false with a NaN, -0 == +0
 function lt;
@@ -118,7 +119,7 @@ function lt;
     end
 endfunction
 
-reg [3:0]             state = ST_IDLE;
+reg [2:0]             state = ST_IDLE;
 reg [META_WIDTH-1:0]  meta_word;
 
 // what the input showed
@@ -130,21 +131,26 @@ reg                   inf_found;
 reg [ADDR_WIDTH+3:0]  inf_index;
 reg [KEEP_WIDTH-1:0]  last_keep;
 reg [4:0]             tail_n;         // elements in the last beat, 0..16
+reg [DATA_WIDTH-1:0]  tail_data;      // the last beat, for the tail's min / max
 
 // the buffer
 reg [DATA_WIDTH-1:0]  mem [0:MAX_BEATS-1];
 reg [DATA_WIDTH-1:0]  rd_data;
-reg [ADDR_WIDTH:0]    beat_idx;       // read address (and beat being worked on)
-reg [3:0]             el_idx;
 
 // min / max
 reg [31:0]            lane_lo [0:LANES-1];
 reg [31:0]            lane_hi [0:LANES-1];
-reg [LANES-1:0]       lane_seen;      // an unseen lane is (+inf, -inf)
 reg [31:0]            lo_reg, hi_reg;
+reg [3:0]             el_idx;         // lane being folded, tail element
 
-// outputs
+// the element pass: feeder (buffer -> pipeline) and collector (pipeline -> beats)
+reg [DATA_WIDTH-1:0]  cur;            // the beat being fed
+reg [ADDR_WIDTH:0]    fb;             // its index
+reg [3:0]             fi;             // the element of it fed next
+reg                   feed_done;
 reg [DATA_WIDTH-1:0]  acc;            // the result beat being assembled
+reg [ADDR_WIDTH:0]    ob;             // its index
+reg [3:0]             oi;             // the element of it coming next
 
 wire meta_out_free;   // the output stages (offrac_axis_reg) take a beat
 wire data_out_free;
@@ -183,7 +189,31 @@ always @* begin
     end
 end
 
+// ---- min / max per lane while the beats come in (whole beats only) ------
+
+wire whole_beat = &s_axis_tkeep;
+integer j;
+always @(posedge clk) begin
+    for (j = 0; j < LANES; j = j + 1) begin
+        if (meta_take) begin
+            lane_lo[j] <= POS_INF;
+            lane_hi[j] <= NEG_INF;
+        end else if (data_take && whole_beat) begin
+            // lane j of a whole beat: `if v < m { v } else { m }`
+            if (lt(s_axis_tdata[32*j +: 32], lane_lo[j])) begin
+                lane_lo[j] <= s_axis_tdata[32*j +: 32];
+            end
+            if (lt(lane_hi[j], s_axis_tdata[32*j +: 32])) begin
+                lane_hi[j] <= s_axis_tdata[32*j +: 32];
+            end
+        end
+    end
+end
+
 // ---- the buffer: write while reading in, registered read after -------
+
+wire [ADDR_WIDTH:0] last_beat = n_beats - 1'b1;
+wire [ADDR_WIDTH:0] rd_addr   = (state == ST_NORM) ? fb + 1'b1 : {(ADDR_WIDTH+1){1'b0}};
 
 always @(posedge clk) begin
     if (data_take && !too_large && n_beats != MAX_BEATS) begin
@@ -192,35 +222,51 @@ always @(posedge clk) begin
 end
 
 always @(posedge clk) begin
-    rd_data <= mem[beat_idx[ADDR_WIDTH-1:0]];
+    rd_data <= mem[rd_addr[ADDR_WIDTH-1:0]];
 end
 
-// ---- the element pass ---------------------------------------------------
+// ---- the fold: lanes in order, then the tail -----------------------------
 
-wire [31:0] x_el = rd_data[32*el_idx +: 32];
-wire [31:0] lane_lo_eff = lane_seen[el_idx] ? lane_lo[el_idx] : POS_INF;
-wire [31:0] lane_hi_eff = lane_seen[el_idx] ? lane_hi[el_idx] : NEG_INF;
+wire [31:0] lane_lo_eff = lane_lo[el_idx];
+wire [31:0] lane_hi_eff = lane_hi[el_idx];
+wire [31:0] tail_el     = tail_data[32*el_idx +: 32];
 
-wire [ADDR_WIDTH:0] last_beat = n_beats - 1'b1;
-wire [ADDR_WIDTH:0] n_full    = (tail_n == 5'd16) ? n_beats : last_beat;   // whole beats: lanes
-wire [4:0]          n_el      = (beat_idx == last_beat) ? tail_n : 5'd16;   // elements of this beat
+// ---- the element pipeline -----------------------------------------------
 
+wire [4:0]  n_el_f = (fb == last_beat) ? tail_n : 5'd16;   // elements of the beat fed
+wire [4:0]  n_el_o = (ob == last_beat) ? tail_n : 5'd16;   // of the beat collected
+wire        feeding = state == ST_NORM && !feed_done && n_el_f != 5'd0;
 wire        elem_s_ready;
 wire [31:0] elem_y;
 wire        elem_m_valid;
+wire        o_last_el = {1'b0, oi} == n_el_o - 5'd1;
+wire        elem_m_ready = state == ST_NORM && (!o_last_el || data_out_free);
+wire        feed_take = feeding && elem_s_ready;
+wire        collect   = elem_m_valid && elem_m_ready;
+// a last beat without elements (a payload of whole beats and then an empty one): pushed as it is
+wire        empty_push = state == ST_NORM && ob == last_beat && tail_n == 5'd0;
 
 offrac_minmax_elem u_elem (
     .clk     (clk),
     .rst     (rst),
-    .s_x     (x_el),
+    .s_x     (cur[32*fi +: 32]),
     .s_lo    (lo_reg),
     .s_hi    (hi_reg),
-    .s_valid (state == ST_NORM_SEND),
+    .s_valid (feeding),
     .s_ready (elem_s_ready),
     .m_y     (elem_y),
     .m_valid (elem_m_valid),
-    .m_ready (state == ST_NORM_WAIT)
+    .m_ready (elem_m_ready)
 );
+
+reg [DATA_WIDTH-1:0] out_beat;   // acc with the element arriving now in place
+always @* begin
+    out_beat = acc;
+    out_beat[32*oi +: 32] = elem_y;
+end
+
+wire push = (collect && o_last_el) || empty_push;
+wire push_taken = push && data_out_free;
 
 // ---- the answer -----------------------------------------------------------
 
@@ -269,40 +315,21 @@ always @(posedge clk) begin
                 if (s_axis_tlast) begin
                     last_keep <= s_axis_tkeep;
                     tail_n    <= whole_n;
+                    tail_data <= s_axis_tdata;
                     state     <= ST_STATUS;
                 end
             end
         end
         ST_STATUS: begin
             if (meta_out_free) begin
-                lane_seen <= {LANES{1'b0}};
-                lo_reg    <= POS_INF;
-                hi_reg    <= NEG_INF;
-                beat_idx  <= 0;
-                el_idx    <= 4'd0;
-                if (st_status != STATUS_OK) begin
-                    state <= ST_IDLE;
-                end else begin
-                    state <= (n_full == 0) ? ST_REDUCE : ST_SCAN_FETCH;
-                end
-            end
-        end
-        ST_SCAN_FETCH: begin
-            state <= ST_SCAN;   // rd_data is beat beat_idx from the next cycle
-        end
-        ST_SCAN: begin
-            // lane el_idx of a whole beat: `if v < m { v } else { m }`
-            lane_lo[el_idx]   <= lt(x_el, lane_lo_eff) ? x_el : lane_lo_eff;
-            lane_hi[el_idx]   <= lt(lane_hi_eff, x_el) ? x_el : lane_hi_eff;
-            lane_seen[el_idx] <= 1'b1;
-            el_idx <= el_idx + 4'd1;
-            if (el_idx == 4'd15) begin
-                beat_idx <= beat_idx + 1'b1;
-                state    <= (beat_idx + 1'b1 == n_full) ? ST_REDUCE : ST_SCAN_FETCH;
+                lo_reg <= POS_INF;
+                hi_reg <= NEG_INF;
+                el_idx <= 4'd0;
+                state  <= (st_status != STATUS_OK) ? ST_IDLE : ST_REDUCE;
             end
         end
         ST_REDUCE: begin
-            // the lanes in order, then the tail
+            // the lanes in order
             if (lt(lane_lo_eff, lo_reg)) begin
                 lo_reg <= lane_lo_eff;
             end
@@ -311,52 +338,60 @@ always @(posedge clk) begin
             end
             el_idx <= el_idx + 4'd1;
             if (el_idx == 4'd15) begin
-                beat_idx <= last_beat;
-                if (tail_n == 5'd16 || tail_n == 5'd0) begin
-                    beat_idx <= 0;
-                    state    <= ST_NORM_FETCH;
-                end else begin
-                    state    <= ST_TAIL_FETCH;
-                end
+                state <= (tail_n == 5'd16 || tail_n == 5'd0) ? ST_FETCH : ST_TAIL;
             end
-        end
-        ST_TAIL_FETCH: begin
-            state <= ST_TAIL;
         end
         ST_TAIL: begin
-            if (lt(x_el, lo_reg)) begin
-                lo_reg <= x_el;
+            // then the elements of a partial last beat one by one
+            if (lt(tail_el, lo_reg)) begin
+                lo_reg <= tail_el;
             end
-            if (lt(hi_reg, x_el)) begin
-                hi_reg <= x_el;
+            if (lt(hi_reg, tail_el)) begin
+                hi_reg <= tail_el;
             end
             el_idx <= el_idx + 4'd1;
             if ({1'b0, el_idx} == tail_n - 5'd1) begin
-                el_idx   <= 4'd0;
-                beat_idx <= 0;
-                state    <= ST_NORM_FETCH;
+                state <= ST_FETCH;
             end
         end
-        ST_NORM_FETCH: begin
-            state <= (n_el == 5'd0) ? ST_NORM_PUSH : ST_NORM_SEND;
+        ST_FETCH: begin
+            state <= ST_LOAD;   // rd_data is beat 0 from the next cycle
         end
-        ST_NORM_SEND: begin
-            if (elem_s_ready) begin
-                state <= ST_NORM_WAIT;
+        ST_LOAD: begin
+            cur       <= rd_data;
+            fb        <= 0;
+            fi        <= 4'd0;
+            feed_done <= 1'b0;
+            ob        <= 0;
+            oi        <= 4'd0;
+            state     <= ST_NORM;
+        end
+        default: begin   // ST_NORM
+            if (feed_take) begin
+                fi <= fi + 4'd1;
+                if ({1'b0, fi} == n_el_f - 5'd1) begin
+                    fi <= 4'd0;
+                    if (fb == last_beat) begin
+                        feed_done <= 1'b1;
+                    end else begin
+                        cur <= rd_data;   // beat fb + 1: read since fb changed, at least a cycle ago
+                        fb  <= fb + 1'b1;
+                    end
+                end
             end
-        end
-        ST_NORM_WAIT: begin
-            if (elem_m_valid) begin
-                acc[32*el_idx +: 32] <= elem_y;
-                el_idx <= el_idx + 4'd1;
-                state  <= ({1'b0, el_idx} == n_el - 5'd1) ? ST_NORM_PUSH : ST_NORM_SEND;
+            if (!feed_done && n_el_f == 5'd0) begin
+                feed_done <= 1'b1;
             end
-        end
-        default: begin   // ST_NORM_PUSH
-            if (data_out_free) begin
-                el_idx         <= 4'd0;
-                beat_idx       <= beat_idx + 1'b1;
-                state          <= (beat_idx == last_beat) ? ST_IDLE : ST_NORM_FETCH;
+            if (collect && !o_last_el) begin
+                acc[32*oi +: 32] <= elem_y;
+                oi <= oi + 4'd1;
+            end
+            if (push_taken) begin
+                oi <= 4'd0;
+                ob <= ob + 1'b1;
+                if (ob == last_beat) begin
+                    state <= ST_IDLE;
+                end
             end
         end
     endcase
@@ -375,7 +410,7 @@ offrac_axis_reg #(.WIDTH(META_WIDTH + 40)) meta_out (
 
 offrac_axis_reg #(.WIDTH(DATA_WIDTH + KEEP_WIDTH + 1)) data_out (
     .clk(clk), .rst(rst),
-    .s_tdata({acc, (beat_idx == last_beat) ? last_keep : {KEEP_WIDTH{1'b1}}, beat_idx == last_beat}), .s_tvalid(state == ST_NORM_PUSH), .s_tready(data_out_free),
+    .s_tdata({out_beat, (ob == last_beat) ? last_keep : {KEEP_WIDTH{1'b1}}, ob == last_beat}), .s_tvalid(push), .s_tready(data_out_free),
     .m_tdata({m_axis_tdata, m_axis_tkeep, m_axis_tlast}),
     .m_tvalid(m_axis_tvalid), .m_tready(m_axis_tready)
 );

@@ -2,9 +2,10 @@
  * offrac min-max normalization, one element: y = (x - lo) / (hi - lo) as
  * crates/accel/src/minmax.rs computes it (normalise_generic), bit for bit.
  *
- * - x NaN: y is x quieted (x | 0x00400000), as x86 subss/divss give it.
  * - !(hi > lo) (zero range, or lo = +inf / hi = -inf when every element is
- *   NaN): y = +0.0.
+ *   NaN): y = +0.0, or x itself when x is NaN, signalling ones included (the
+ *   software's `x + 0.0` of a NaN is folded to x by the compiler).
+ * - else x NaN: y is x quieted (x | 0x00400000), as x86 subss/divss give it.
  * - hi - lo finite in float32: y = fl32(fl32(x - lo) / fl32(hi - lo)), each
  *   operation correctly rounded (round to nearest even, subnormals kept).
  * - hi - lo overflows float32: the f64 path, y = fl32(fl64(fl64(x - lo) /
@@ -15,14 +16,26 @@
  * every non-NaN x and neither is infinite when hi > lo (the wrapper refuses
  * infinities); the quotient is then in [0, 1].
  *
- * The subtraction is exact-then-rounded: the larger operand in a 64-bit
- * window, the smaller shifted in with a sticky bit, the result normalized
- * and rounded to 24 or 53 bits with an unbounded exponent (a difference
- * below the normal range is exact, so no subnormal rounding is needed
- * there). The division is restoring, one quotient bit per cycle: 27 bits
- * for float32, 56 for the f64 path, then a sticky bit from the remainder.
- * About 31 cycles per element (60 on the f64 path); one element at a time.
- * The output is one register stage held while the sink stalls.
+ * A fixed-latency pipeline, one element per cycle, LATENCY (61) cycles from
+ * an element taken to its result valid:
+ *   P0      the inputs registered;
+ *   P1      both subtractions exact-then-normalized: the larger operand in a
+ *           64-bit window, the smaller shifted in with a sticky bit (a
+ *           difference below the normal range is exact, so it needs no
+ *           subnormal rounding);
+ *   P2      hi - lo rounded to 24 bits; if that overflows float32, the f64
+ *           path: both differences rounded to 53 bits, else to 24; the
+ *           special cases (NaN, zero range, x - lo = 0) decided here and
+ *           carried beside the divider;
+ *   D1..D56 a restoring divider unrolled, one quotient bit per stage: 56
+ *           bits, what the f64 path needs (53 + guard + normalization);
+ *           the float32 path uses the same 56 bits, the bits past its 27th
+ *           and the remainder only as a sticky bit, which rounds the same;
+ *   R1      the quotient normalized, rounded to 53 bits on the f64 path;
+ *   R2      rounded to float32 (subnormals included): the output register.
+ * The whole pipeline advances together when its last stage is empty or
+ * taken (s_ready = !m_valid || m_ready): a stalled sink holds every stage,
+ * nothing is dropped or overwritten.
  */
 
 `resetall
@@ -46,24 +59,8 @@ module offrac_minmax_elem (
     input  wire         m_ready
 );
 
-localparam [2:0]
-    ST_IDLE = 3'd0,
-    ST_B    = 3'd1,   // range = hi - lo
-    ST_A    = 3'd2,   // numerator = x - lo
-    ST_DIV  = 3'd3,
-    ST_RND  = 3'd4;
-
-reg [2:0]   state = ST_IDLE;
-reg [31:0]  x_reg, lo_reg, hi_reg;
-reg         wide_reg;             // the f64 path: hi - lo overflowed float32
-reg [52:0]  mb_reg;               // range significand, MSB set
-reg signed [11:0] eb_reg;         // range exponent (of the MSB)
-reg signed [11:0] eq_reg;         // quotient exponent before normalization
-reg [53:0]  rem_reg;
-reg [55:0]  q_reg;
-reg [5:0]   cnt_reg;
-reg [31:0]  y_reg;
-reg         y_valid_reg = 1'b0;
+localparam NDIV    = 56;            // quotient bits, one per stage
+localparam LATENCY = NDIV + 5;      // P0, P1, P2, D1..D56, R1, R2
 
 // IEEE a < b on float32 bits: false with a NaN, -0 == +0
 function lt;
@@ -84,168 +81,235 @@ function lt;
     end
 endfunction
 
-wire s_is_nan = s_x[30:23] == 8'hFF && s_x[22:0] != 0;
-
-// ---- subtraction op_x - op_y, rounded to 24 or 53 bits -----------------
-
-wire [31:0] op_x = (state == ST_B) ? hi_reg : x_reg;
-wire [31:0] op_y = lo_reg;
-
-wire [23:0] mx = {op_x[30:23] != 0, op_x[22:0]};
-wire [23:0] my = {op_y[30:23] != 0, op_y[22:0]};
-wire [7:0]  ex = (op_x[30:23] != 0) ? op_x[30:23] : 8'd1;  // value = m * 2^(e - 150)
-wire [7:0]  ey = (op_y[30:23] != 0) ? op_y[30:23] : 8'd1;
-wire        x_big = {ex, mx} >= {ey, my};
-wire [7:0]  e_big = x_big ? ex : ey;
-wire [23:0] m_big = x_big ? mx : my;
-wire [23:0] m_small = x_big ? my : mx;
-wire [7:0]  e_diff = e_big - (x_big ? ey : ex);
-wire [6:0]  shift = (e_diff > 8'd64) ? 7'd64 : e_diff[6:0];
-wire [127:0] small_sh = {m_small, 104'd0} >> shift;
-wire        small_sticky = |small_sh[63:0];
-wire        eff_sub = op_x[31] == op_y[31];
-
-// {carry, 64-bit window, half-LSB}: the sticky as half a unit keeps the
-// rounding of the exact result
-wire [65:0] sum = eff_sub ? {1'b0, m_big, 40'd0, 1'b0} - {1'b0, small_sh[127:64], small_sticky}
-                          : {1'b0, m_big, 40'd0, 1'b0} + {1'b0, small_sh[127:64], small_sticky};
-// sign: of op_x when |op_x| wins or on addition, flipped when |op_y| wins, +0 on exact cancellation
-wire sub_zero = sum == 66'd0;
-wire sub_sign = eff_sub ? (!sub_zero && (x_big ? op_x[31] : !op_x[31])) : op_x[31];
-
-reg [6:0] lz;
-integer k;
-always @* begin
-    lz = 7'd66;
-    for (k = 0; k < 66; k = k + 1) begin
-        if (sum[k]) begin
-            lz = 7'd65 - k[6:0];
+// op_x - op_y exactly, normalized: {zero, sign, exponent of the MSB (12, signed), 66-bit window}
+function [79:0] sub_norm;
+    input [31:0] op_x, op_y;
+    reg [23:0]  mx, my, m_big, m_small;
+    reg [7:0]   ex, ey, e_big, e_diff;
+    reg         x_big, eff_sub, small_sticky, zero, sign;
+    reg [6:0]   shift, lz;
+    reg [127:0] small_sh;
+    reg [65:0]  sum;
+    reg [11:0]  e;
+    integer     k;
+    begin
+        mx = {op_x[30:23] != 0, op_x[22:0]};
+        my = {op_y[30:23] != 0, op_y[22:0]};
+        ex = (op_x[30:23] != 0) ? op_x[30:23] : 8'd1;   // value = m * 2^(e - 150)
+        ey = (op_y[30:23] != 0) ? op_y[30:23] : 8'd1;
+        x_big   = {ex, mx} >= {ey, my};
+        e_big   = x_big ? ex : ey;
+        m_big   = x_big ? mx : my;
+        m_small = x_big ? my : mx;
+        e_diff  = e_big - (x_big ? ey : ex);
+        shift   = (e_diff > 8'd64) ? 7'd64 : e_diff[6:0];
+        small_sh = {m_small, 104'd0} >> shift;
+        small_sticky = |small_sh[63:0];
+        eff_sub = op_x[31] == op_y[31];
+        // {carry, 64-bit window, half-LSB}: the sticky as half a unit keeps the rounding of the exact result
+        sum = eff_sub ? {1'b0, m_big, 40'd0, 1'b0} - {1'b0, small_sh[127:64], small_sticky}
+                      : {1'b0, m_big, 40'd0, 1'b0} + {1'b0, small_sh[127:64], small_sticky};
+        // sign: of op_x when |op_x| wins or on addition, flipped when |op_y| wins, +0 on exact cancellation
+        zero = sum == 66'd0;
+        sign = eff_sub ? (!zero && (x_big ? op_x[31] : !op_x[31])) : op_x[31];
+        lz = 7'd66;
+        for (k = 0; k < 66; k = k + 1) begin
+            if (sum[k]) begin
+                lz = 7'd65 - k[6:0];
+            end
         end
+        // bit 65 of the window is 2^(e_big - 150 + 24), so bit L is 2^(L + e_big - 191)
+        e = {4'd0, e_big} - 12'd126 - {5'd0, lz};
+        sub_norm = {zero, sign, e, sum << lz};
     end
-end
+endfunction
 
-wire [65:0] sum_n = sum << lz;
-// exponent of the MSB: bit 65 of the window is 2^(e_big - 150 + 24), so bit L is 2^(L + e_big - 191)
-wire signed [11:0] sub_e = $signed({4'd0, e_big}) - 12'sd126 - $signed({5'd0, lz});
-
-reg [53:0] sub_m;   // rounded significand at [52:0] (bit 53: rounding carry)
-reg        inc;
-always @* begin
-    if (wide_reg) begin
-        inc   = sum_n[12] && (|sum_n[11:0] || sum_n[13]);
-        sub_m = {1'b0, sum_n[65:13]} + {53'd0, inc};
-    end else begin
-        inc   = sum_n[41] && (|sum_n[40:0] || sum_n[42]);
-        sub_m = {1'b0, sum_n[65:42], 29'd0} + {24'd0, inc, 29'd0};
+// a normalized window rounded to 24 bits (at the top of 53) or to 53: {exponent (12), significand (53)}
+function [64:0] sub_round;
+    input [65:0] sum_n;
+    input [11:0] e;
+    input        wide;
+    reg          inc;
+    reg [53:0]   m;
+    begin
+        if (wide) begin
+            inc = sum_n[12] && (|sum_n[11:0] || sum_n[13]);
+            m   = {1'b0, sum_n[65:13]} + {53'd0, inc};
+        end else begin
+            inc = sum_n[41] && (|sum_n[40:0] || sum_n[42]);
+            m   = {1'b0, sum_n[65:42], 29'd0} + {24'd0, inc, 29'd0};
+        end
+        sub_round = m[53] ? {e + 12'd1, 53'h10000000000000} : {e, m[52:0]};
     end
-end
-wire [52:0] sub_mant = sub_m[53] ? 53'h10000000000000 : sub_m[52:0];
-wire signed [11:0] sub_exp = sub_m[53] ? sub_e + 12'sd1 : sub_e;
-wire sub_overflow = sub_exp > 12'sd127;   // beyond float32: the f64 path
+endfunction
 
-// ---- the quotient, normalized and rounded ------------------------------
+reg [LATENCY-1:0] vld = {LATENCY{1'b0}};   // vld[i]: stage i holds an element
+wire adv = !vld[LATENCY-1] || m_ready;
 
-wire [5:0]  n_bits = wide_reg ? 6'd56 : 6'd27;
-wire [55:0] q_al   = wide_reg ? q_reg : q_reg << 29;
-wire [55:0] q_n    = q_al[55] ? q_al : q_al << 1;
-wire signed [11:0] e_q = q_al[55] ? eq_reg : eq_reg - 12'sd1;
-wire        q_sticky = rem_reg != 0;
+assign s_ready = adv;
 
-// f64 path: round to 53 bits first
-wire        inc53 = q_n[2] && (q_n[1] || q_n[0] || q_sticky || q_n[3]);
-wire [53:0] q53   = {1'b0, q_n[55:3]} + {53'd0, inc53};
-wire [55:0] m_f   = wide_reg ? (q53[53] ? {1'b1, 55'd0} : {q53[52:0], 3'd0}) : q_n;
-wire signed [11:0] e_f = (wide_reg && q53[53]) ? e_q + 12'sd1 : e_q;
-wire        st_f  = wide_reg ? 1'b0 : q_sticky;
+// ---- P0 --------------------------------------------------------------------
 
-// then to float32, subnormals included
-wire        f_sub   = e_f < -12'sd126;
-wire signed [11:0] f_sh_full = -12'sd126 - e_f;
-wire [5:0]  f_sh    = !f_sub ? 6'd0 : (f_sh_full > 12'sd63 ? 6'd63 : f_sh_full[5:0]);
-wire [127:0] f_tmp  = {m_f, 72'd0} >> f_sh;
-wire        f_guard = f_tmp[103];
-wire        f_stk   = |f_tmp[102:0] || st_f;
-wire [24:0] f_round = {1'b0, f_tmp[127:104]} + {24'd0, f_guard && (f_stk || f_tmp[104])};
-wire [11:0] f_ebits = e_f + 12'sd126;
-wire [31:0] f_bits  = (f_sub ? 32'd0 : {1'b0, f_ebits[7:0], 23'd0}) + {7'd0, f_round};
-
-// ---- control -----------------------------------------------------------
-
-assign s_ready = (state == ST_IDLE) && !y_valid_reg;
+reg [31:0] x0, lo0, hi0;
 
 always @(posedge clk) begin
-    if (m_ready) begin
-        y_valid_reg <= 1'b0;
+    if (adv) begin
+        x0  <= s_x;
+        lo0 <= s_lo;
+        hi0 <= s_hi;
     end
+end
 
-    case (state)
-        ST_IDLE: begin
-            if (s_valid && s_ready) begin
-                x_reg    <= s_x;
-                lo_reg   <= s_lo;
-                hi_reg   <= s_hi;
-                wide_reg <= 1'b0;
-                if (s_is_nan) begin
-                    y_reg       <= s_x | 32'h00400000;
-                    y_valid_reg <= 1'b1;
-                end else if (!lt(s_lo, s_hi)) begin
-                    y_reg       <= 32'd0;
-                    y_valid_reg <= 1'b1;
-                end else begin
-                    state <= ST_B;
-                end
-            end
-        end
-        ST_B: begin
-            if (!wide_reg && sub_overflow) begin
-                wide_reg <= 1'b1;   // again, rounded to 53 bits
-            end else begin
-                mb_reg <= sub_mant;
-                eb_reg <= sub_exp;
-                state  <= ST_A;
-            end
-        end
-        ST_A: begin
-            if (sub_zero) begin
-                y_reg       <= {sub_sign, 31'd0};
-                y_valid_reg <= 1'b1;
-                state       <= ST_IDLE;
-            end else begin
-                rem_reg <= {1'b0, sub_mant};
-                eq_reg  <= sub_exp - eb_reg;
-                q_reg   <= 56'd0;
-                cnt_reg <= 6'd0;
-                state   <= ST_DIV;
-            end
-        end
-        ST_DIV: begin
-            if (rem_reg >= {1'b0, mb_reg}) begin
-                rem_reg <= (rem_reg - {1'b0, mb_reg}) << 1;
-                q_reg   <= {q_reg[54:0], 1'b1};
-            end else begin
-                rem_reg <= rem_reg << 1;
-                q_reg   <= {q_reg[54:0], 1'b0};
-            end
-            cnt_reg <= cnt_reg + 6'd1;
-            if (cnt_reg == n_bits - 6'd1) begin
-                state <= ST_RND;
-            end
-        end
-        default: begin   // ST_RND
-            y_reg       <= f_bits;
-            y_valid_reg <= 1'b1;
-            state       <= ST_IDLE;
-        end
-    endcase
+// ---- P1: both subtractions ------------------------------------------------
 
+wire [79:0] b_full = sub_norm(hi0, lo0);
+wire [79:0] a_full = sub_norm(x0, lo0);
+
+reg [65:0]  b_win1, a_win1;
+reg [11:0]  b_e1, a_e1;
+reg         a_zero1, a_sign1;
+reg         byp1;             // the result is decided without the divider
+wire        x_nan0 = x0[30:23] == 8'hFF && x0[22:0] != 0;
+reg [31:0]  byp_y1;
+
+always @(posedge clk) begin
+    if (adv) begin
+        b_win1  <= b_full[65:0];
+        b_e1    <= b_full[77:66];
+        a_win1  <= a_full[65:0];
+        a_e1    <= a_full[77:66];
+        a_zero1 <= a_full[79];
+        a_sign1 <= a_full[78];
+        if (!lt(lo0, hi0)) begin
+            // `if x.is_nan() { x + 0.0 } else { 0.0 }`: the shipping build folds `x + 0.0` of a NaN
+            // to x, so a signalling NaN stays signalling here (accel_oracle shows it)
+            byp1   <= 1'b1;
+            byp_y1 <= x_nan0 ? x0 : 32'd0;
+        end else if (x_nan0) begin
+            byp1   <= 1'b1;
+            byp_y1 <= x0 | 32'h00400000;
+        end else begin
+            byp1   <= 1'b0;
+            byp_y1 <= 32'd0;
+        end
+    end
+end
+
+// ---- P2: rounding, the f64 path's choice, the divider's operands ----------
+
+wire [64:0] b24 = sub_round(b_win1, b_e1, 1'b0);
+wire [64:0] b53 = sub_round(b_win1, b_e1, 1'b1);
+wire [64:0] a24 = sub_round(a_win1, a_e1, 1'b0);
+wire [64:0] a53 = sub_round(a_win1, a_e1, 1'b1);
+wire        wide_now = $signed(b24[64:53]) > 12'sd127;   // hi - lo overflows float32
+wire [64:0] b_r = wide_now ? b53 : b24;
+wire [64:0] a_r = wide_now ? a53 : a24;
+
+// the divider, stage k (0: its input)
+reg [53:0]  rem  [0:NDIV];
+reg [55:0]  quo  [0:NDIV];
+reg [52:0]  dvs  [0:NDIV];
+reg [11:0]  eq   [0:NDIV];    // quotient exponent before normalization
+reg         wide [0:NDIV];
+reg         byp  [0:NDIV];
+reg [31:0]  byp_y[0:NDIV];
+
+always @(posedge clk) begin
+    if (adv) begin
+        rem[0]   <= {1'b0, a_r[52:0]};
+        quo[0]   <= 56'd0;
+        dvs[0]   <= b_r[52:0];
+        eq[0]    <= a_r[64:53] - b_r[64:53];
+        wide[0]  <= wide_now;
+        byp[0]   <= byp1 || a_zero1;
+        byp_y[0] <= byp1 ? byp_y1 : {a_sign1, 31'd0};
+    end
+end
+
+// ---- D1..D56 ---------------------------------------------------------------
+
+// one subtraction a stage: its borrow is the comparison
+integer s;
+reg [54:0] trial;
+always @(posedge clk) begin
+    if (adv) begin
+        for (s = 1; s <= NDIV; s = s + 1) begin
+            trial = {1'b0, rem[s-1]} - {2'b0, dvs[s-1]};
+            if (!trial[54]) begin
+                rem[s] <= {trial[52:0], 1'b0};
+                quo[s] <= {quo[s-1][54:0], 1'b1};
+            end else begin
+                rem[s] <= rem[s-1] << 1;
+                quo[s] <= {quo[s-1][54:0], 1'b0};
+            end
+            dvs[s]   <= dvs[s-1];
+            eq[s]    <= eq[s-1];
+            wide[s]  <= wide[s-1];
+            byp[s]   <= byp[s-1];
+            byp_y[s] <= byp_y[s-1];
+        end
+    end
+end
+
+// ---- R1: normalized, rounded to 53 bits on the f64 path --------------------
+
+wire [55:0] q_al  = quo[NDIV];
+wire        wq    = wide[NDIV];
+wire [55:0] q_n   = q_al[55] ? q_al : q_al << 1;
+wire [11:0] e_q   = q_al[55] ? eq[NDIV] : eq[NDIV] - 12'd1;
+wire        q_sticky = rem[NDIV] != 0;
+wire        inc53 = q_n[2] && (q_n[1] || q_n[0] || q_sticky || q_n[3]);
+wire [53:0] q53   = {1'b0, q_n[55:3]} + {53'd0, inc53};
+
+reg [55:0]  m_f;
+reg [11:0]  e_f;
+reg         st_f;
+reg         byp_r;
+reg [31:0]  byp_y_r;
+
+always @(posedge clk) begin
+    if (adv) begin
+        m_f     <= wq ? (q53[53] ? {1'b1, 55'd0} : {q53[52:0], 3'd0}) : q_n;
+        e_f     <= (wq && q53[53]) ? e_q + 12'd1 : e_q;
+        st_f    <= wq ? 1'b0 : q_sticky;
+        byp_r   <= byp[NDIV];
+        byp_y_r <= byp_y[NDIV];
+    end
+end
+
+// ---- R2: float32, subnormals included ---------------------------------------
+
+wire        f_sub     = $signed(e_f) < -12'sd126;
+wire [11:0] f_sh_full = -12'd126 - e_f;
+wire [5:0]  f_sh      = !f_sub ? 6'd0 : ($signed(f_sh_full) > 12'sd63 ? 6'd63 : f_sh_full[5:0]);
+wire [127:0] f_tmp    = {m_f, 72'd0} >> f_sh;
+wire        f_guard   = f_tmp[103];
+wire        f_stk     = |f_tmp[102:0] || st_f;
+wire [24:0] f_round   = {1'b0, f_tmp[127:104]} + {24'd0, f_guard && (f_stk || f_tmp[104])};
+wire [11:0] f_ebits   = e_f + 12'd126;
+wire [31:0] f_bits    = (f_sub ? 32'd0 : {1'b0, f_ebits[7:0], 23'd0}) + {7'd0, f_round};
+
+reg [31:0] y_reg;
+
+always @(posedge clk) begin
+    if (adv) begin
+        y_reg <= byp_r ? byp_y_r : f_bits;
+    end
+end
+
+// ---- valid bits ---------------------------------------------------------------
+
+always @(posedge clk) begin
+    if (adv) begin
+        vld <= {vld[LATENCY-2:0], s_valid};
+    end
     if (rst) begin
-        state       <= ST_IDLE;
-        y_valid_reg <= 1'b0;
+        vld <= {LATENCY{1'b0}};
     end
 end
 
 assign m_y     = y_reg;
-assign m_valid = y_valid_reg;
+assign m_valid = vld[LATENCY-1];
 
 endmodule
 

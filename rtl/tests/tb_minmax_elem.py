@@ -1,4 +1,7 @@
-"""cocotb testbench of rtl/offrac_minmax_elem.v: (x - lo) / (hi - lo) bit for bit against numpy float32."""
+"""cocotb testbench of rtl/offrac_minmax_elem.v: (x - lo) / (hi - lo) bit for bit against numpy float32.
+
+The unit is a pipeline of fixed latency (LATENCY cycles, one element a cycle); fixed_latency pins it.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ NEG_MAX = 0xFF7FFFFF
 INF = 0x7F800000
 NEG_INF = 0xFF800000
 ONE = 0x3F800000
+LATENCY = 61  # cycles from an element taken to its result valid (offrac_minmax_elem.v)
 
 # (x, lo, hi) the random draws may miss: zeros of both signs, the f64 path at its extremes,
 # quotients that round to a subnormal or to zero, the all-NaN request (lo = +inf, hi = -inf)
@@ -133,16 +137,49 @@ async def backpressure(dut: Any) -> None:
 
 
 @cocotb.test()
+async def fixed_latency(dut: Any) -> None:
+    """Back to back, the sink ready: an element taken every cycle, each out exactly LATENCY cycles later."""
+    drive(dut, None)
+    await start(dut)
+    rng = random.Random(44)
+    triples = EDGES + random_triples(rng, 200)
+    dut.m_ready.value = 1
+    taken: list[int] = []
+    out: list[tuple[int, int]] = []
+    for t in range(len(triples) + LATENCY + 5):
+        drive(dut, triples[len(taken)] if len(taken) < len(triples) else None)
+        await ReadOnly()
+        if len(taken) < len(triples):
+            assert sig(dut.s_ready), f"not ready at cycle {t} with the sink ready"
+            taken.append(t)
+        if sig(dut.m_valid):
+            out.append((t, sig(dut.m_y)))
+        await FallingEdge(dut.clk)
+    assert len(out) == len(triples)
+    for i, (t_in, (t_out, y), tr) in enumerate(zip(taken, out, triples, strict=True)):
+        assert t_out - t_in == LATENCY, f"element {i}: {t_out - t_in} cycles"
+        assert y == expected(tr), f"element {i}: {y:08x}, want {expected(tr):08x}"
+
+
+@cocotb.test()
 async def reset_mid_division(dut: Any) -> None:
-    """Reset while an element is being divided: nothing comes out, the next elements are right."""
+    """Reset with one element held on a stalled sink and one in the middle of the divider: nothing comes
+    out, the next elements are right."""
     drive(dut, None)
     await start(dut)
     dut.m_ready.value = 1
-    drive(dut, (0x3F900000, ONE, 0x40000000))
-    await FallingEdge(dut.clk)
-    drive(dut, None)
-    for _ in range(10):
+    for gap in (20, 0):
+        drive(dut, (0x3F900000, ONE, 0x40000000))
         await FallingEdge(dut.clk)
+        drive(dut, None)
+        for _ in range(gap):
+            await FallingEdge(dut.clk)
+    dut.m_ready.value = 0
+    for _ in range(LATENCY):
+        await FallingEdge(dut.clk)
+    await ReadOnly()
+    assert sig(dut.m_valid) and not sig(dut.s_ready), "the first element is not held on the stalled sink"
+    await FallingEdge(dut.clk)
     dut.rst.value = 1
     await RisingEdge(dut.clk)
     await FallingEdge(dut.clk)
