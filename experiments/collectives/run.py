@@ -13,7 +13,8 @@ sum of float32) at 1 KiB .. 16 MiB per rank, in one run:
   that runs each in the namespace owning the host's address (``ip netns exec``); the ranks
   use the TCP BTL (``--mca btl tcp,self``) on the hosts' bridge subnet only
   (``btl_tcp_if_include``, ``oob_tcp_if_include``) and yield when idle
-  (``mpi_yield_when_idle 1``: the hosts share the machine's cores).
+  (``mpi_yield_when_idle 1``: the hosts share the machine's cores). The nodes likewise
+  sleep when idle (``[io] mode = "blocking"``; ``--io-mode poll`` busy-polls instead).
 
 Latency: per iteration the slowest rank's time (the ranks line up before each iteration),
 median over iterations. MB/s: bytes per rank / latency. Ratios offrac / MPI (< 1: offrac
