@@ -13,7 +13,8 @@ sum of float32) at 1 KiB .. 16 MiB per rank, in one run:
   that runs each in the namespace owning the host's address (``ip netns exec``); the ranks
   use the TCP BTL (``--mca btl tcp,self``) on the hosts' bridge subnet only
   (``btl_tcp_if_include``, ``oob_tcp_if_include``) and yield when idle
-  (``mpi_yield_when_idle 1``: the hosts share the machine's cores).
+  (``mpi_yield_when_idle 1``: the hosts share the machine's cores). The nodes likewise
+  sleep when idle (``[io] mode = "blocking"``; ``--io-mode poll`` busy-polls instead).
 
 Latency: per iteration the slowest rank's time (the ranks line up before each iteration),
 median over iterations. MB/s: bytes per rank / latency. Ratios offrac / MPI (< 1: offrac
@@ -57,18 +58,19 @@ MAX_PAYLOAD = 160 << 20
 MPI_TIMEOUT_S = 240
 
 
-def node_config(hosts: Hosts, me: int, n: int) -> str:
+def node_config(hosts: Hosts, me: int, n: int, io_mode: str) -> str:
     peers = devices(hosts, me, n, PORT)
     return (
         f'device_id = {me}\nmax_payload = {MAX_PAYLOAD}\n[metrics]\nlisten = ""\n'
+        f'[io]\nmode = "{io_mode}"\n'
         f"[pool]\nbuffers = 8\nbuffer_bytes = {MAX_PAYLOAD}\n"
         f"[selector]\nslot_queue_bytes = {MAX_PAYLOAD}\n"
         f"[named_buffers]\nmax_bytes = {1 << 30}\n{peers}"
     )
 
 
-def start_nodes(hosts: Hosts, n: int, tmp: Path) -> list[subprocess.Popen[str]]:
-    return start_linked_nodes(hosts, [node_config(hosts, i, n) for i in range(n)], PORT, tmp)
+def start_nodes(hosts: Hosts, n: int, tmp: Path, io_mode: str) -> list[subprocess.Popen[str]]:
+    return start_linked_nodes(hosts, [node_config(hosts, i, n, io_mode) for i in range(n)], PORT, tmp)
 
 
 def latency(lines: list[dict[str, object]], nbytes: int) -> float:
@@ -193,6 +195,13 @@ def main() -> None:
     )
     ap.add_argument("--sizes", default=None, help="bytes per rank, comma-separated")
     ap.add_argument("--json", type=Path, default=None, help="also write the rows here")
+    ap.add_argument(
+        "--io-mode",
+        choices=["blocking", "poll"],
+        default="blocking",
+        help="the nodes' [io] mode (default blocking: sleep when idle, as the MPI ranks yield; "
+        "poll busy-polls spin_us after each event, which starves the other hosts on shared cores)",
+    )
     a = ap.parse_args()
     ranks = [int(r) for r in (a.ranks or ("2,4" if a.quick else "2,4,8")).split(",")]
     reps = a.reps or (5 if a.quick else 20)
@@ -202,7 +211,10 @@ def main() -> None:
         sizes = [KIB, 64 * KIB, 1 << 20, 16 << 20] if a.quick else SIZES
     variants = a.variants.split(",")
     load = os.getloadavg()
-    print(f"load average at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}", flush=True)
+    print(
+        f"load average at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; nodes' io mode {a.io_mode}",
+        flush=True,
+    )
     hosts = Hosts(max(ranks))
     rows: list[dict[str, object]] = []
     runs = 0
@@ -210,7 +222,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as d:
             tmp = Path(d)
             for n in ranks:
-                nodes = start_nodes(hosts, n, tmp)
+                nodes = start_nodes(hosts, n, tmp, a.io_mode)
                 try:
                     for op in a.ops.split(","):
                         got: dict[str, list[dict[str, object]]] = {}

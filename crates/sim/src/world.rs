@@ -83,6 +83,10 @@ pub struct WorldConfig {
     pub rto_ns: Nanos,
     /// Hand-off from the I/O thread to a slot's worker thread.
     pub handoff_ns: Nanos,
+    /// Time the node's I/O thread takes per write (a send on a core it
+    /// shares with the other hosts): the writes of one turn leave one after
+    /// another, so their order is when each reaches its peer (0: all at once).
+    pub write_ns: Nanos,
     /// A swap's install step (instantiate and warm the new function): the
     /// node measures ~1 µs for a built-in and ~12 µs for a WebAssembly
     /// module (`docs/control.md`); OffRAC's Table 6 is 1.83–5.41 ms.
@@ -119,6 +123,7 @@ impl WorldConfig {
             loss: 0.0,
             rto_ns: 200_000_000,
             handoff_ns: 3_000,
+            write_ns: 0,
             install_ns: 12_000,
             exec: ExecModel::default(),
             read_chunk: 64 * 1024,
@@ -216,6 +221,8 @@ pub struct SimNode {
     /// a slot being installed (the job would meet the new function): checked.
     running: Vec<u32>,
     installing: Vec<bool>,
+    /// Until when the I/O thread is busy with the writes it issued (`write_ns`).
+    io_free: Nanos,
 }
 
 impl SimNode {
@@ -232,6 +239,7 @@ impl SimNode {
             timer_at: None,
             down: false,
             finished_at: None,
+            io_free: 0,
         })
     }
 
@@ -336,8 +344,13 @@ impl World {
 
     /// The client writes `bytes` now; they arrive as seeded random segments.
     pub fn send(&mut self, client: usize, bytes: &[u8]) {
+        self.send_from(self.now, client, bytes);
+    }
+
+    /// `bytes` leave at `from` (now, or later when the node's writes queue).
+    fn send_from(&mut self, from: Nanos, client: usize, bytes: &[u8]) {
         let mut rest = bytes;
-        let mut t = (self.now + self.cfg.link_ns).max(self.clients[client].last_arrival);
+        let mut t = (from + self.cfg.link_ns).max(self.clients[client].last_arrival);
         while !rest.is_empty() {
             let n = 1 + (self.rng.next_u64() as usize) % self.cfg.max_segment.max(1);
             let (seg, tail) = rest.split_at(n.min(rest.len()));
@@ -365,8 +378,11 @@ impl World {
     /// When bytes (or an end of stream) written by a node now reach client
     /// `c`, in order after what was written before.
     fn delivery_time(&mut self, c: usize, len: usize) -> Nanos {
-        let t =
-            (self.now + self.cfg.link_ns).max(self.clients[c].last_delivery) + self.wire_delay(len);
+        self.delivery_time_from(self.now, c, len)
+    }
+
+    fn delivery_time_from(&mut self, from: Nanos, c: usize, len: usize) -> Nanos {
+        let t = (from + self.cfg.link_ns).max(self.clients[c].last_delivery) + self.wire_delay(len);
         self.clients[c].last_delivery = t;
         t
     }
@@ -844,7 +860,8 @@ impl World {
                     if let Some(&c) = self.link_clients.get(&(node, link)) {
                         let mut bytes = header.encode_wire()[..header.wire_len()].to_vec();
                         bytes.extend_from_slice(&payload);
-                        self.send(c, &bytes);
+                        let from = self.write_done(node);
+                        self.send_from(from, c, &bytes);
                     }
                 }
                 Io::CloseLink { link } => {
@@ -942,8 +959,20 @@ impl World {
             let now = self.instant();
             self.nodes[node].driver.handle_backlog(now, conn, unread);
         }
-        let t = self.delivery_time(c, bytes.len());
+        let from = self.write_done(node);
+        let t = self.delivery_time_from(from, c, bytes.len());
         self.at(t, Ev::ToClient(c, Some(bytes)));
+    }
+
+    /// When a write `node` issues now has left (`write_ns` after the
+    /// writes before it).
+    fn write_done(&mut self, node: usize) -> Nanos {
+        let n = &mut self.nodes[node];
+        if n.cfg.write_ns == 0 {
+            return self.now;
+        }
+        n.io_free = n.io_free.max(self.now) + n.cfg.write_ns;
+        n.io_free
     }
 
     fn deliver(&mut self, c: usize, bytes: Option<Vec<u8>>) {

@@ -135,6 +135,12 @@ impl Driver {
                 Ok(()) => (Status::Ok, String::new()),
                 Err(e) => (Status::BadInput, e.to_string()),
             };
+            // What the message set going first (the next step's data to the
+            // peers, a finished call's answer to its client), the sender's
+            // acknowledgement last: nobody waits for it, and writing it
+            // wakes the sender's node, which on shared cores may take the
+            // core before the waiting rank's answer is out.
+            self.collective_outs(now);
             let me = self.engine.config().device_id;
             let header = ResponseHeader::answer(&job.header, status, me, msg.len() as u32);
             self.out.push_back(Io::Send {
@@ -142,6 +148,7 @@ impl Driver {
                 header,
                 payload: msg.into_bytes(),
             });
+            return;
         }
         self.collective_outs(now);
     }

@@ -1,0 +1,117 @@
+//! Collectives between the node's own drivers under virtual time
+//! (`docs/collectives.md`): where a node's writes sit on the critical path
+//! of a small collective. Each node's I/O thread takes `write_ns` per write
+//! (a send on cores the hosts share), so the order of a turn's writes is
+//! when each reaches its peer.
+
+mod common;
+
+use common::for_seeds;
+use offrac_collective::{Algorithm, Descriptor, Dtype, Kind, Members, Op, RedOp};
+use offrac_core::EngineConfig;
+use offrac_node::PeerConfig;
+use offrac_proto::{RequestHeader, Status, FN_COLLECTIVE};
+use offrac_sim::world::{node_addr, World, WorldConfig};
+
+const US: u64 = 1_000;
+const MS: u64 = 1_000_000;
+const LINK_NS: u64 = 5 * US;
+const WRITE_NS: u64 = 50 * US;
+
+fn cluster(seed: u64, n: usize) -> World {
+    let cfgs = (0..n)
+        .map(|i| {
+            let mut e = EngineConfig {
+                device_id: i as u8,
+                ..EngineConfig::default()
+            };
+            e.peers = (0..n).filter(|&j| j != i).map(|j| j as u8).collect();
+            let mut c = WorldConfig::new(e, seed);
+            c.driver.peers = (0..n)
+                .filter(|&j| j != i)
+                .map(|j| PeerConfig {
+                    device: j as u8,
+                    addr: node_addr(j),
+                })
+                .collect();
+            c.link_ns = LINK_NS;
+            c.write_ns = WRITE_NS;
+            c
+        })
+        .collect();
+    World::cluster(cfgs).expect("valid configuration")
+}
+
+/// A client's call: broadcast of `count` i32 from rank 0 of `n` ranks
+/// (`data`: the root's, empty elsewhere).
+fn bcast(id: u64, tag: u64, n: usize, count: usize, data: &[i32]) -> Vec<u8> {
+    let devices: Vec<u8> = (0..n as u8).collect();
+    let d = Descriptor {
+        kind: Kind::Call,
+        op: Op::Broadcast,
+        dtype: Dtype::I32,
+        redop: RedOp::None,
+        root: 0,
+        algorithm: Algorithm::OneToAll,
+        src: 0,
+        tag,
+        count: count as u32,
+        step: 0,
+        offset: 0,
+        timeout_ms: 1000,
+        members: Members::of(&devices),
+    };
+    let mut payload = d.encode().to_vec();
+    payload.extend(data.iter().flat_map(|x| x.to_le_bytes()));
+    let mut b = RequestHeader::single(id, FN_COLLECTIVE, 0, payload.len() as u32)
+        .encode()
+        .to_vec();
+    b.extend(payload);
+    b
+}
+
+#[test]
+fn a_small_broadcast_answers_the_waiting_rank_before_acknowledging_the_data() {
+    for_seeds(|seed| {
+        for n in [2usize, 4] {
+            let mut w = cluster(seed, n);
+            w.run_for(5 * MS); // the links come up
+            let clients: Vec<usize> = (0..n).map(|i| w.connect_to(i)).collect();
+            w.run_for(MS);
+            let data: Vec<i32> = (0..256).collect();
+            // The other ranks wait first; the root calls later.
+            for &c in &clients[1..] {
+                w.send(c, &bcast(1, 7, n, data.len(), &[]));
+            }
+            w.run_for(MS);
+            let called = w.now();
+            w.send(clients[0], &bcast(1, 7, n, data.len(), &data));
+            w.run_for(20 * MS);
+            let want: Vec<u8> = data.iter().flat_map(|x| x.to_le_bytes()).collect();
+            for (r, &c) in clients.iter().enumerate() {
+                let a = w.answers_to(c, 1);
+                assert_eq!(a.len(), 1, "rank {r}: {a:?}");
+                assert_eq!(a[0].header.status, Status::Ok, "rank {r}");
+                if r > 0 {
+                    assert_eq!(a[0].payload, want, "rank {r}");
+                }
+            }
+            // The root's node writes the data to the n-1 peers (one write
+            // each), then answers its client. A waiting rank's node writes its
+            // client's answer first: its acknowledgement of the data is
+            // nobody's wait. So the last rank hears within the root's n-1
+            // writes and one of its own, two link latencies, and the
+            // segments' jitter.
+            let bound = called + LINK_NS + (n as u64 - 1) * WRITE_NS + LINK_NS + WRITE_NS + LINK_NS;
+            for (r, &c) in clients.iter().enumerate().skip(1) {
+                let at = w.answers_to(c, 1)[0].at;
+                assert!(
+                    at <= bound + 20 * US,
+                    "n={n}: rank {r} answered {} µs after the root's call (bound {} µs)",
+                    (at - called) / US,
+                    (bound - called) / US
+                );
+            }
+        }
+    });
+}
