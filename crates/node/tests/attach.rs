@@ -393,6 +393,43 @@ fn on_several_loops_every_connection_gets_its_timeout_and_its_answers() {
     node.shutdown().unwrap();
 }
 
+/// Clients that send their requests and half-close at once: the request
+/// bytes and the end of stream often arrive together, and the driver (which
+/// takes a short read as having emptied the socket) must still see the end
+/// and close after answering, on one loop and on several, sleeping in
+/// epoll or busy-polling (`spin_us`).
+#[test]
+fn a_client_that_sends_and_half_closes_gets_its_answers_then_a_close() {
+    let Some(mc) = memcached() else { return };
+    for extra in ["", "loops = 2\n", "loops = 2\nspin_us = 300\n"] {
+        let (node, addr) = node_for(mc.port, extra);
+        let mut r = BufReader::new(connect(addr));
+        assert_eq!(ask(&mut r, b"set h 0 0 2\r\nhi\r\n", |_| true), ["STORED"]);
+        let clients: Vec<_> = (0..40)
+            .map(|i| {
+                std::thread::spawn(move || {
+                    let mut s = connect(addr);
+                    // Half of them ask for a miss, so the answer comes from memcached.
+                    let req = if i % 2 == 0 {
+                        "get h\r\n"
+                    } else {
+                        "get h nope\r\n"
+                    };
+                    s.write_all(req.as_bytes()).unwrap();
+                    s.shutdown(std::net::Shutdown::Write).unwrap();
+                    let mut all = String::new();
+                    s.read_to_string(&mut all).expect("answer, then close");
+                    all
+                })
+            })
+            .collect();
+        for c in clients {
+            assert_eq!(c.join().unwrap(), "VALUE h 0 2\r\nhi\r\nEND\r\n", "{extra}");
+        }
+        node.shutdown().unwrap();
+    }
+}
+
 #[test]
 fn a_bad_attach_config_is_named() {
     for (bad, want) in [
@@ -409,6 +446,10 @@ fn a_bad_attach_config_is_named() {
         (
             "[[attach]]\nlisten = \"127.0.0.1:0\"\nfunction = \"jwt\"\nbackend = \"a:1\"\nsecret = \"s\"\nloops = 65",
             "loops must be at most 64",
+        ),
+        (
+            "[[attach]]\nlisten = \"127.0.0.1:0\"\nfunction = \"memcached_cache\"\nbackend = \"a:1\"\nspin_us = 20000",
+            "spin_us must be at most 10000",
         ),
     ] {
         let e = NodeConfig::parse(bad).unwrap_err().to_string();

@@ -104,6 +104,17 @@ impl<M> Shared<M> {
     }
 }
 
+/// What every loop of an address is told.
+#[derive(Debug, Clone, Copy)]
+pub struct LoopSettings {
+    pub backend: SocketAddr,
+    pub max_connections: usize,
+    /// After a turn that had work, poll without sleeping for this long before
+    /// blocking (0: never): the next message is seen without a wake-up, at
+    /// the price of a busy CPU meanwhile.
+    pub spin: Duration,
+}
+
 pub struct Driver<M> {
     poll: Poll,
     /// Loop 0's: it accepts for all loops.
@@ -113,6 +124,7 @@ pub struct Driver<M> {
     me: usize,
     backend: SocketAddr,
     max_connections: usize,
+    spin: Duration,
     stop: Arc<AtomicBool>,
     pairs: Vec<Option<Pair>>,
     buf: Vec<u8>,
@@ -183,8 +195,7 @@ impl<M: InlineMachine> Driver<M> {
         listener: Option<TcpListener>,
         shared: Arc<Shared<M>>,
         me: usize,
-        backend: SocketAddr,
-        max_connections: usize,
+        settings: LoopSettings,
         stop: Arc<AtomicBool>,
     ) -> Self {
         Driver {
@@ -192,8 +203,9 @@ impl<M: InlineMachine> Driver<M> {
             listener,
             shared,
             me,
-            backend,
-            max_connections,
+            backend: settings.backend,
+            max_connections: settings.max_connections,
+            spin: settings.spin,
             stop,
             pairs: Vec::new(),
             buf: vec![0; READ_CHUNK],
@@ -205,8 +217,10 @@ impl<M: InlineMachine> Driver<M> {
         let mut events = Events::with_capacity(1024);
         let mut touched = Vec::new();
         let mut wake = Vec::new();
+        let mut spin_until: Option<Instant> = None;
         while !self.stop.load(Ordering::SeqCst) {
-            let wait = if self.again.is_empty() {
+            let spinning = spin_until.is_some_and(|t| Instant::now() < t);
+            let wait = if self.again.is_empty() && !spinning {
                 Duration::from_millis(50)
             } else {
                 Duration::ZERO
@@ -218,7 +232,14 @@ impl<M: InlineMachine> Driver<M> {
                 tracing::error!(error = %e, "attach: poll failed; the loop stops");
                 return;
             }
+            if spinning && events.is_empty() && self.again.is_empty() {
+                std::hint::spin_loop();
+                continue;
+            }
             let now = Now::read();
+            if !self.spin.is_zero() && !events.is_empty() {
+                spin_until = Some(now.mono + self.spin);
+            }
             touched.clear();
             touched.append(&mut self.again);
             for ev in events.iter() {
@@ -703,7 +724,12 @@ mod tests {
         };
         let backend = "127.0.0.1:9".parse().unwrap();
         let shared = Arc::new(Shared::new(machine, vec![waker]));
-        let driver = Driver::new(poll, Some(listener), shared, 0, backend, 4, stop.clone());
+        let settings = LoopSettings {
+            backend,
+            max_connections: 4,
+            spin: Duration::ZERO,
+        };
+        let driver = Driver::new(poll, Some(listener), shared, 0, settings, stop.clone());
         let thread = std::thread::spawn(move || driver.run());
         client
             .set_read_timeout(Some(Duration::from_secs(3)))

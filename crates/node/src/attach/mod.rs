@@ -59,6 +59,8 @@ pub struct AttachConfig {
     pub max_connections: usize,
     /// Event loops (threads) serving the address, sharing its machine.
     pub loops: usize,
+    /// How long a loop polls without sleeping after a turn with work (0: never).
+    pub spin: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -102,6 +104,9 @@ pub struct RawAttach {
     max_connections: usize,
     #[serde(default = "default_loops")]
     loops: usize,
+    /// Microseconds a loop busy-polls after a turn with work before sleeping.
+    #[serde(default)]
+    spin_us: u64,
     // memcached_cache
     capacity_bytes: Option<usize>,
     max_value_bytes: Option<usize>,
@@ -130,6 +135,8 @@ fn default_max_connections() -> usize {
 pub const DEFAULT_LOOPS: usize = 1;
 /// More loops than this gains nothing and costs a thread each.
 pub const MAX_LOOPS: usize = 64;
+/// Busy-polling longer than this is a core given away, not a wake-up saved.
+pub const MAX_SPIN_US: u64 = 10_000;
 fn default_loops() -> usize {
     DEFAULT_LOOPS
 }
@@ -252,6 +259,12 @@ impl RawAttach {
                 max: MAX_LOOPS,
             });
         }
+        if self.spin_us > MAX_SPIN_US {
+            return Err(AttachConfigError::TooLarge {
+                field: "spin_us",
+                max: MAX_SPIN_US as usize,
+            });
+        }
         if self.backend_timeout_ms == 0 {
             return Err(AttachConfigError::Zero("backend_timeout_ms"));
         }
@@ -273,6 +286,7 @@ impl RawAttach {
             backend: self.backend,
             max_connections: self.max_connections,
             loops: self.loops,
+            spin: Duration::from_micros(self.spin_us),
         })
     }
 }
@@ -384,8 +398,11 @@ fn spawn<M: inline::InlineMachine + Send + 'static>(
             listener.take(),
             shared.clone(),
             i,
-            backend,
-            cfg.max_connections,
+            io::LoopSettings {
+                backend,
+                max_connections: cfg.max_connections,
+                spin: cfg.spin,
+            },
             stop.clone(),
         );
         // On failure the handle, dropped, stops the loops already started.
