@@ -132,7 +132,7 @@ fn default_max_connections() -> usize {
     1024
 }
 /// Event loops per attached address (see docs/inline.md for the measurement behind it).
-pub const DEFAULT_LOOPS: usize = 1;
+pub const DEFAULT_LOOPS: usize = 2;
 /// More loops than this gains nothing and costs a thread each.
 pub const MAX_LOOPS: usize = 64;
 /// Busy-polling longer than this is a core given away, not a wake-up saved.
