@@ -49,7 +49,9 @@ CLIENTS = 4
 WORKLOADS = ("hits", "zipf", "misses", "misses_1client")
 LOOPS = int(sys.argv[sys.argv.index("--loops") + 1]) if "--loops" in sys.argv else None
 SPIN_US = int(sys.argv[sys.argv.index("--spin-us") + 1]) if "--spin-us" in sys.argv else None
-ARGS = (f" --loops {LOOPS}" if LOOPS is not None else "") + (f" --spin-us {SPIN_US}" if SPIN_US is not None else "")
+ARGS = (f" --loops {LOOPS}" if LOOPS is not None else "") + (
+    f" --spin-us {SPIN_US}" if SPIN_US is not None else ""
+)
 PATHS = ("direct", "node")
 LOAD_DEFAULT = REPO / "target" / "release" / "examples" / "memcached_load"
 LOAD = os.environ.get("OFFRAC_MEMCACHED_LOAD", str(LOAD_DEFAULT))
@@ -78,7 +80,15 @@ def cpu_seconds(pid: int) -> float:
 def load(addr: str, workload: str, seconds: float, extra: list[str] | None = None) -> dict[str, Any]:
     clients = 1 if workload.endswith("_1client") else CLIENTS
     args = [LOAD, "--addr", addr, "--keys", str(KEYS), "--clients", str(clients)]
-    args += ["--workload", workload.removesuffix("_1client"), "--seconds", str(seconds), "--warmup", "0.5", *(extra or [])]
+    args += [
+        "--workload",
+        workload.removesuffix("_1client"),
+        "--seconds",
+        str(seconds),
+        "--warmup",
+        "0.5",
+        *(extra or []),
+    ]
     out = subprocess.run(args, capture_output=True, text=True, check=True, timeout=120)
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
@@ -208,12 +218,11 @@ def summarize(rows: list[dict[str, Any]]) -> str:
         f"Machine: {machine()}. {CLIENTS} closed-loop clients (one request in flight each), "
         f"{KEYS} keys, 16 B keys and values, memcached -t 2; medians of {ROUNDS} rounds of "
         f"{SECONDS:g} s per workload and path, alternating; the node's attach loops: "
-        f"{LOOPS if LOOPS is not None else 'default'}, spin_us: {SPIN_US if SPIN_US is not None else 'default'}; "
+        f"{LOOPS if LOOPS is not None else 'default'}, "
+        f"spin_us: {SPIN_US if SPIN_US is not None else 'default'}; "
         f"load average {LOAD_BEFORE[0]:.1f} before, "
         f"{os.getloadavg()[0]:.1f} after. Command: "
-        f"`python3 experiments/nica_cache/run.py{ARGS}`.\n\n"
-        + md_table(header, table)
-        + "\n"
+        f"`python3 experiments/nica_cache/run.py{ARGS}`.\n\n" + md_table(header, table) + "\n"
     )
 
 
