@@ -8,12 +8,16 @@ through the node, alternating, in one run:
 
 - ``hits``: 100 % GETs of 100,000 preloaded keys, all cached at the node (NICA Fig. 7's case);
 - ``zipf``: GETs with Zipf(0.99) popularity and 0.2 % SETs (NICA's skewed workload);
-- ``misses``: GETs of keys never stored: every one goes to memcached (the cost of a miss).
+- ``misses``: GETs of keys never stored: every one goes to memcached (the cost of a miss);
+- ``misses_1client``: the same with one client, so no request waits behind another's (the
+  cost of a miss without queueing on the shared cores).
 
 For each: requests/s, p50 and p99 (µs), and the CPU time memcached spends per request (its
 utime + stime from /proc/PID/stat over the run), beside the node's own. Medians over rounds.
 Here the node shares the machine's cores with memcached and the clients, standing in for NICA's
-FPGA NIC. ``--quick`` runs one short round.
+FPGA NIC. ``--quick`` runs one short round; ``--loops N`` sets the attached address's event
+loops (``loops`` in ``[[attach]]``; the node's default otherwise) and ``--spin-us N`` their
+busy-polling (``spin_us``).
 """
 
 from __future__ import annotations
@@ -42,7 +46,12 @@ ROUNDS = 1 if QUICK else 3
 SECONDS = 1.0 if QUICK else 2.0
 KEYS = 100_000
 CLIENTS = 4
-WORKLOADS = ("hits", "zipf", "misses")
+WORKLOADS = ("hits", "zipf", "misses", "misses_1client")
+LOOPS = int(sys.argv[sys.argv.index("--loops") + 1]) if "--loops" in sys.argv else None
+SPIN_US = int(sys.argv[sys.argv.index("--spin-us") + 1]) if "--spin-us" in sys.argv else None
+ARGS = (f" --loops {LOOPS}" if LOOPS is not None else "") + (
+    f" --spin-us {SPIN_US}" if SPIN_US is not None else ""
+)
 PATHS = ("direct", "node")
 LOAD_DEFAULT = REPO / "target" / "release" / "examples" / "memcached_load"
 LOAD = os.environ.get("OFFRAC_MEMCACHED_LOAD", str(LOAD_DEFAULT))
@@ -69,8 +78,17 @@ def cpu_seconds(pid: int) -> float:
 
 
 def load(addr: str, workload: str, seconds: float, extra: list[str] | None = None) -> dict[str, Any]:
-    args = [LOAD, "--addr", addr, "--keys", str(KEYS), "--clients", str(CLIENTS)]
-    args += ["--workload", workload, "--seconds", str(seconds), "--warmup", "0.5", *(extra or [])]
+    clients = 1 if workload.endswith("_1client") else CLIENTS
+    args = [LOAD, "--addr", addr, "--keys", str(KEYS), "--clients", str(clients)]
+    args += [
+        "--workload",
+        workload.removesuffix("_1client"),
+        "--seconds",
+        str(seconds),
+        "--warmup",
+        "0.5",
+        *(extra or []),
+    ]
     out = subprocess.run(args, capture_output=True, text=True, check=True, timeout=120)
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
@@ -102,6 +120,8 @@ def measure() -> list[dict[str, Any]]:
         '[metrics]\nlisten = ""\n[[slots]]\nfunction = "echo"\n'
         f'[[attach]]\nlisten = "127.0.0.1:{aport}"\nfunction = "memcached_cache"\n'
         f'backend = "127.0.0.1:{mport}"\ncapacity_bytes = 67108864\n'
+        + (f"loops = {LOOPS}\n" if LOOPS is not None else "")
+        + (f"spin_us = {SPIN_US}\n" if SPIN_US is not None else "")
     )
     rows: list[dict[str, Any]] = []
     try:
@@ -159,6 +179,9 @@ def plot(rows: list[dict[str, Any]]) -> None:
     fig.savefig(HERE / "plot.png", dpi=120)
 
 
+LOAD_BEFORE = os.getloadavg()
+
+
 def summarize(rows: list[dict[str, Any]]) -> str:
     table = []
     for w in WORKLOADS:
@@ -194,8 +217,12 @@ def summarize(rows: list[dict[str, Any]]) -> str:
         f"# NICA look-through cache: through the node vs memcached direct\n\n"
         f"Machine: {machine()}. {CLIENTS} closed-loop clients (one request in flight each), "
         f"{KEYS} keys, 16 B keys and values, memcached -t 2; medians of {ROUNDS} rounds of "
-        f"{SECONDS:g} s per workload and path, alternating. Command: "
-        f"`python3 experiments/nica_cache/run.py`.\n\n" + md_table(header, table) + "\n"
+        f"{SECONDS:g} s per workload and path, alternating; the node's attach loops: "
+        f"{LOOPS if LOOPS is not None else 'default'}, "
+        f"spin_us: {SPIN_US if SPIN_US is not None else 'default'}; "
+        f"load average {LOAD_BEFORE[0]:.1f} before, "
+        f"{os.getloadavg()[0]:.1f} after. Command: "
+        f"`python3 experiments/nica_cache/run.py{ARGS}`.\n\n" + md_table(header, table) + "\n"
     )
 
 

@@ -186,11 +186,22 @@ fn hits_do_not_reach_memcached() {
 
 #[test]
 fn concurrent_writers_never_read_back_an_older_value() {
+    writers_never_read_back_an_older_value("loops = 1\n");
+}
+
+/// The same with the connections spread over four event loops sharing the
+/// cache: writers and readers of a key are served by different threads.
+#[test]
+fn concurrent_writers_on_several_loops_never_read_back_an_older_value() {
+    writers_never_read_back_an_older_value("loops = 4\n");
+}
+
+fn writers_never_read_back_an_older_value(extra: &str) {
     // Writers increment shared counters through the node (memcached orders
     // the increments); after each increment answers v, that writer's read of
     // the counter must be >= v, though readers keep the key hot in the cache.
     let Some(mc) = memcached() else { return };
-    let (node, addr) = node_for(mc.port, "");
+    let (node, addr) = node_for(mc.port, extra);
     let keys = ["c0", "c1", "c2"];
     {
         let mut r = BufReader::new(connect(addr));
@@ -330,6 +341,95 @@ fn a_backend_that_goes_away_gets_server_errors_then_recovers() {
     node.shutdown().unwrap();
 }
 
+/// With several loops, loop 0 accepts and deals connections out; a timeout
+/// found by whichever loop ticks must reach the loop serving the connection.
+/// Three clients (one per loop) ask a backend that accepts and never answers:
+/// each gets its `SERVER_ERROR` within the timeout, and the node then serves
+/// new connections on every loop once a real memcached is back there.
+#[test]
+fn on_several_loops_every_connection_gets_its_timeout_and_its_answers() {
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let held = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let keep = held.clone();
+    std::thread::spawn(move || {
+        for s in silent.incoming().flatten() {
+            keep.lock().unwrap().push(s);
+        }
+    });
+    let (node, addr) = node_for(port, "loops = 3\nbackend_timeout_ms = 300\n");
+    let start = Instant::now();
+    let mut clients: Vec<TcpStream> = (0..3).map(|_| connect(addr)).collect();
+    for c in &mut clients {
+        c.write_all(b"get k\r\n").unwrap();
+    }
+    for c in &mut clients {
+        let mut all = String::new();
+        c.read_to_string(&mut all)
+            .expect("the node answers and closes");
+        assert_eq!(all, "SERVER_ERROR backend unavailable\r\n");
+    }
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "timeouts took {:?}",
+        start.elapsed()
+    );
+    node.shutdown().unwrap();
+    let Some(mc) = memcached() else { return };
+    let (node, addr) = node_for(mc.port, "loops = 3\n");
+    let mut rs: Vec<BufReader<TcpStream>> = (0..6).map(|_| BufReader::new(connect(addr))).collect();
+    for (i, r) in rs.iter_mut().enumerate() {
+        let set = format!("set k{i} 0 0 1\r\n{i}\r\n");
+        assert_eq!(ask(r, set.as_bytes(), |_| true), ["STORED"]);
+    }
+    for (i, r) in rs.iter_mut().enumerate() {
+        let j = (i + 1) % 6;
+        let got = ask(r, format!("get k{j}\r\n").as_bytes(), is_end);
+        assert_eq!(
+            got,
+            [format!("VALUE k{j} 0 1"), j.to_string(), "END".into()]
+        );
+    }
+    node.shutdown().unwrap();
+}
+
+/// Clients that send their requests and half-close at once: the request
+/// bytes and the end of stream often arrive together, and the driver (which
+/// takes a short read as having emptied the socket) must still see the end
+/// and close after answering, on one loop and on several, sleeping in
+/// epoll or busy-polling (`spin_us`).
+#[test]
+fn a_client_that_sends_and_half_closes_gets_its_answers_then_a_close() {
+    let Some(mc) = memcached() else { return };
+    for extra in ["loops = 1\n", "loops = 2\n", "loops = 2\nspin_us = 300\n"] {
+        let (node, addr) = node_for(mc.port, extra);
+        let mut r = BufReader::new(connect(addr));
+        assert_eq!(ask(&mut r, b"set h 0 0 2\r\nhi\r\n", |_| true), ["STORED"]);
+        let clients: Vec<_> = (0..40)
+            .map(|i| {
+                std::thread::spawn(move || {
+                    let mut s = connect(addr);
+                    // Half of them ask for a miss, so the answer comes from memcached.
+                    let req = if i % 2 == 0 {
+                        "get h\r\n"
+                    } else {
+                        "get h nope\r\n"
+                    };
+                    s.write_all(req.as_bytes()).unwrap();
+                    s.shutdown(std::net::Shutdown::Write).unwrap();
+                    let mut all = String::new();
+                    s.read_to_string(&mut all).expect("answer, then close");
+                    all
+                })
+            })
+            .collect();
+        for c in clients {
+            assert_eq!(c.join().unwrap(), "VALUE h 0 2\r\nhi\r\nEND\r\n", "{extra}");
+        }
+        node.shutdown().unwrap();
+    }
+}
+
 #[test]
 fn a_bad_attach_config_is_named() {
     for (bad, want) in [
@@ -338,6 +438,18 @@ fn a_bad_attach_config_is_named() {
         (
             "[[attach]]\nlisten = \"127.0.0.1:0\"\nfunction = \"memcached_cache\"\nbackend = \"a:1\"\ncapacity_bytes = 0",
             "capacity_bytes",
+        ),
+        (
+            "[[attach]]\nlisten = \"127.0.0.1:0\"\nfunction = \"memcached_cache\"\nbackend = \"a:1\"\nloops = 0",
+            "loops must be at least 1",
+        ),
+        (
+            "[[attach]]\nlisten = \"127.0.0.1:0\"\nfunction = \"jwt\"\nbackend = \"a:1\"\nsecret = \"s\"\nloops = 65",
+            "loops must be at most 64",
+        ),
+        (
+            "[[attach]]\nlisten = \"127.0.0.1:0\"\nfunction = \"memcached_cache\"\nbackend = \"a:1\"\nspin_us = 20000",
+            "spin_us must be at most 10000",
         ),
     ] {
         let e = NodeConfig::parse(bad).unwrap_err().to_string();

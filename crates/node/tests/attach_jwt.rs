@@ -281,6 +281,28 @@ fn valid_tokens_pass_and_every_other_is_answered_401_at_the_node() {
     node.shutdown().unwrap();
 }
 
+/// The gate on two event loops (`loops = 2`): connections dealt to both
+/// loops each get their valid request relayed and their invalid one refused.
+#[test]
+fn on_two_loops_each_connection_is_gated() {
+    let b = echo_backend();
+    let (node, addr) = node_for(b.port, "loops = 2\n");
+    let good = valid();
+    let expired = token(json!({"exp": unix_now() - 10.0}));
+    let mut conns: Vec<_> = (0..4).map(|_| connect(addr)).collect();
+    for (i, r) in conns.iter_mut().enumerate() {
+        let script = get(&format!("/c{i}"), Some(&good)) + &get("/no", Some(&expired));
+        r.get_mut().write_all(script.as_bytes()).unwrap();
+    }
+    for (i, r) in conns.iter_mut().enumerate() {
+        let a = read_answer(r).expect("answer");
+        assert_eq!((a.status, a.text()), (200, format!("hello /c{i}")));
+        assert_eq!(read_answer(r).expect("answer").status, 401);
+    }
+    assert_eq!(served(&b), 4);
+    node.shutdown().unwrap();
+}
+
 #[test]
 fn bodies_keep_alive_and_every_response_framing_are_relayed() {
     let b = echo_backend();

@@ -1,7 +1,12 @@
-//! The attach listener's thin driver: one thread, one mio poll, every client
-//! connection paired with one backend connection at a time (opened when the
-//! machine has bytes for the backend). It moves bytes between the sockets and
-//! an [`InlineMachine`] and passes the time in; nothing here decides anything.
+//! The attach listener's thin driver: one or more event loops (threads),
+//! each with its own mio poll, sharing one machine behind a lock. Loop 0
+//! accepts and hands new connections round-robin to the loops; each client
+//! connection is paired with one backend connection at a time (opened when
+//! the machine has bytes for the backend) and served by one loop for its
+//! whole life. The loops move bytes between the sockets and the
+//! [`InlineMachine`] and pass the time in; nothing here decides anything.
+//! Every machine call is made under the lock and no socket call is, so the
+//! machine sees one sequence of calls, as a single loop could have made them.
 
 use super::inline::{InlineMachine, Now};
 use mio::net::{TcpListener, TcpStream};
@@ -9,7 +14,7 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use std::io::{ErrorKind, Read, Write};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 pub const LISTENER: Token = Token(usize::MAX - 1);
@@ -18,12 +23,17 @@ const READ_CHUNK: usize = 64 * 1024;
 /// Reads from one connection per turn of the loop, so a flooding client
 /// (or backend) cannot starve the others.
 const READS_PER_TURN: usize = 8;
+const TICK: Duration = Duration::from_millis(10);
 
 struct Pair {
     client: Option<TcpStream>,
     backend: Option<TcpStream>,
     client_readable: bool,
     backend_readable: bool,
+    /// The peer closed or the socket failed (sticky): read on until the read
+    /// says so, since no further edge will come.
+    client_hup: bool,
+    backend_hup: bool,
     /// Registered for writability: only while bytes wait for room (an
     /// edge-triggered EPOLLOUT would otherwise wake the loop after every write).
     client_w: bool,
@@ -44,15 +54,79 @@ fn interest(poll: &Poll, s: &mut TcpStream, token: Token, registered: &mut bool,
     }
 }
 
-pub struct Driver<M> {
-    pub poll: Poll,
-    pub listener: TcpListener,
-    pub machine: M,
+/// The machine of one attached address and what its loops share.
+pub struct Shared<M> {
+    state: Mutex<State<M>>,
+    /// One per loop, to wake it when another loop hands it work.
+    wakers: Vec<Arc<Waker>>,
+}
+
+struct State<M> {
+    machine: M,
+    /// The loop serving each connection id.
+    owner: Vec<usize>,
+    /// Connections accepted by loop 0 for each loop, not yet taken up.
+    handed: Vec<Vec<(usize, TcpStream)>>,
+    /// Connections a timeout changed, for each loop to service.
+    ticked: Vec<Vec<usize>>,
+    last_tick: Option<Instant>,
+    /// Client connections open over all loops.
+    open: usize,
+    /// The loop the next accepted connection goes to.
+    next: usize,
+}
+
+impl<M> Shared<M> {
+    pub fn new(machine: M, wakers: Vec<Arc<Waker>>) -> Self {
+        let loops = wakers.len();
+        Shared {
+            state: Mutex::new(State {
+                machine,
+                owner: Vec::new(),
+                handed: (0..loops).map(|_| Vec::new()).collect(),
+                ticked: (0..loops).map(|_| Vec::new()).collect(),
+                last_tick: None,
+                open: 0,
+                next: 0,
+            }),
+            wakers,
+        }
+    }
+
+    /// The lock (a loop that panicked holding it leaves a machine whose every
+    /// call still answers; the others go on).
+    fn lock(&self) -> MutexGuard<'_, State<M>> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn loops(&self) -> usize {
+        self.wakers.len()
+    }
+}
+
+/// What every loop of an address is told.
+#[derive(Debug, Clone, Copy)]
+pub struct LoopSettings {
     pub backend: SocketAddr,
     pub max_connections: usize,
-    pub stop: Arc<AtomicBool>,
+    /// After a turn that had work, poll without sleeping for this long before
+    /// blocking (0: never): the next message is seen without a wake-up, at
+    /// the price of a busy CPU meanwhile.
+    pub spin: Duration,
+}
+
+pub struct Driver<M> {
+    poll: Poll,
+    /// Loop 0's: it accepts for all loops.
+    listener: Option<TcpListener>,
+    shared: Arc<Shared<M>>,
+    /// This loop's index.
+    me: usize,
+    backend: SocketAddr,
+    max_connections: usize,
+    spin: Duration,
+    stop: Arc<AtomicBool>,
     pairs: Vec<Option<Pair>>,
-    open: usize,
     buf: Vec<u8>,
     /// Connections left with bytes to read when their turn ended: served next turn.
     again: Vec<usize>,
@@ -98,24 +172,42 @@ fn read_once(s: &mut TcpStream, buf: &mut [u8]) -> Got {
     }
 }
 
+/// What writing a connection's waiting bytes did.
+#[derive(PartialEq, Eq)]
+enum Flushed {
+    Nothing,
+    Wrote,
+    Partial,
+    Failed,
+}
+
+fn out_of<M: InlineMachine>(m: &mut M, id: usize, backend: bool) -> Option<&mut Vec<u8>> {
+    if backend {
+        m.backend_out(id)
+    } else {
+        m.client_out(id)
+    }
+}
+
 impl<M: InlineMachine> Driver<M> {
     pub fn new(
         poll: Poll,
-        listener: TcpListener,
-        machine: M,
-        backend: SocketAddr,
-        max_connections: usize,
+        listener: Option<TcpListener>,
+        shared: Arc<Shared<M>>,
+        me: usize,
+        settings: LoopSettings,
         stop: Arc<AtomicBool>,
     ) -> Self {
         Driver {
             poll,
             listener,
-            machine,
-            backend,
-            max_connections,
+            shared,
+            me,
+            backend: settings.backend,
+            max_connections: settings.max_connections,
+            spin: settings.spin,
             stop,
             pairs: Vec::new(),
-            open: 0,
             buf: vec![0; READ_CHUNK],
             again: Vec::new(),
         }
@@ -124,9 +216,11 @@ impl<M: InlineMachine> Driver<M> {
     pub fn run(mut self) {
         let mut events = Events::with_capacity(1024);
         let mut touched = Vec::new();
-        let mut last_tick = Instant::now();
+        let mut wake = Vec::new();
+        let mut spin_until: Option<Instant> = None;
         while !self.stop.load(Ordering::SeqCst) {
-            let wait = if self.again.is_empty() {
+            let spinning = spin_until.is_some_and(|t| Instant::now() < t);
+            let wait = if self.again.is_empty() && !spinning {
                 Duration::from_millis(50)
             } else {
                 Duration::ZERO
@@ -135,32 +229,65 @@ impl<M: InlineMachine> Driver<M> {
                 if e.kind() == ErrorKind::Interrupted {
                     continue;
                 }
-                tracing::error!(error = %e, "attach: poll failed; the listener stops");
+                tracing::error!(error = %e, "attach: poll failed; the loop stops");
                 return;
             }
+            if spinning && events.is_empty() && self.again.is_empty() {
+                std::hint::spin_loop();
+                continue;
+            }
             let now = Now::read();
+            if !self.spin.is_zero() && !events.is_empty() {
+                spin_until = Some(now.mono + self.spin);
+            }
             touched.clear();
             touched.append(&mut self.again);
             for ev in events.iter() {
                 match ev.token() {
-                    LISTENER => self.accept(),
+                    LISTENER => self.accept(now),
                     WAKER => {}
                     Token(t) => {
                         let id = t / 2;
+                        let hup = ev.is_read_closed() || ev.is_error();
                         if let Some(Some(p)) = self.pairs.get_mut(id) {
                             if t % 2 == 0 {
                                 p.client_readable = true;
+                                p.client_hup |= hup;
                             } else {
                                 p.backend_readable = true;
+                                p.backend_hup |= hup;
                             }
                         }
                         touched.push(id);
                     }
                 }
             }
-            if now.mono.duration_since(last_tick) >= Duration::from_millis(10) {
-                touched.extend(self.machine.tick(now));
-                last_tick = now.mono;
+            let handed = {
+                let mut g = self.shared.lock();
+                let st = &mut *g;
+                touched.append(&mut st.ticked[self.me]);
+                if st
+                    .last_tick
+                    .is_none_or(|t| now.mono.saturating_duration_since(t) >= TICK)
+                {
+                    st.last_tick = Some(now.mono);
+                    for id in st.machine.tick(now) {
+                        let owner = st.owner.get(id).copied().unwrap_or(self.me);
+                        if owner == self.me {
+                            touched.push(id);
+                        } else {
+                            st.ticked[owner].push(id);
+                            wake.push(owner);
+                        }
+                    }
+                }
+                std::mem::take(&mut st.handed[self.me])
+            };
+            for owner in wake.drain(..) {
+                let _ = self.shared.wakers[owner].wake();
+            }
+            for (id, client) in handed {
+                self.adopt(id, client, now);
             }
             touched.sort_unstable();
             touched.dedup();
@@ -170,9 +297,14 @@ impl<M: InlineMachine> Driver<M> {
         }
     }
 
-    fn accept(&mut self) {
+    /// Loop 0 accepts and deals the connections out round-robin.
+    fn accept(&mut self, now: Now) {
         loop {
-            let (mut client, _) = match self.listener.accept() {
+            let got = match &self.listener {
+                Some(l) => l.accept(),
+                None => return,
+            };
+            let (client, _) = match got {
                 Ok(c) => c,
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(e) if would_block(&e) => return,
@@ -181,38 +313,63 @@ impl<M: InlineMachine> Driver<M> {
                     return;
                 }
             };
-            if self.open >= self.max_connections {
-                tracing::warn!(
-                    max = self.max_connections,
-                    "attach: connection limit reached; closing a new client"
-                );
-                continue;
-            }
             let _ = client.set_nodelay(true);
-            let id = self.machine.open();
-            let both = Interest::READABLE | Interest::WRITABLE;
-            if let Err(e) = self
-                .poll
-                .registry()
-                .register(&mut client, Token(2 * id), both)
-            {
-                tracing::warn!(error = %e, "attach: cannot register a client");
-                self.machine.remove(id, Now::read());
-                continue;
+            let loops = self.shared.loops();
+            let (id, to) = {
+                let mut g = self.shared.lock();
+                if g.open >= self.max_connections {
+                    tracing::warn!(
+                        max = self.max_connections,
+                        "attach: connection limit reached; closing a new client"
+                    );
+                    continue;
+                }
+                g.open += 1;
+                let to = g.next % loops;
+                g.next = (g.next + 1) % loops;
+                let id = g.machine.open();
+                if g.owner.len() <= id {
+                    g.owner.resize(id + 1, 0);
+                }
+                g.owner[id] = to;
+                (id, to)
+            };
+            if to == self.me {
+                self.adopt(id, client, now);
+            } else {
+                self.shared.lock().handed[to].push((id, client));
+                let _ = self.shared.wakers[to].wake();
             }
-            if self.pairs.len() <= id {
-                self.pairs.resize_with(id + 1, || None);
-            }
-            self.pairs[id] = Some(Pair {
-                client: Some(client),
-                backend: None,
-                client_readable: true,
-                backend_readable: false,
-                client_w: true,
-                backend_w: false,
-            });
-            self.open += 1;
         }
+    }
+
+    /// Takes up a connection accepted for this loop.
+    fn adopt(&mut self, id: usize, mut client: TcpStream, now: Now) {
+        let both = Interest::READABLE | Interest::WRITABLE;
+        if let Err(e) = self
+            .poll
+            .registry()
+            .register(&mut client, Token(2 * id), both)
+        {
+            tracing::warn!(error = %e, "attach: cannot register a client");
+            let mut g = self.shared.lock();
+            g.machine.remove(id, now);
+            g.open -= 1;
+            return;
+        }
+        if self.pairs.len() <= id {
+            self.pairs.resize_with(id + 1, || None);
+        }
+        self.pairs[id] = Some(Pair {
+            client: Some(client),
+            backend: None,
+            client_readable: true,
+            backend_readable: false,
+            client_hup: false,
+            backend_hup: false,
+            client_w: true,
+            backend_w: false,
+        });
     }
 
     /// Opens the pair's backend connection (non-blocking; a refusal shows up
@@ -236,6 +393,7 @@ impl<M: InlineMachine> Driver<M> {
         }
         p.backend = Some(b);
         p.backend_readable = true;
+        p.backend_hup = false;
         p.backend_w = true;
         true
     }
@@ -250,6 +408,42 @@ impl<M: InlineMachine> Driver<M> {
         }
     }
 
+    /// Writes what waits for the pair's backend (or client). The bytes are
+    /// taken out of the machine under the lock, written without it, and what
+    /// did not go is put back in front of anything the machine added meanwhile.
+    fn flush(&mut self, id: usize, backend: bool) -> Flushed {
+        let Some(Some(p)) = self.pairs.get_mut(id) else {
+            return Flushed::Nothing;
+        };
+        let Some(s) = (if backend {
+            p.backend.as_mut()
+        } else {
+            p.client.as_mut()
+        }) else {
+            return Flushed::Nothing;
+        };
+        let mut out = match out_of(&mut self.shared.lock().machine, id, backend) {
+            Some(o) if !o.is_empty() => std::mem::take(o),
+            _ => return Flushed::Nothing,
+        };
+        let before = out.len();
+        let ok = write_some(s, &mut out);
+        let after = out.len();
+        if let Some(o) = out_of(&mut self.shared.lock().machine, id, backend) {
+            out.extend_from_slice(o);
+            *o = out;
+        }
+        if !ok {
+            Flushed::Failed
+        } else if after == 0 {
+            Flushed::Wrote
+        } else if after < before {
+            Flushed::Partial
+        } else {
+            Flushed::Nothing
+        }
+    }
+
     /// Moves bytes for one pair until nothing more can move, then closes it if it is done.
     fn service(&mut self, id: usize, now: Now) {
         let mut reads = 0;
@@ -258,42 +452,36 @@ impl<M: InlineMachine> Driver<M> {
                 return;
             }
             let mut progress = false;
-            if self.machine.take_backend_reset(id) {
+            let (reset, to_backend) = {
+                let mut g = self.shared.lock();
+                let reset = g.machine.take_backend_reset(id);
+                let to_backend = g.machine.backend_out(id).is_some_and(|o| !o.is_empty());
+                (reset, to_backend)
+            };
+            if reset {
                 self.drop_backend(id);
             }
-            let to_backend = self.machine.backend_out(id).is_some_and(|o| !o.is_empty());
             let has_backend = matches!(self.pairs.get(id), Some(Some(p)) if p.backend.is_some());
             if to_backend && !has_backend && !self.connect_backend(id) {
-                self.machine.backend_failed(id, now);
+                self.shared.lock().machine.backend_failed(id, now);
                 progress = true;
             }
-            let Some(Some(p)) = self.pairs.get_mut(id) else {
-                return;
-            };
-            if let (Some(b), Some(out)) = (p.backend.as_mut(), self.machine.backend_out(id)) {
-                if !out.is_empty() && !write_some(b, out) {
-                    self.drop_backend(id);
-                    self.machine.backend_failed(id, now);
-                    progress = true;
-                }
+            if self.flush(id, true) == Flushed::Failed {
+                self.drop_backend(id);
+                self.shared.lock().machine.backend_failed(id, now);
+                progress = true;
             }
-            let Some(Some(p)) = self.pairs.get_mut(id) else {
-                return;
-            };
-            if let (Some(c), Some(out)) = (p.client.as_mut(), self.machine.client_out(id)) {
-                let before = out.len();
-                if before > 0 {
-                    if write_some(c, out) {
-                        progress |= out.len() < before;
-                    } else {
-                        self.drop_client(id);
-                        continue;
-                    }
+            match self.flush(id, false) {
+                Flushed::Failed => {
+                    self.drop_client(id);
+                    continue;
                 }
+                Flushed::Wrote | Flushed::Partial => progress = true,
+                Flushed::Nothing => {}
             }
-            self.machine.resume(id, now);
+            self.shared.lock().machine.resume(id, now);
             // The backend first: its answers free room the client's requests wait for.
-            while reads < READS_PER_TURN && self.machine.wants_backend_input(id) {
+            while reads < READS_PER_TURN && self.shared.lock().machine.wants_backend_input(id) {
                 let Some(Some(p)) = self.pairs.get_mut(id) else {
                     return;
                 };
@@ -303,23 +491,27 @@ impl<M: InlineMachine> Driver<M> {
                 reads += 1;
                 match read_once(b, &mut self.buf) {
                     Got::Bytes(n) => {
-                        self.machine.backend_input(id, &self.buf[..n], now);
+                        // A short read emptied the socket: the next bytes
+                        // bring a new edge, so no read to see it is empty.
+                        p.backend_readable = n == self.buf.len() || p.backend_hup;
+                        let mut g = self.shared.lock();
+                        g.machine.backend_input(id, &self.buf[..n], now);
                         progress = true;
                     }
                     Got::Empty => p.backend_readable = false,
                     Got::Eof => {
                         self.drop_backend(id);
-                        self.machine.backend_eof(id, now);
+                        self.shared.lock().machine.backend_eof(id, now);
                         progress = true;
                     }
                     Got::Failed => {
                         self.drop_backend(id);
-                        self.machine.backend_failed(id, now);
+                        self.shared.lock().machine.backend_failed(id, now);
                         progress = true;
                     }
                 }
             }
-            while reads < READS_PER_TURN && self.machine.wants_client_input(id) {
+            while reads < READS_PER_TURN && self.shared.lock().machine.wants_client_input(id) {
                 let Some(Some(p)) = self.pairs.get_mut(id) else {
                     return;
                 };
@@ -329,18 +521,20 @@ impl<M: InlineMachine> Driver<M> {
                 reads += 1;
                 match read_once(c, &mut self.buf) {
                     Got::Bytes(n) => {
-                        self.machine.client_input(id, &self.buf[..n], now);
+                        p.client_readable = n == self.buf.len() || p.client_hup;
+                        let mut g = self.shared.lock();
+                        g.machine.client_input(id, &self.buf[..n], now);
                         progress = true;
                     }
                     Got::Empty => p.client_readable = false,
                     Got::Eof => {
                         p.client_readable = false;
-                        self.machine.client_eof(id, now);
+                        self.shared.lock().machine.client_eof(id, now);
                         progress = true;
                     }
                     Got::Failed => {
                         p.client_readable = false;
-                        self.machine.client_closed(id);
+                        self.shared.lock().machine.client_closed(id);
                         progress = true;
                     }
                 }
@@ -357,12 +551,17 @@ impl<M: InlineMachine> Driver<M> {
                 break;
             }
         }
-        if self.machine.finished(id) {
+        let (finished, want_b, want_c) = {
+            let mut g = self.shared.lock();
+            let finished = g.machine.finished(id);
+            let want_b = g.machine.backend_out(id).is_some_and(|o| !o.is_empty());
+            let want_c = g.machine.client_out(id).is_some_and(|o| !o.is_empty());
+            (finished, want_b, want_c)
+        };
+        if finished {
             self.close(id, now);
             return;
         }
-        let want_b = self.machine.backend_out(id).is_some_and(|o| !o.is_empty());
-        let want_c = self.machine.client_out(id).is_some_and(|o| !o.is_empty());
         if let Some(Some(p)) = self.pairs.get_mut(id) {
             if let Some(b) = p.backend.as_mut() {
                 interest(&self.poll, b, Token(2 * id + 1), &mut p.backend_w, want_b);
@@ -375,9 +574,12 @@ impl<M: InlineMachine> Driver<M> {
 
     /// Whether the pair still has unread bytes the machine wants.
     fn readable_left(&self, id: usize) -> bool {
-        matches!(self.pairs.get(id), Some(Some(p))
-            if (p.client_readable && p.client.is_some() && self.machine.wants_client_input(id))
-                || (p.backend_readable && p.backend.is_some() && self.machine.wants_backend_input(id)))
+        let Some(Some(p)) = self.pairs.get(id) else {
+            return false;
+        };
+        let g = self.shared.lock();
+        (p.client_readable && p.client.is_some() && g.machine.wants_client_input(id))
+            || (p.backend_readable && p.backend.is_some() && g.machine.wants_backend_input(id))
     }
 
     /// Whether bytes wait to be written to the pair's client or backend.
@@ -386,8 +588,9 @@ impl<M: InlineMachine> Driver<M> {
             return false;
         };
         let (client, backend) = (p.client.is_some(), p.backend.is_some());
-        (client && self.machine.client_out(id).is_some_and(|o| !o.is_empty()))
-            || (backend && self.machine.backend_out(id).is_some_and(|o| !o.is_empty()))
+        let mut g = self.shared.lock();
+        (client && g.machine.client_out(id).is_some_and(|o| !o.is_empty()))
+            || (backend && g.machine.backend_out(id).is_some_and(|o| !o.is_empty()))
     }
 
     fn drop_client(&mut self, id: usize) {
@@ -397,10 +600,11 @@ impl<M: InlineMachine> Driver<M> {
             }
             p.client_readable = false;
         }
-        self.machine.client_closed(id);
+        self.shared.lock().machine.client_closed(id);
     }
 
     fn close(&mut self, id: usize, now: Now) {
+        let mut was_open = false;
         if let Some(slot) = self.pairs.get_mut(id) {
             if let Some(mut p) = slot.take() {
                 if let Some(mut c) = p.client.take() {
@@ -409,20 +613,30 @@ impl<M: InlineMachine> Driver<M> {
                 if let Some(mut b) = p.backend.take() {
                     let _ = self.poll.registry().deregister(&mut b);
                 }
-                self.open -= 1;
+                was_open = true;
             }
         }
-        self.machine.remove(id, now);
+        let mut g = self.shared.lock();
+        if was_open {
+            g.open -= 1;
+        }
+        g.machine.remove(id, now);
     }
+}
+
+/// A fresh poll with a waker registered.
+pub fn poll_with_waker() -> std::io::Result<(Poll, Arc<Waker>)> {
+    let poll = Poll::new()?;
+    let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
+    Ok((poll, waker))
 }
 
 /// Binds the listener and registers it and a waker with a fresh poll.
 pub fn bind(addr: SocketAddr) -> std::io::Result<(Poll, TcpListener, Arc<Waker>)> {
-    let poll = Poll::new()?;
+    let (poll, waker) = poll_with_waker()?;
     let mut listener = TcpListener::bind(addr)?;
     poll.registry()
         .register(&mut listener, LISTENER, Interest::READABLE)?;
-    let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
     Ok((poll, listener, waker))
 }
 
@@ -482,7 +696,7 @@ mod tests {
     /// 1 MiB answer through the JWT gate under load).
     #[test]
     fn output_made_by_the_last_read_of_a_turn_is_written() {
-        let (poll, listener, _waker) = bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let (poll, listener, waker) = bind("127.0.0.1:0".parse().unwrap()).unwrap();
         // Room for the whole input in the accepted socket, so the driver's
         // first turn finds all of it readable at once.
         let room: libc::c_int = 4 << 20;
@@ -509,7 +723,13 @@ mod tests {
             limit: input.len(),
         };
         let backend = "127.0.0.1:9".parse().unwrap();
-        let driver = Driver::new(poll, listener, machine, backend, 4, stop.clone());
+        let shared = Arc::new(Shared::new(machine, vec![waker]));
+        let settings = LoopSettings {
+            backend,
+            max_connections: 4,
+            spin: Duration::ZERO,
+        };
+        let driver = Driver::new(poll, Some(listener), shared, 0, settings, stop.clone());
         let thread = std::thread::spawn(move || driver.run());
         client
             .set_read_timeout(Some(Duration::from_secs(3)))

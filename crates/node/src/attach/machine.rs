@@ -120,6 +120,8 @@ struct Conn {
     to_client: Vec<u8>,
     to_backend: Vec<u8>,
     client_gone: bool,
+    /// The client half-closed: what it sent is answered, then the connection closes.
+    eof: bool,
     /// No more requests are read: close once everything queued is answered.
     closing: bool,
     backend_dead: bool,
@@ -173,6 +175,7 @@ impl Machine {
             to_client: Vec::new(),
             to_backend: Vec::new(),
             client_gone: false,
+            eof: false,
             closing: false,
             backend_dead: false,
         })
@@ -186,6 +189,7 @@ impl Machine {
     pub fn wants_client_input(&self, id: usize) -> bool {
         self.conns.get(id).is_some_and(|c| {
             !c.closing
+                && !c.eof
                 && !c.client_gone
                 && c.queue.len() < self.s.max_pending
                 && c.to_client.len() < self.s.max_out_bytes
@@ -226,6 +230,17 @@ impl Machine {
 
     /// Parse and handle buffered requests while the connection is under its limits.
     pub fn resume(&mut self, id: usize, now: Instant) {
+        self.pump(id, now);
+    }
+
+    /// The client closed its sending side: the whole requests it sent are
+    /// answered (as memcached answers them), a cut-off one is dropped, then
+    /// the connection closes.
+    pub fn client_eof(&mut self, id: usize, now: Instant) {
+        let Some(c) = self.conns.get_mut(id) else {
+            return;
+        };
+        c.eof = true;
         self.pump(id, now);
     }
 
@@ -424,6 +439,7 @@ impl Machine {
                 return;
             }
             let Some(req) = c.parser.next_request() else {
+                c.closing |= c.eof;
                 return;
             };
             self.handle(id, req, now);
@@ -718,8 +734,8 @@ impl super::inline::InlineMachine for Machine {
     fn client_input(&mut self, id: usize, bytes: &[u8], now: Now) {
         Machine::client_input(self, id, bytes, now.mono)
     }
-    fn client_eof(&mut self, id: usize, _now: Now) {
-        Machine::client_closed(self, id)
+    fn client_eof(&mut self, id: usize, now: Now) {
+        Machine::client_eof(self, id, now.mono)
     }
     fn client_closed(&mut self, id: usize) {
         Machine::client_closed(self, id)
@@ -897,6 +913,28 @@ mod tests {
         assert_eq!(take(&mut m, c), b"VALUE k 0 2\r\nhi\r\nEND\r\n");
         assert_eq!(m.stats().hits, 3);
         assert_eq!(m.tracked_keys(), 0);
+    }
+
+    /// A client that sends and half-closes (`printf 'get k\r\n' | nc -N`)
+    /// gets its answers, hits and misses, in order, then the close; a request
+    /// cut off by the end is dropped. Before, the end of stream dropped them.
+    #[test]
+    fn a_client_that_half_closes_gets_what_it_asked_then_the_close() {
+        let now = Instant::now();
+        let (mut m, mut b) = (Machine::new(small()), Backend::default());
+        let c = m.open();
+        m.client_input(c, b"set k 0 0 2\r\nhi\r\n", now);
+        b.settle(&mut m, &[c], now);
+        m.client_input(c, b"get k\r\n", now);
+        b.settle(&mut m, &[c], now);
+        take(&mut m, c);
+        m.client_input(c, b"get nope\r\nget k\r\nget k", now);
+        m.client_eof(c, now);
+        assert!(!m.wants_client_input(c));
+        assert!(!m.finished(c), "a miss is awaited");
+        b.settle(&mut m, &[c], now);
+        assert_eq!(take(&mut m, c), b"END\r\nVALUE k 0 2\r\nhi\r\nEND\r\n");
+        assert!(m.finished(c));
     }
 
     #[test]

@@ -7,8 +7,8 @@
 //! stock memcached (text protocol over TCP; the sans-IO [`machine::Machine`]
 //! over [`text`], [`reply`] and [`cache`]), and `jwt`, an HS256 JWT verifier
 //! in front of an unmodified HTTP/1.1 server ([`http::Gate`]). Both implement
-//! [`inline::InlineMachine`]; one thread per attached address drives its
-//! machine (`io.rs`). See docs/inline.md.
+//! [`inline::InlineMachine`]; one or more event loops per attached address
+//! share its machine behind a lock (`io.rs`, `loops`). See docs/inline.md.
 
 pub mod cache;
 pub mod http;
@@ -57,6 +57,10 @@ pub struct AttachConfig {
     pub backend: String,
     /// Client connections at once (each with its own backend connection).
     pub max_connections: usize,
+    /// Event loops (threads) serving the address, sharing its machine.
+    pub loops: usize,
+    /// How long a loop polls without sleeping after a turn with work (0: never).
+    pub spin: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -67,6 +71,8 @@ pub enum AttachConfigError {
     BadAddr { field: &'static str, value: String },
     #[error("{0} must be at least 1")]
     Zero(&'static str),
+    #[error("{field} must be at most {max}")]
+    TooLarge { field: &'static str, max: usize },
     #[error("{field} does not apply to function {function:?}")]
     NotFor {
         field: &'static str,
@@ -96,6 +102,11 @@ pub struct RawAttach {
     backend_timeout_ms: u64,
     #[serde(default = "default_max_connections")]
     max_connections: usize,
+    #[serde(default = "default_loops")]
+    loops: usize,
+    /// Microseconds a loop busy-polls after a turn with work before sleeping.
+    #[serde(default)]
+    spin_us: u64,
     // memcached_cache
     capacity_bytes: Option<usize>,
     max_value_bytes: Option<usize>,
@@ -119,6 +130,15 @@ fn default_timeout() -> u64 {
 }
 fn default_max_connections() -> usize {
     1024
+}
+/// Event loops per attached address (see docs/inline.md for the measurement behind it).
+pub const DEFAULT_LOOPS: usize = 2;
+/// More loops than this gains nothing and costs a thread each.
+pub const MAX_LOOPS: usize = 64;
+/// Busy-polling longer than this is a core given away, not a wake-up saved.
+pub const MAX_SPIN_US: u64 = 10_000;
+fn default_loops() -> usize {
+    DEFAULT_LOOPS
 }
 
 fn host_port(field: &'static str, value: &str) -> Result<(), AttachConfigError> {
@@ -232,6 +252,19 @@ impl RawAttach {
         host_port("listen", &self.listen)?;
         host_port("backend", &self.backend)?;
         at_least_one("max_connections", self.max_connections)?;
+        at_least_one("loops", self.loops)?;
+        if self.loops > MAX_LOOPS {
+            return Err(AttachConfigError::TooLarge {
+                field: "loops",
+                max: MAX_LOOPS,
+            });
+        }
+        if self.spin_us > MAX_SPIN_US {
+            return Err(AttachConfigError::TooLarge {
+                field: "spin_us",
+                max: MAX_SPIN_US as usize,
+            });
+        }
         if self.backend_timeout_ms == 0 {
             return Err(AttachConfigError::Zero("backend_timeout_ms"));
         }
@@ -252,6 +285,8 @@ impl RawAttach {
             function,
             backend: self.backend,
             max_connections: self.max_connections,
+            loops: self.loops,
+            spin: Duration::from_micros(self.spin_us),
         })
     }
 }
@@ -289,8 +324,8 @@ impl AttachConfig {
 pub struct AttachHandle {
     pub addr: SocketAddr,
     stop: Arc<AtomicBool>,
-    waker: Arc<mio::Waker>,
-    thread: Option<JoinHandle<()>>,
+    wakers: Vec<Arc<mio::Waker>>,
+    threads: Vec<JoinHandle<()>>,
 }
 
 impl AttachHandle {
@@ -300,8 +335,10 @@ impl AttachHandle {
 
     fn halt(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
-        let _ = self.waker.wake();
-        if let Some(t) = self.thread.take() {
+        for w in &self.wakers {
+            let _ = w.wake();
+        }
+        for t in self.threads.drain(..) {
             let _ = t.join();
         }
     }
@@ -339,24 +376,43 @@ fn spawn<M: inline::InlineMachine + Send + 'static>(
     let backend = resolve(&cfg.backend)?;
     let (poll, listener, waker) = io::bind(listen)?;
     let addr = listener.local_addr()?;
+    let mut polls = vec![poll];
+    let mut wakers = vec![waker];
+    for _ in 1..cfg.loops.max(1) {
+        let (p, w) = io::poll_with_waker()?;
+        polls.push(p);
+        wakers.push(w);
+    }
+    let shared = Arc::new(io::Shared::new(machine, wakers.clone()));
     let stop = Arc::new(AtomicBool::new(false));
-    let driver = io::Driver::new(
-        poll,
-        listener,
-        machine,
-        backend,
-        cfg.max_connections,
-        stop.clone(),
-    );
-    let thread = std::thread::Builder::new()
-        .name("offrac-attach".into())
-        .spawn(move || driver.run())?;
-    let function = cfg.function.name();
-    tracing::info!(%addr, %backend, function, "attached function listening");
-    Ok(AttachHandle {
+    let mut listener = Some(listener);
+    let mut handle = AttachHandle {
         addr,
-        stop,
-        waker,
-        thread: Some(thread),
-    })
+        stop: stop.clone(),
+        wakers,
+        threads: Vec::new(),
+    };
+    for (i, poll) in polls.into_iter().enumerate() {
+        let driver = io::Driver::new(
+            poll,
+            listener.take(),
+            shared.clone(),
+            i,
+            io::LoopSettings {
+                backend,
+                max_connections: cfg.max_connections,
+                spin: cfg.spin,
+            },
+            stop.clone(),
+        );
+        // On failure the handle, dropped, stops the loops already started.
+        let thread = std::thread::Builder::new()
+            .name(format!("offrac-attach-{i}"))
+            .spawn(move || driver.run())?;
+        handle.threads.push(thread);
+    }
+    let function = cfg.function.name();
+    let loops = cfg.loops;
+    tracing::info!(%addr, %backend, function, loops, "attached function listening");
+    Ok(handle)
 }
