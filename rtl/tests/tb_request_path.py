@@ -361,6 +361,7 @@ async def run(dut: Any, rng: random.Random, reqs: list[Req], p_in: float, p_out:
     taken: dict[int, list[int]] = {r.rid: [-1, -1] for r in reqs}
     conn_at = [0] * CONNS
     slack: list[int] = []
+    head_at = [0] * CONNS  # the cycle each connection's response header went out
     by_id = {r.rid: r for r in reqs}
     partial: list[bytes] = [b""] * CONNS
     answered: dict[int, dict[str, int]] = {}
@@ -418,6 +419,8 @@ async def run(dut: Any, rng: random.Random, reqs: list[Req], p_in: float, p_out:
             n = bin(keep).count("1")
             assert keep == (1 << n) - 1, f"tkeep {keep:x} not a low run"
             data = kept_data(dut.m_axis_tdata, keep).to_bytes(64, "little")[:n]
+            if not partial[conn]:
+                head_at[conn] = cycle
             partial[conn] += data
             if sig(dut.m_axis_tlast):
                 b = partial[conn]
@@ -453,6 +456,10 @@ async def run(dut: Any, rng: random.Random, reqs: list[Req], p_in: float, p_out:
                     )
                     if r0.hop == 0:
                         slack.append(f["reassembly"] - (last - first))
+                        # and at most: first byte -> complete -> taken -> metadata word -> header out tile
+                        # the time from the first byte's beat to the header
+                        spent = f["reassembly"] + f["queue"] + f["exec"]
+                        assert spent <= head_at[conn] - first, (f, first, head_at[conn])
                 else:
                     assert f["reassembly"] == 0, f
                 assert rid in by_id, f"answer for unknown request {rid:x}"
