@@ -1,17 +1,23 @@
 """cocotb testbench of rtl/offrac_request_path.v: request bytes in, response bytes out, per connection.
 
-Requests are built as the Python client builds them (one hop, device 0xFF) for echo, top-k and MapId,
-with some the node refuses (a function not hosted, too large) among them; each connection's bytes
+Requests are built as the Python client builds them (one hop, device 0xFF) for echo, top-k, min-max,
+MapId, SparseTransform and Bucketize (three border sets loaded through s_bcfg_*), with some the node
+refuses (a function not hosted, too large) among them; each connection's bytes
 are cut at random into beats of 1 to 64 bytes and the connections interleaved at random. Every
 response is split out of the output stream by tuser and tlast and matched to its request by id:
 each answered exactly once, the header field by field (status, hop index, device, request id,
-payload length, tenant, detail, no flags, reassembly 0) and the payload byte for byte against the
-shipping software kernels (crates/accel through accel_oracle) run on the same calls. A BUSY answer
+payload length, tenant, detail) and the payload byte for byte against the shipping software kernels
+(crates/accel through accel_oracle) run on the same calls. About 30% are flagged TRACE: a hop's
+answer carries HOP_TIMES and the per-hop timings block (check_times), a refusal neither. Reassembly
+(cycles): 0 on a refusal at admission; on a hop's answer at least the cycles between the beats that
+carried the request's first and last bytes, and with queue and exec no more than the first byte's
+beat to the header going out; pinned in one_request_cycles. A BUSY answer
 (the pool full) is allowed for an admitted kind and counted; the rounds with free output must admit
 every request. Planted bugs caught (each alone): a request's tail beat not written when the
 residue plus the last beat exceed 64 bytes; the output merge switching source inside a frame.
 
-Chains (the chain router in the top): requests of 2 to 6 local hops of echo, top-k and MapId (the
+Chains (the chain router in the top): requests of 2 to 6 local hops of echo, top-k, min-max, MapId and
+Bucketize (the
 extension from the fifth hop) are answered as the software node answers them: each hop's output the
 next hop's input, an error ending the chain with that hop's index, the answer naming the last hop;
 the expected bytes come from running the software kernels hop after hop. A chain whose later hop is
