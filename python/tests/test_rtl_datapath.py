@@ -264,3 +264,22 @@ def test_header_vectors_answered_as_by_software(node: Node, rtl: Node, vec: dict
         assert hw[64:] == sw[64:]
     else:
         assert struct.unpack_from("<I", hw, 16)[0] == 0 and len(hw) == 64
+
+
+def test_traced_chain_reports_each_hop_as_the_software_does(node: Node, rtl: Node) -> None:
+    """A TRACE chain of three local hops (min-max, echo, Bucketize) through the client: the same
+    result from both nodes, and the same per-hop block structure (which device ran which hop); the
+    RTL's exec fields are cycles, each at least one, adding up to the header's exec."""
+    criteo = load_criteo(CRITEO)
+    x = np.nan_to_num(criteo.dense[:8], nan=0.0).astype(np.float32).ravel()
+    got: list[tuple[Any, Any]] = []
+    for n in (node, rtl):
+        with Client(n.address, timeout=30, trace=True) as c:
+            got.append(c.call_chain(["minmax", "echo", "bucketize"], x, return_info=True))
+    (sw_out, sw_info), (hw_out, hw_info) = got
+    np.testing.assert_array_equal(hw_out, sw_out)
+    assert sw_info.hop_times is not None and hw_info.hop_times is not None
+    ran = [(h.device, h.ran) for h in hw_info.hop_times]
+    assert ran == [(h.device, h.ran) for h in sw_info.hop_times] == [(0, True)] * 3 + [(0, False)] * 5
+    assert all(h.exec_ns >= 1 for h in hw_info.hop_times[:3])
+    assert sum(h.exec_ns for h in hw_info.hop_times) == hw_info.exec_ns
