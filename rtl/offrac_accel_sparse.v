@@ -68,6 +68,7 @@ module offrac_accel_sparse #(
     output wire [META_WIDTH-1:0]  m_meta_tdata,
     output wire [7:0]             m_meta_status,
     output wire [31:0]            m_meta_detail,
+    output wire [31:0]            m_meta_len,      // OK: the result's bytes, 4 * (2 + rows + 2 * nnz)
     output wire                   m_meta_tvalid,
     input  wire                   m_meta_tready
 );
@@ -372,10 +373,12 @@ always @(posedge clk) begin
     end
 end
 
-offrac_axis_reg #(.WIDTH(META_WIDTH + 40)) meta_out (
+wire [31:0] out_bytes = (32'd2 + div_q + 32'd2 * nnz) << 2;
+
+offrac_axis_reg #(.WIDTH(META_WIDTH + 40 + 32)) meta_out (
     .clk(clk), .rst(rst),
-    .s_tdata({meta_word, status, detail}), .s_tvalid(state == ST_STATUS), .s_tready(meta_ready),
-    .m_tdata({m_meta_tdata, m_meta_status, m_meta_detail}),
+    .s_tdata({meta_word, status, detail, out_bytes}), .s_tvalid(state == ST_STATUS), .s_tready(meta_ready),
+    .m_tdata({m_meta_tdata, m_meta_status, m_meta_detail, m_meta_len}),
     .m_tvalid(m_meta_tvalid), .m_tready(m_meta_tready)
 );
 

@@ -42,8 +42,12 @@
  *   result's, then the result; m_next_reassembly/queue/exec ride along with
  *   every beat (the sums the final answer carries).
  * Response timings: the hop's sums on a result or a hop's error; 0 on a
- * refusal made here (as reply_to / fail_forwarded do). Response flags are
- * 0: the per-hop timings block of a TRACE request is not built.
+ * refusal made here (as reply_to / fail_forwarded do). A request flagged
+ * TRACE (flags bit 1) answered with a result or a hop's error gets the
+ * per-hop timings block (s_hop_times, eight 8-byte records as
+ * docs/protocol.md lays them out, built by the request path) as one beat
+ * right after the response header, and HOP_TIMES (bit 0) in the response
+ * flags, as Job::time_answer; a refusal made here has neither (reply_to).
  *
  * One hop at a time; one output register stage shared by the three ports
  * (a beat is held, never dropped, while its port stalls).
@@ -72,6 +76,7 @@ module offrac_chain_router #(
     input  wire [63:0]            s_hop_reassembly,
     input  wire [63:0]            s_hop_queue,
     input  wire [63:0]            s_hop_exec,
+    input  wire [511:0]           s_hop_times,   // per-hop timings block (TRACE), this hop's record in
     input  wire                   s_hop_valid,
     output wire                   s_hop_ready,
 
@@ -120,7 +125,8 @@ localparam [15:0] ST_OK = 16'd0, ST_UNKNOWN_FUNCTION = 16'd2, ST_TOO_LARGE = 16'
 localparam [1:0] P_RESP = 2'd0, P_NET = 2'd1, P_NEXT = 2'd2;
 
 // ---- the hop, latched ----------------------------------------------------
-localparam [2:0] S_IDLE = 3'd0, S_HDR0 = 3'd1, S_HDR1 = 3'd2, S_PAY = 3'd3, S_DROP = 3'd4;
+localparam [2:0] S_IDLE = 3'd0, S_HDR0 = 3'd1, S_HDR1 = 3'd2, S_PAY = 3'd3, S_DROP = 3'd4,
+                 S_TIMES = 3'd5;
 reg [2:0]            state = S_IDLE;
 reg [1023:0]         hdr = 1024'd0;
 reg [CONN_WIDTH-1:0] conn = {CONN_WIDTH{1'b0}};
@@ -128,6 +134,7 @@ reg [7:0]            status = 8'd0;
 reg [63:0]           detail = 64'd0;
 reg [31:0]           len = 32'd0;
 reg [63:0]           t_reasm = 64'd0, t_queue = 64'd0, t_exec = 64'd0;
+reg [511:0]          t_hops = 512'd0;
 
 assign s_hop_ready = state == S_IDLE;
 
@@ -187,6 +194,7 @@ always @* begin
 end
 
 wire answer_ok = port == P_RESP && r_status == ST_OK;   // the result goes out behind it
+wire traced    = port == P_RESP && r_timed && flags[1];  // TRACE: the per-hop timings block follows
 
 // the response header (crates/proto/src/response.rs, ResponseHeader::encode)
 wire [511:0] resp_beat = {
@@ -202,7 +210,7 @@ wire [511:0] resp_beat = {
     DEVICE_ID,
     r_hop,
     r_status,
-    8'd0,                      // flags: no per-hop timings block
+    {7'd0, traced},            // flags: HOP_TIMES
     8'd1,                      // version
     16'h5352                   // magic "RS"
 };
@@ -247,7 +255,13 @@ always @* begin
             o_valid = 1'b1;
             o_keep  = {64{1'b1}};
             o_data  = port == P_RESP ? resp_beat : port == P_NET ? net_hdr[511:0] : next_hdr[511:0];
-            o_last  = port == P_RESP ? !answer_ok || !has_pay : !has_ext && !has_pay;
+            o_last  = port == P_RESP ? !traced && (!answer_ok || !has_pay) : !has_ext && !has_pay;
+        end
+        S_TIMES: begin
+            o_valid = 1'b1;
+            o_keep  = {64{1'b1}};
+            o_data  = t_hops;
+            o_last  = !answer_ok || !has_pay;
         end
         S_HDR1: begin
             o_valid = 1'b1;
@@ -274,6 +288,7 @@ always @(posedge clk) begin
                 t_reasm <= s_hop_reassembly;
                 t_queue <= s_hop_queue;
                 t_exec  <= s_hop_exec;
+                t_hops  <= s_hop_times;
                 state   <= S_HDR0;
             end
         end
@@ -281,6 +296,8 @@ always @(posedge clk) begin
             if (o_ready) begin
                 if (port != P_RESP && has_ext)
                     state <= S_HDR1;
+                else if (traced)
+                    state <= S_TIMES;
                 else if (has_pay)
                     state <= (port == P_RESP && !answer_ok) ? S_DROP : S_PAY;
                 else
@@ -288,6 +305,7 @@ always @(posedge clk) begin
             end
         end
         S_HDR1: if (o_ready) state <= has_pay ? S_PAY : S_IDLE;
+        S_TIMES: if (o_ready) state <= !has_pay ? S_IDLE : answer_ok ? S_PAY : S_DROP;
         S_PAY:  if (s_axis_tvalid && o_ready && s_axis_tlast) state <= S_IDLE;
         S_DROP: if (s_axis_tvalid && s_axis_tlast) state <= S_IDLE;
         default: state <= S_IDLE;

@@ -91,6 +91,9 @@ module offrac_dispatcher #(
     output reg  [63:0]            m_req_param,       // the current hop's parameter
     output reg  [7:0]             m_req_hop_count,
     output reg  [1023:0]          m_req_hdr,         // header and extension as on the wire (zero when none)
+    // cycles from the beat carrying the header's first byte to the request going out complete
+    // (the pool hears `finish` then): the core's reassembly time (Job::reassembly), in cycles
+    output reg  [63:0]            m_req_reassembly,
     output wire                   m_req_tvalid,
     input  wire                   m_req_tready,
 
@@ -135,6 +138,7 @@ reg [31:0]  c_len  [0:CONN_COUNT-1];
 reg [63:0]  c_par  [0:CONN_COUNT-1];
 reg [7:0]   c_hcnt [0:CONN_COUNT-1];
 reg [1023:0] c_wire [0:CONN_COUNT-1];   // the request's header re-encoded, for the chain router
+reg [63:0]  c_first [0:CONN_COUNT-1];   // the cycle its request's first byte came
 
 // ---- the connection being worked on ------------------------------------
 reg [3:0]   state = S_IDLE;
@@ -156,6 +160,9 @@ reg [31:0]  req_len = 32'd0;
 reg [63:0]  req_param = 64'd0;
 reg [7:0]   req_hcnt = 8'd0;
 reg [1023:0] req_wire = 1024'd0;
+reg [63:0]  d_cyc = 64'd0;     // free-running cycle count
+reg [63:0]  in_cyc = 64'd0;    // the cycle the beat being worked on was taken
+reg [63:0]  first = 64'd0;     // the cycle the current request's first byte was taken
 
 // ---- the parser --------------------------------------------------------
 reg  [511:0] p_tdata;
@@ -388,6 +395,7 @@ task save;
         c_par[conn]  <= req_param;
         c_hcnt[conn] <= req_hcnt;
         c_wire[conn] <= req_wire;
+        c_first[conn] <= first;
         state <= S_IDLE;
     end
 endtask
@@ -403,12 +411,14 @@ task refuse(input [15:0] status, input [63:0] id, input [15:0] tenant, input [7:
         r_detail <= detail;
         rem      <= skip;
         rx       <= close ? RX_CLOSED : (skip == 0 ? RX_HEADER : RX_DISCARD);
+        first    <= in_cyc;   // bytes left in this beat begin the next request
         state    <= S_RESP;
     end
 endtask
 
 integer c;
 always @(posedge clk) begin
+    d_cyc <= d_cyc + 1'b1;
     if (m_req_tready) begin
         req_tvalid <= 1'b0;
     end
@@ -433,6 +443,10 @@ always @(posedge clk) begin
                 req_param  <= c_par[s_axis_tuser];
                 req_hcnt   <= c_hcnt[s_axis_tuser];
                 req_wire   <= c_wire[s_axis_tuser];
+                in_cyc     <= d_cyc;
+                // a new request's first byte is in this beat when the connection holds none of it
+                first      <= (c_rx[s_axis_tuser] == RX_HEADER && c_rlen[s_axis_tuser] == 7'd0)
+                              ? d_cyc : c_first[s_axis_tuser];
                 state      <= S_WORK;
             end
         end
@@ -494,7 +508,8 @@ always @(posedge clk) begin
                     wlen <= wlen - take_pay;
                     rem  <= rem - take_pay;
                     if (rem == take_pay) begin
-                        rx <= RX_HEADER;
+                        rx    <= RX_HEADER;
+                        first <= in_cyc;
                     end
                 end
                 default: begin                // closed: the rest is dropped
@@ -594,7 +609,9 @@ always @(posedge clk) begin
                 m_req_param      <= req_param;
                 m_req_hop_count  <= req_hcnt;
                 m_req_hdr        <= req_wire;
+                m_req_reassembly <= d_cyc - first;
                 rx    <= RX_HEADER;
+                first <= in_cyc;
                 state <= S_WORK;
             end
         end

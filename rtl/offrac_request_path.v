@@ -2,7 +2,8 @@
  * offrac request path: the node's datapath from TCP payload in to response
  * bytes out (OffRAC §3, Fig. 11), composed of the dispatcher, a buffer
  * memory, a queue of complete requests, one accelerator per hosted function
- * (echo 0, top-k 1, MapId 6), the chain router with its chain buffer,
+ * (echo 0, top-k 1, min-max 3, MapId 6, SparseTransform 7, Bucketize 8),
+ * the chain router with its chain buffer,
  * and the response path; m_net_axis_* is the egress of hops forwarded to
  * another device.
  *
@@ -44,7 +45,10 @@
  *   status and detail (echo: OK), the result length (OK: echo and MapId the
  *   payload's length, top-k 4 * min(K, n)), timings in cycles summed over
  *   the chain's hops here (queue = queued until the executor took it, exec
- *   = taken until the metadata word, reassembly 0: not measured yet), then
+ *   = taken until the metadata word, reassembly = the dispatcher's first
+ *   byte to complete, for a chained hop to the end of the hop before it, as
+ *   Job::advance), the per-hop timings block of a TRACE request (this hop's
+ *   record over the earlier hops', which ride with a chained hop), then
  *   the result beats as they come. The router answers (our response header,
  *   the OK result; an error has no payload: the software's English message
  *   is not sent), or hands the next local hop to the chain buffer (its
@@ -58,7 +62,11 @@
  *
  * A request's current hop must be local (the dispatcher answers a peer
  * UNREACHABLE: forwarding at admission is not built). MapId's dictionary
- * comes on s_cfg_* (see offrac_accel_mapid.v) and survives a reset.
+ * comes on s_cfg_* (see offrac_accel_mapid.v), Bucketize's border sets on
+ * s_bcfg_* (see offrac_accel_bucketize.v); both survive a reset. A hop
+ * error's detail is the accelerator's, but 0 for BAD_INPUT, as the
+ * software's worker answers it (Bucketize's set count or NaN index stays
+ * inside).
  */
 
 `resetall
@@ -78,6 +86,8 @@ module offrac_request_path #(
     parameter TOPK_K_MAX  = 64,
     parameter MAPID_TABLE_BITS = 16,
     parameter MAPID_MAX_BEATS  = 256,
+    parameter BUCKET_SETS_MAX    = 4,
+    parameter BUCKET_BORDERS_MAX = 32,
     parameter [255:0] PEERS = 256'h0   // devices a later hop may be forwarded to (m_net_axis_*)
 ) (
     input  wire                   clk,
@@ -114,6 +124,14 @@ module offrac_request_path #(
     output wire [MAPID_TABLE_BITS:0] cfg_dict_size,
     output wire                   cfg_overflow,
 
+    // Bucketize's border sets, one packet of 32-bit words (offrac_accel_bucketize.v)
+    input  wire [31:0]            s_bcfg_tdata,
+    input  wire                   s_bcfg_tvalid,
+    output wire                   s_bcfg_tready,
+    input  wire                   s_bcfg_tlast,
+    output wire [7:0]             bcfg_sets,
+    output wire                   bcfg_error,
+
     output wire [63:0]            cycles,         // free-running cycle count
     // for the driver: connections between requests, and nothing in flight anywhere
     output wire [CONN_COUNT-1:0]  conn_clean,
@@ -123,8 +141,10 @@ module offrac_request_path #(
 localparam RING_BEATS = BUF_BYTES / 64 + DESC_DEPTH + 2;
 localparam RING_WIDTH = $clog2(RING_BEATS);
 localparam DESC_WIDTH_FIFO = DESC_DEPTH > 1 ? $clog2(DESC_DEPTH) : 1;
-localparam [255:0] HOSTED = 256'h43;   // functions 0, 1 and 6
-localparam [7:0] FN_ECHO = 8'd0, FN_TOPK = 8'd1, FN_MAPID = 8'd6;
+localparam [255:0] HOSTED = 256'h1CB;   // functions 0, 1, 3, 6, 7 and 8
+localparam [7:0] FN_ECHO = 8'd0, FN_TOPK = 8'd1, FN_MINMAX = 8'd3, FN_MAPID = 8'd6, FN_SPARSE = 8'd7,
+                 FN_BUCKET = 8'd8;
+localparam ACC_BEATS = (MAX_PAYLOAD + 63) / 64;   // min-max, SparseTransform, Bucketize buffers
 
 reg [63:0] cyc = 64'd0;
 assign cycles = cyc;
@@ -147,6 +167,7 @@ wire [31:0]           q_len;
 wire [63:0]           q_param;
 wire [7:0]            q_hcnt;
 wire [1023:0]         q_hdr;
+wire [63:0]           q_reasm;
 wire                  q_tvalid;
 wire                  q_tready;
 
@@ -175,6 +196,7 @@ offrac_dispatcher #(
     .m_req_conn(q_conn), .m_req_buffer(q_buffer), .m_req_request_id(q_id),
     .m_req_tenant(q_tenant), .m_req_hop_index(q_hop), .m_req_function(q_fn),
     .m_req_len(q_len), .m_req_param(q_param), .m_req_hop_count(q_hcnt), .m_req_hdr(q_hdr),
+    .m_req_reassembly(q_reasm),
     .m_req_tvalid(q_tvalid), .m_req_tready(q_tready),
     .m_resp_axis_tdata(d_tdata), .m_resp_axis_tkeep(d_tkeep), .m_resp_axis_tuser(d_tuser),
     .m_resp_axis_tlast(d_tlast), .m_resp_axis_tvalid(d_tvalid), .m_resp_axis_tready(d_tready),
@@ -228,7 +250,7 @@ wire [1023:0] b_comb  = {512'd0, pend[b_tuser]} | ({512'd0, b_masked} << (8 * pe
 wire [7:0]    b_total = pend_n[b_tuser] + b_n;
 
 // ---- the queue of complete requests --------------------------------------
-localparam QW = 1024 + CONN_WIDTH + BUF_WIDTH + RING_WIDTH + 64 + 16 + 8 + 8 + 32 + 64 + 64;
+localparam QW = 64 + 1024 + CONN_WIDTH + BUF_WIDTH + RING_WIDTH + 64 + 16 + 8 + 8 + 32 + 64 + 64;
 reg [QW-1:0] fifo [0:DESC_DEPTH-1];
 reg [DESC_WIDTH_FIFO:0] f_count = 0;
 reg [DESC_WIDTH_FIFO-1:0] f_wr = 0, f_rd = 0;
@@ -260,7 +282,7 @@ always @(posedge clk) begin
         end
     end
     if (q_take) begin
-        fifo[f_wr] <= {q_hdr, q_conn, q_buffer, hp[q_buffer], q_id, q_tenant, q_hop, q_fn, q_len, q_param, cyc};
+        fifo[f_wr] <= {q_reasm, q_hdr, q_conn, q_buffer, hp[q_buffer], q_id, q_tenant, q_hop, q_fn, q_len, q_param, cyc};
         hp[q_buffer] <= ring_add(hp[q_buffer], q_beats);
         f_wr <= (f_wr == DESC_DEPTH - 1) ? 0 : f_wr + 1'b1;
     end
@@ -294,7 +316,8 @@ wire [31:0]           h_len;
 wire [63:0]           h_param;
 wire [63:0]           h_cycle;
 wire [1023:0]         h_hdr;
-assign {h_hdr, h_conn, h_buffer, h_start, h_id, h_tenant, h_hop, h_fn, h_len, h_param, h_cycle} = fifo[f_rd];
+wire [63:0]           h_reasm;
+assign {h_reasm, h_hdr, h_conn, h_buffer, h_start, h_id, h_tenant, h_hop, h_fn, h_len, h_param, h_cycle} = fifo[f_rd];
 
 // ---- the chained hop: the router's next local hop, waiting for the executor ----
 // One at a time (the executor runs one hop at a time): its header, then its
@@ -308,6 +331,10 @@ reg [1:0]             c_st = C_HDR;
 reg [1023:0]          c_hdr = 1024'd0;
 reg [CONN_WIDTH-1:0]  c_conn = {CONN_WIDTH{1'b0}};
 reg [63:0]            c_qsum = 64'd0, c_esum = 64'd0, c_cycle = 64'd0;
+reg [63:0]            c_reasm = 64'd0;   // its reassembly: first byte until the last hop's completion
+reg [511:0]           c_times = 512'd0;  // the per-hop timings block so far
+reg [63:0]            e_next_reasm = 64'd0;   // set at the hop's hand-over to the router: a chained
+reg [511:0]           e_sent_times = 512'd0;  // next hop's reassembly, and the block with its record
 reg [511:0]           c_rd;
 
 wire [511:0]          n_tdata;
@@ -333,6 +360,8 @@ always @(posedge clk) begin
                 c_conn <= n_tuser;
                 c_qsum <= n_queue;
                 c_esum <= n_exec;
+                c_reasm <= e_next_reasm;
+                c_times <= e_sent_times;
                 c_wp   <= {CHAIN_WIDTH{1'b0}};
                 c_st   <= n_tlast ? C_FULL : n_tdata[24] ? C_EXT : C_PAY;   // flags bit 0: HOP_EXT
             end
@@ -364,6 +393,9 @@ reg [63:0]           e_queued = 0;   // queue cycles of this hop
 reg [63:0]           e_qsum = 0;     // queue and exec cycles of the chain's earlier hops here
 reg [63:0]           e_esum = 0;
 reg [63:0]           e_start = 0;    // cycle the executor took it
+reg [63:0]           e_reasm = 0;    // reassembly cycles (for a chained hop: to the last hop's completion)
+reg [511:0]          e_times = 0;    // per-hop timings block of the chain's earlier hops here
+reg [15:0]           e_queue_k = 0;  // this hop's queue cycles / 1000, saturating (the block's queue_us)
 reg [31:0]           e_left = 0;     // beats still to feed
 reg                  e_chain = 1'b0; // a chained hop: its payload is in cmem, not in a buffer
 reg                  e_sent = 1'b0;  // the hop is with the router (set by the hop side)
@@ -382,10 +414,19 @@ wire [63:0]  a_keep = (e_len == 0) ? 64'd0
                     : (e_left == 1 && e_len[5:0] != 0) ? ({64{1'b1}} >> (64 - e_len[5:0])) : {64{1'b1}};
 wire         a_last = e_left <= 1;
 
-wire echo_meta_ready, topk_meta_ready, mapid_meta_ready;
-wire echo_ready, topk_ready, mapid_ready;
-wire meta_ready = e_fn == FN_TOPK ? topk_meta_ready : e_fn == FN_MAPID ? mapid_meta_ready : echo_meta_ready;
-wire data_ready = e_fn == FN_TOPK ? topk_ready : e_fn == FN_MAPID ? mapid_ready : echo_ready;
+wire echo_meta_ready, topk_meta_ready, mapid_meta_ready, mm_meta_ready, sp_meta_ready, bk_meta_ready;
+wire echo_ready, topk_ready, mapid_ready, mm_ready, sp_ready, bk_ready;
+reg  meta_ready, data_ready;
+always @* begin
+    case (e_fn)
+        FN_TOPK:   begin meta_ready = topk_meta_ready;  data_ready = topk_ready;  end
+        FN_MINMAX: begin meta_ready = mm_meta_ready;    data_ready = mm_ready;    end
+        FN_MAPID:  begin meta_ready = mapid_meta_ready; data_ready = mapid_ready; end
+        FN_SPARSE: begin meta_ready = sp_meta_ready;    data_ready = sp_ready;    end
+        FN_BUCKET: begin meta_ready = bk_meta_ready;    data_ready = bk_ready;    end
+        default:   begin meta_ready = echo_meta_ready;  data_ready = echo_ready;  end
+    endcase
+end
 
 always @* begin
     a_meta_valid = e_state == E_META;
@@ -394,6 +435,8 @@ end
 
 always @(posedge clk) begin
     rel_valid <= 1'b0;
+    // the block's queue field: the software's is µs (its ns / 1000), here cycles / 1000
+    e_queue_k <= e_queued >= 64'd65535000 ? 16'hFFFF : e_queued[25:0] / 26'd1000;
     c_rd <= cmem[rd_addr[CHAIN_WIDTH-1:0]];
     case (e_state)
         E_IDLE: begin
@@ -409,6 +452,8 @@ always @(posedge clk) begin
                 e_queued <= cyc - c_cycle;
                 e_qsum   <= c_qsum;
                 e_esum   <= c_esum;
+                e_reasm  <= c_reasm;
+                e_times  <= c_times;
                 e_left   <= (c_len == 0) ? 32'd1 : (c_len + 32'd63) >> 6;
                 e_state  <= E_META;
             end else if (f_count != 0) begin
@@ -421,6 +466,8 @@ always @(posedge clk) begin
                 e_queued <= cyc - h_cycle;
                 e_qsum   <= 64'd0;
                 e_esum   <= 64'd0;
+                e_reasm  <= h_reasm;
+                e_times  <= 512'd0;
                 e_left   <= (h_len == 0) ? 32'd1 : (h_len + 32'd63) >> 6;
                 rd_buf   <= h_buffer;
                 rd_addr  <= h_start;
@@ -462,13 +509,14 @@ always @(posedge clk) begin
 end
 
 // ---- the accelerators ----------------------------------------------------
-wire [511:0] echo_tdata, topk_tdata, mapid_tdata;
-wire [63:0]  echo_tkeep, topk_tkeep, mapid_tkeep;
-wire         echo_tvalid, topk_tvalid, mapid_tvalid;
-wire         echo_tlast, topk_tlast, mapid_tlast;
-wire         echo_mvalid, topk_mvalid, mapid_mvalid;
-wire [7:0]   topk_status, mapid_status;
-wire [31:0]  topk_detail, mapid_detail;
+wire [511:0] echo_tdata, topk_tdata, mapid_tdata, mm_tdata, sp_tdata, bk_tdata;
+wire [63:0]  echo_tkeep, topk_tkeep, mapid_tkeep, mm_tkeep, sp_tkeep, bk_tkeep;
+wire         echo_tvalid, topk_tvalid, mapid_tvalid, mm_tvalid, sp_tvalid, bk_tvalid;
+wire         echo_tlast, topk_tlast, mapid_tlast, mm_tlast, sp_tlast, bk_tlast;
+wire         echo_mvalid, topk_mvalid, mapid_mvalid, mm_mvalid, sp_mvalid, bk_mvalid;
+wire [7:0]   topk_status, mapid_status, mm_status, sp_status, bk_status;
+wire [31:0]  topk_detail, mapid_detail, mm_detail, sp_detail, bk_detail;
+wire [31:0]  sp_len;
 wire         r_data_ready;
 reg          r_meta_ready;
 
@@ -510,13 +558,79 @@ offrac_accel_mapid #(.TABLE_BITS(MAPID_TABLE_BITS), .MAX_BEATS(MAPID_MAX_BEATS))
     .m_meta_tvalid(mapid_mvalid), .m_meta_tready(r_meta_ready && e_fn == FN_MAPID)
 );
 
-wire [511:0] x_tdata  = e_fn == FN_TOPK ? topk_tdata  : e_fn == FN_MAPID ? mapid_tdata  : echo_tdata;
-wire [63:0]  x_tkeep  = e_fn == FN_TOPK ? topk_tkeep  : e_fn == FN_MAPID ? mapid_tkeep  : echo_tkeep;
-wire         x_tvalid = e_fn == FN_TOPK ? topk_tvalid : e_fn == FN_MAPID ? mapid_tvalid : echo_tvalid;
-wire         x_tlast  = e_fn == FN_TOPK ? topk_tlast  : e_fn == FN_MAPID ? mapid_tlast  : echo_tlast;
-wire         x_mvalid = e_fn == FN_TOPK ? topk_mvalid : e_fn == FN_MAPID ? mapid_mvalid : echo_mvalid;
-wire [7:0]   x_status = e_fn == FN_TOPK ? topk_status : e_fn == FN_MAPID ? mapid_status : 8'd0;
-wire [31:0]  x_detail = e_fn == FN_TOPK ? topk_detail : e_fn == FN_MAPID ? mapid_detail : 32'd0;
+offrac_accel_minmax #(.MAX_BEATS(ACC_BEATS)) minmax_inst (
+    .clk(clk), .rst(rst),
+    .s_axis_tdata(a_data), .s_axis_tkeep(a_keep), .s_axis_tvalid(a_valid && e_fn == FN_MINMAX),
+    .s_axis_tready(mm_ready), .s_axis_tlast(a_last),
+    .s_meta_tdata(a_meta), .s_meta_tvalid(a_meta_valid && e_fn == FN_MINMAX),
+    .s_meta_tready(mm_meta_ready),
+    .m_axis_tdata(mm_tdata), .m_axis_tkeep(mm_tkeep), .m_axis_tvalid(mm_tvalid),
+    .m_axis_tready(r_data_ready && e_fn == FN_MINMAX), .m_axis_tlast(mm_tlast),
+    .m_meta_tdata(), .m_meta_status(mm_status), .m_meta_detail(mm_detail),
+    .m_meta_tvalid(mm_mvalid), .m_meta_tready(r_meta_ready && e_fn == FN_MINMAX)
+);
+
+offrac_accel_sparse #(.MAX_BEATS(ACC_BEATS)) sparse_inst (
+    .clk(clk), .rst(rst),
+    .s_axis_tdata(a_data), .s_axis_tkeep(a_keep), .s_axis_tvalid(a_valid && e_fn == FN_SPARSE),
+    .s_axis_tready(sp_ready), .s_axis_tlast(a_last),
+    .s_meta_tdata(a_meta), .s_meta_tvalid(a_meta_valid && e_fn == FN_SPARSE),
+    .s_meta_tready(sp_meta_ready),
+    .m_axis_tdata(sp_tdata), .m_axis_tkeep(sp_tkeep), .m_axis_tvalid(sp_tvalid),
+    .m_axis_tready(r_data_ready && e_fn == FN_SPARSE), .m_axis_tlast(sp_tlast),
+    .m_meta_tdata(), .m_meta_status(sp_status), .m_meta_detail(sp_detail), .m_meta_len(sp_len),
+    .m_meta_tvalid(sp_mvalid), .m_meta_tready(r_meta_ready && e_fn == FN_SPARSE)
+);
+
+offrac_accel_bucketize #(
+    .MAX_BEATS(ACC_BEATS), .SETS_MAX(BUCKET_SETS_MAX), .BORDERS_MAX(BUCKET_BORDERS_MAX)
+) bucketize_inst (
+    .clk(clk), .rst(rst),
+    .s_axis_tdata(a_data), .s_axis_tkeep(a_keep), .s_axis_tvalid(a_valid && e_fn == FN_BUCKET),
+    .s_axis_tready(bk_ready), .s_axis_tlast(a_last),
+    .s_meta_tdata(a_meta), .s_meta_tvalid(a_meta_valid && e_fn == FN_BUCKET),
+    .s_meta_tready(bk_meta_ready),
+    .s_cfg_tdata(s_bcfg_tdata), .s_cfg_tvalid(s_bcfg_tvalid), .s_cfg_tready(s_bcfg_tready),
+    .s_cfg_tlast(s_bcfg_tlast), .cfg_sets(bcfg_sets), .cfg_error(bcfg_error),
+    .m_axis_tdata(bk_tdata), .m_axis_tkeep(bk_tkeep), .m_axis_tvalid(bk_tvalid),
+    .m_axis_tready(r_data_ready && e_fn == FN_BUCKET), .m_axis_tlast(bk_tlast),
+    .m_meta_tdata(), .m_meta_status(bk_status), .m_meta_detail(bk_detail),
+    .m_meta_tvalid(bk_mvalid), .m_meta_tready(r_meta_ready && e_fn == FN_BUCKET)
+);
+
+reg [511:0] x_tdata;
+reg [63:0]  x_tkeep;
+reg         x_tvalid, x_tlast, x_mvalid;
+reg [7:0]   x_status;
+reg [31:0]  x_detail;
+always @* begin
+    case (e_fn)
+        FN_TOPK: begin
+            x_tdata = topk_tdata; x_tkeep = topk_tkeep; x_tvalid = topk_tvalid; x_tlast = topk_tlast;
+            x_mvalid = topk_mvalid; x_status = topk_status; x_detail = topk_detail;
+        end
+        FN_MINMAX: begin
+            x_tdata = mm_tdata; x_tkeep = mm_tkeep; x_tvalid = mm_tvalid; x_tlast = mm_tlast;
+            x_mvalid = mm_mvalid; x_status = mm_status; x_detail = mm_detail;
+        end
+        FN_MAPID: begin
+            x_tdata = mapid_tdata; x_tkeep = mapid_tkeep; x_tvalid = mapid_tvalid; x_tlast = mapid_tlast;
+            x_mvalid = mapid_mvalid; x_status = mapid_status; x_detail = mapid_detail;
+        end
+        FN_SPARSE: begin
+            x_tdata = sp_tdata; x_tkeep = sp_tkeep; x_tvalid = sp_tvalid; x_tlast = sp_tlast;
+            x_mvalid = sp_mvalid; x_status = sp_status; x_detail = sp_detail;
+        end
+        FN_BUCKET: begin
+            x_tdata = bk_tdata; x_tkeep = bk_tkeep; x_tvalid = bk_tvalid; x_tlast = bk_tlast;
+            x_mvalid = bk_mvalid; x_status = bk_status; x_detail = bk_detail;
+        end
+        default: begin
+            x_tdata = echo_tdata; x_tkeep = echo_tkeep; x_tvalid = echo_tvalid; x_tlast = echo_tlast;
+            x_mvalid = echo_mvalid; x_status = 8'd0; x_detail = 32'd0;
+        end
+    endcase
+end
 
 // ---- the hop's outcome to the chain router -------------------------------
 wire [63:0] n_elems = {32'd0, e_len >> 2};
@@ -530,8 +644,25 @@ always @* begin
     r_meta_ready = hop_valid && hop_ready;
 end
 
+// this hop's record in the per-hop timings block (docs/protocol.md): device, ran, queue (cycles /
+// 1000, u16 saturating, where the software has µs), exec (cycles, u32 saturating, where it has ns)
+wire [63:0]  e_exec   = cyc - e_start;
+wire [2:0]   e_ran_i  = e_whdr[58:56];   // hop_index mod 8
+wire [63:0]  hop_rec  = {e_exec[63:32] != 0 ? 32'hFFFFFFFF : e_exec[31:0], e_queue_k, 8'd1, DEVICE_ID};
+reg  [511:0] hop_times;
+always @* begin
+    hop_times = e_times;
+    hop_times[64 * e_ran_i +: 64] = hop_rec;
+end
+
 always @(posedge clk) begin
-    if (hop_valid && hop_ready) e_sent <= 1'b1;
+    if (hop_valid && hop_ready) begin
+        e_sent <= 1'b1;
+        // a chained next hop's reassembly ends where this hop completes (Job::advance sets its
+        // complete_at to now); its block carries this hop's record
+        e_next_reasm <= e_reasm + e_queued + e_exec;
+        e_sent_times <= hop_times;
+    end
     if (e_state == E_WAIT && e_sent && !rt_busy) e_sent <= 1'b0;
     if (rst) e_sent <= 1'b0;
 end
@@ -550,10 +681,10 @@ offrac_chain_router #(
     .clk(clk), .rst(rst),
     .s_hop_hdr(e_whdr), .s_hop_conn(e_conn),
     .s_hop_status(hop_ok ? 8'd0 : x_status),
-    .s_hop_detail(hop_ok ? 64'd0 : {32'd0, x_detail}),
-    .s_hop_len(!hop_ok ? 32'd0 : e_fn == FN_TOPK ? {topk_n[29:0], 2'b00} : e_len),
-    .s_hop_reassembly(64'd0),   // not measured yet
-    .s_hop_queue(e_qsum + e_queued), .s_hop_exec(e_esum + (cyc - e_start)),
+    .s_hop_detail(hop_ok || x_status == 8'd5 ? 64'd0 : {32'd0, x_detail}),   // BAD_INPUT: 0
+    .s_hop_len(!hop_ok ? 32'd0 : e_fn == FN_TOPK ? {topk_n[29:0], 2'b00} : e_fn == FN_SPARSE ? sp_len : e_len),
+    .s_hop_reassembly(e_reasm),
+    .s_hop_queue(e_qsum + e_queued), .s_hop_exec(e_esum + e_exec), .s_hop_times(hop_times),
     .s_hop_valid(hop_valid), .s_hop_ready(hop_ready),
     .s_axis_tdata(x_tdata), .s_axis_tkeep(x_tkeep), .s_axis_tlast(x_tlast),
     .s_axis_tvalid(x_tvalid), .s_axis_tready(r_data_ready),

@@ -2,7 +2,8 @@
 
 The same calls go to a software node and to an RTL node; the answers must be the same: the
 Python client's arrays and bytes, and on a raw socket the response bytes themselves (all but
-the node timings, bytes 24..48, which the software gives in nanoseconds and the RTL in cycles).
+the node timings, bytes 24..48, which the software gives in nanoseconds and the RTL in cycles,
+and likewise the queue and exec fields of a TRACE answer's per-hop timings block).
 Skipped, with the reason, only when the binary was built without the ``rtl`` feature.
 """
 
@@ -21,6 +22,7 @@ import numpy as np
 import pytest
 
 from offrac import BadInputError, Client, encode_request
+from offrac.dlrm import DENSE, load_criteo
 
 from conftest import REPO, Node
 
@@ -116,7 +118,7 @@ def test_response_bytes_same_as_software(node: Node, rtl: Node) -> None:
         assert len(sw) == len(hw)
         assert sw[:24] == hw[:24], (sw[:24].hex(), hw[:24].hex())
         assert sw[48:] == hw[48:]
-        assert hw[24:32] == bytes(8)  # reassembly: not measured by the RTL yet
+        assert struct.unpack_from("<Q", hw, 24)[0] > 0  # reassembly, in cycles
 
 
 def test_connections_reused(node: Node, rtl: Node) -> None:
@@ -142,7 +144,61 @@ def test_connections_reused(node: Node, rtl: Node) -> None:
         np.testing.assert_array_equal(hw.call("mapid", keys), want)
 
 
-HOSTED = {0, 1, 6}  # echo, top-k, MapId: what the RTL top hosts
+HOSTED = {0, 1, 3, 6, 7, 8}  # echo, top-k, min-max, MapId, SparseTransform, Bucketize: the RTL top's
+CRITEO = REPO / "data" / "criteo-sample" / "criteo_sample.csv"
+
+
+def same_answer(sw: bytes, hw: bytes, what: str) -> None:
+    """The same response but the timings (bytes 24..48) and, on an error, the message text the RTL
+    does not send."""
+    assert len(sw) >= 64 and len(hw) >= 64, what
+    same = [*range(16), 20, 21, 22, 23]  # all but payload_len
+    assert [hw[i] for i in same] == [sw[i] for i in same], (what, sw[:24].hex(), hw[:24].hex())
+    assert hw[48:64] == sw[48:64], (what, "detail")
+    if struct.unpack_from("<H", sw, 4)[0] == 0:
+        assert hw[16:20] == sw[16:20] and hw[64:] == sw[64:], what
+    else:
+        assert struct.unpack_from("<I", hw, 16)[0] == 0 and len(hw) == 64, what
+
+
+def test_dlrm_functions_same_as_software(node: Node, rtl: Node) -> None:
+    """Min-max (3), SparseTransform (7) and Bucketize (8, the node's built-in border set, loaded
+    through the RTL's configuration stream) on the real Criteo rows of data/criteo-sample: the same
+    response bytes from both nodes, and the same arrays through the client."""
+    criteo = load_criteo(CRITEO)
+    dense = np.nan_to_num(criteo.dense, nan=0.0).astype(np.float32)
+    counts = criteo.dense[~np.isnan(criteo.dense)].astype(np.float32)
+    seed = np.array([0, 4.2, 0, -0.0, 7.1], dtype=np.float32)
+    calls: list[tuple[str, int, int, bytes]] = [
+        ("minmax one row", 3, 0, dense[0].tobytes()),
+        ("minmax all rows", 3, 0, dense.tobytes()),
+        ("minmax with NaN", 3, 0, criteo.dense[:20].astype(np.float32).tobytes()),
+        ("minmax empty", 3, 0, b""),
+        ("minmax ragged", 3, 0, dense[0].tobytes()[:-1]),
+        ("sparse rows", 7, DENSE, dense.tobytes()),
+        ("sparse one row", 7, 0, dense[:40].tobytes()),
+        ("sparse seed 001", 7, 0, seed.tobytes()),
+        ("sparse not rows", 7, 12, dense[:3].tobytes()),
+        ("sparse empty", 7, DENSE, b""),
+        ("bucketize counts", 8, 0, counts.tobytes()),
+        ("bucketize with NaN", 8, 0, criteo.dense[:20].astype(np.float32).tobytes()),
+        ("bucketize set 1", 8, 1, counts[:100].tobytes()),
+        ("bucketize ragged", 8, 0, counts[:10].tobytes()[:-2]),
+    ]
+    for what, fn, param, payload in calls:
+        wire = encode_request(len(what), fn, payload, param=param, tenant=3)
+        same_answer(exchange(node.addr, wire), exchange(rtl.addr, wire), what)
+    with Client(node.address) as sw, Client(rtl.address) as hw:
+        np.testing.assert_array_equal(hw.call("minmax", dense[:50]), sw.call("minmax", dense[:50]))
+        a, b = hw.call("sparsetransform", dense, cols=DENSE), sw.call("sparsetransform", dense, cols=DENSE)
+        np.testing.assert_array_equal(a.offsets, b.offsets)
+        np.testing.assert_array_equal(a.indices, b.indices)
+        np.testing.assert_array_equal(a.values, b.values)
+        np.testing.assert_array_equal(hw.call("bucketize", counts), sw.call("bucketize", counts))
+        with pytest.raises(BadInputError):
+            hw.call("bucketize", counts, set=1)
+
+
 HEADER_VECTORS: list[dict[str, Any]] = json.loads((REPO / "docs" / "vectors" / "headers.json").read_text())[
     "requests"
 ]
@@ -155,7 +211,8 @@ def exchange(addr: tuple[str, int], wire: bytes) -> bytes:
     with socket.create_connection(addr, timeout=30) as s:
         s.sendall(wire)
         got = b""
-        while len(got) < 64 or len(got) < 64 + struct.unpack_from("<I", got, 16)[0]:
+        # header, the per-hop timings block when flagged HOP_TIMES, then payload_len bytes
+        while len(got) < 64 or len(got) < 64 + 64 * (got[3] & 1) + struct.unpack_from("<I", got, 16)[0]:
             chunk = s.recv(1 << 16)
             if not chunk:
                 break
@@ -169,11 +226,12 @@ def test_header_vectors_answered_as_by_software(node: Node, rtl: Node, vec: dict
     payload: the same status, request id, hop index and detail, and for OK the same payload.
 
     Documented differences: refusals from the RTL carry no message text (payload_len 0), and a
-    function the RTL does not host at hop 0 is refused ``UNKNOWN_FUNCTION`` naming it."""
+    function the RTL does not host at hop 0 is refused ``UNKNOWN_FUNCTION`` naming it. A TRACE
+    request's per-hop timings block: the same flags, length and per record the same device and
+    ``ran`` bytes (and zero records alike); its queue and exec fields are timings (cycles in the
+    RTL, docs/rtl.md), compared as present (exec non-zero) where a hop ran."""
     raw = bytes.fromhex(vec["hex"])
     fields = vec["fields"]
-    if fields["flags"] & 2:
-        pytest.skip("TRACE (per-hop timings) is not in the RTL response path yet (docs/rtl.md)")
     size = fields["payload_len"] if vec["valid"] and fields["payload_len"] <= 1 << 16 else 0
     payload = np.random.default_rng(size).integers(-(2**20), 2**20, size=(size + 3) // 4, dtype=np.int32)
     wire = raw + payload.tobytes()[:size]
@@ -188,7 +246,40 @@ def test_header_vectors_answered_as_by_software(node: Node, rtl: Node, vec: dict
     same = (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 20, 21, 22, 23)  # all but payload_len
     assert [hw[i] for i in same] == [sw[i] for i in same], (sw[:24].hex(), hw[:24].hex())
     assert hw[48:64] == sw[48:64], "detail"
+    if sw[3] & 1:  # HOP_TIMES (the same in both: byte 3 is compared above)
+        assert fields["flags"] & 2, "a per-hop timings block for a request not flagged TRACE"
+        sw_block, hw_block = sw[64:128], hw[64:128]
+        for i in range(8):
+            s_rec, h_rec = sw_block[8 * i : 8 * i + 8], hw_block[8 * i : 8 * i + 8]
+            assert h_rec[:2] == s_rec[:2], (i, sw_block.hex(), hw_block.hex())  # device, ran
+            if s_rec[1]:
+                assert struct.unpack_from("<I", h_rec, 4)[0] > 0, (i, hw_block.hex())  # exec
+            else:
+                assert h_rec == s_rec == bytes(8), (i, sw_block.hex(), hw_block.hex())
+        assert any(sw_block[8 * i + 1] for i in range(8)), "no hop ran"
+        sw, hw = sw[:64] + sw[128:], hw[:64] + hw[128:]
+    elif fields["flags"] & 2 and vec["valid"]:
+        assert struct.unpack_from("<H", sw, 4)[0] != 0, "a hop's answer to TRACE without its block"
     if struct.unpack_from("<H", sw, 4)[0] == 0:
         assert hw[64:] == sw[64:]
     else:
         assert struct.unpack_from("<I", hw, 16)[0] == 0 and len(hw) == 64
+
+
+def test_traced_chain_reports_each_hop_as_the_software_does(node: Node, rtl: Node) -> None:
+    """A TRACE chain of three local hops (min-max, echo, Bucketize) through the client: the same
+    result from both nodes, and the same per-hop block structure (which device ran which hop); the
+    RTL's exec fields are cycles, each at least one, adding up to the header's exec."""
+    criteo = load_criteo(CRITEO)
+    x = np.nan_to_num(criteo.dense[:8], nan=0.0).astype(np.float32).ravel()
+    got: list[tuple[Any, Any]] = []
+    for n in (node, rtl):
+        with Client(n.address, timeout=30, trace=True) as c:
+            got.append(c.call_chain(["minmax", "echo", "bucketize"], x, return_info=True))
+    (sw_out, sw_info), (hw_out, hw_info) = got
+    np.testing.assert_array_equal(hw_out, sw_out)
+    assert sw_info.hop_times is not None and hw_info.hop_times is not None
+    ran = [(h.device, h.ran) for h in hw_info.hop_times]
+    assert ran == [(h.device, h.ran) for h in sw_info.hop_times] == [(0, True)] * 3 + [(0, False)] * 5
+    assert all(h.exec_ns >= 1 for h in hw_info.hop_times[:3])
+    assert sum(h.exec_ns for h in hw_info.hop_times) == hw_info.exec_ns

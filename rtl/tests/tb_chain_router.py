@@ -56,6 +56,7 @@ class Hop:
     reassembly: int
     queue: int
     exec: int
+    times: int = 0  # the per-hop timings block so far (512 bits), sent after a TRACE answer's header
 
     def hdr(self) -> int:
         b = encode_request(self.fields, self.hops, self.origin_id)
@@ -90,7 +91,9 @@ def expected(h: Hop) -> Frame:
     pay = h.payload_beats()
 
     def answer(status: int, hop: int, detail: int, timed: bool, result: bytes = b"") -> Frame:
-        # the RTL's answers carry no English message: payload_len 0 on an error
+        # the RTL's answers carry no English message: payload_len 0 on an error; a TRACE request's
+        # result or hop error carries the per-hop timings block (Job::time_answer), a refusal not
+        traced = timed and bool(f["flags"] & FLAG_TRACE)
         resp = {
             "status": status,
             "hop_index": hop,
@@ -102,10 +105,11 @@ def expected(h: Hop) -> Frame:
             "queue_ns": h.queue if timed else 0,
             "exec_ns": h.exec if timed else 0,
             "detail": detail,
-            "flags": 0,
+            "flags": int(traced),
         }
         body = to_beats(result) if status == OK else []
-        return Frame("resp", header_beats(encode_response(resp), bool(body)) + body, h.conn)
+        block = h.times.to_bytes(64, "little") if traced else b""
+        return Frame("resp", header_beats(encode_response(resp) + block, bool(body)) + body, h.conn)
 
     if h.status != OK:  # the hop failed: the chain ends there (worker.rs)
         return answer(h.status, ran, h.detail, True)
@@ -143,7 +147,6 @@ def random_hop(rng: random.Random) -> Hop:
     """A hop of a valid request, its next hop spread over every case the router tells apart."""
     fields, hops, origin_id = random_valid_request(rng)
     n = fields["hop_count"]
-    fields["flags"] &= ~FLAG_TRACE  # the per-hop timings block is not built (see the module)
     ran = rng.randrange(n)
     fields["hop_index"] = ran
     for i in range(n):
@@ -164,6 +167,7 @@ def random_hop(rng: random.Random) -> Hop:
         reassembly=rng.getrandbits(64),
         queue=rng.getrandbits(64),
         exec=rng.getrandbits(64),
+        times=rng.getrandbits(512),
     )
 
 
@@ -183,6 +187,7 @@ def drive_hop(dut: Any, h: Hop) -> None:
     dut.s_hop_reassembly.value = h.reassembly
     dut.s_hop_queue.value = h.queue
     dut.s_hop_exec.value = h.exec
+    dut.s_hop_times.value = h.times
 
 
 class Sinks:
@@ -295,6 +300,8 @@ def statuses(hops: list[Hop]) -> dict[str, int]:
         w = expected(h)
         key = f"resp-{w.beats[0][0] >> 32 & 0xFFFF}" if w.port == "resp" else w.port  # status: bytes 4..5
         out[key] = out.get(key, 0) + 1
+        if w.port == "resp" and w.beats[0][0] >> 24 & 1:  # HOP_TIMES: a per-hop timings block follows
+            out["traced"] = out.get("traced", 0) + 1
     return out
 
 
@@ -330,9 +337,11 @@ async def directed(dut: Any) -> None:
             reassembly=10,
             queue=20,
             exec=30,
+            times=kw.get("times", 0),
         )
 
     data = bytes(range(40))
+    T = int.from_bytes(bytes(range(1, 65)), "little")  # a recognisable timings block
     hops = [
         mk({}, [(0, DEVICE_SELF, 0), (1, DEVICE_SELF, 3)], data),  # echo ran: top-k is next, here
         mk({"hop_index": 1}, [(0, DEVICE_SELF, 0), (1, DEVICE_SELF, 3)], data[:12]),  # top-k ran: answer
@@ -352,9 +361,13 @@ async def directed(dut: Any) -> None:
             [(0, DEVICE_SELF, 0)] * 5 + [(6, DEVICE_SELF, 1)],
             data,
         ),  # the sixth hop, in the extension
+        # TRACE: the answer of the last hop and a hop's error carry the block, a refusal does not
+        mk({"hop_index": 1, "flags": FLAG_TRACE}, [(0, DEVICE_SELF, 0), (1, DEVICE_SELF, 3)], data, times=T),
+        mk({"flags": FLAG_TRACE}, [(0, DEVICE_SELF, 0), (1, DEVICE_SELF, 0)], b"", status=5, times=T),
+        mk({"flags": FLAG_TRACE}, [(0, DEVICE_SELF, 0), (1, 8, 3)], data, times=T),  # UNREACHABLE
     ]
     counts = await run_hops(dut, hops, rng, 1.0, 1.0)
-    assert counts == {"resp": 5, "net": 2, "next": 3}, counts
+    assert counts == {"resp": 8, "net": 2, "next": 3}, counts
     kinds = statuses(hops)
     assert {"resp-0", "resp-2", "resp-3", "resp-5", "resp-11", "net", "next"} <= set(kinds), kinds
 
@@ -376,7 +389,7 @@ async def random_hops(dut: Any) -> None:
         for p in PORTS:
             total[p] += counts[p]
     dut._log.info("frames per port %s; outcomes %s", total, seen)
-    for k in ("resp-0", "resp-2", "resp-3", "resp-5", "resp-11", "net", "next"):
+    for k in ("resp-0", "resp-2", "resp-3", "resp-5", "resp-11", "net", "next", "traced"):
         assert seen.get(k, 0) >= 5, (k, seen)
 
 

@@ -1,17 +1,23 @@
 """cocotb testbench of rtl/offrac_request_path.v: request bytes in, response bytes out, per connection.
 
-Requests are built as the Python client builds them (one hop, device 0xFF) for echo, top-k and MapId,
-with some the node refuses (a function not hosted, too large) among them; each connection's bytes
+Requests are built as the Python client builds them (one hop, device 0xFF) for echo, top-k, min-max,
+MapId, SparseTransform and Bucketize (three border sets loaded through s_bcfg_*), with some the node
+refuses (a function not hosted, too large) among them; each connection's bytes
 are cut at random into beats of 1 to 64 bytes and the connections interleaved at random. Every
 response is split out of the output stream by tuser and tlast and matched to its request by id:
 each answered exactly once, the header field by field (status, hop index, device, request id,
-payload length, tenant, detail, no flags, reassembly 0) and the payload byte for byte against the
-shipping software kernels (crates/accel through accel_oracle) run on the same calls. A BUSY answer
+payload length, tenant, detail) and the payload byte for byte against the shipping software kernels
+(crates/accel through accel_oracle) run on the same calls. About 30% are flagged TRACE: a hop's
+answer carries HOP_TIMES and the per-hop timings block (check_times), a refusal neither. Reassembly
+(cycles): 0 on a refusal at admission; on a hop's answer at least the cycles between the beats that
+carried the request's first and last bytes, and with queue and exec no more than the first byte's
+beat to the header going out; pinned in one_request_cycles. A BUSY answer
 (the pool full) is allowed for an admitted kind and counted; the rounds with free output must admit
 every request. Planted bugs caught (each alone): a request's tail beat not written when the
 residue plus the last beat exceed 64 bytes; the output merge switching source inside a frame.
 
-Chains (the chain router in the top): requests of 2 to 6 local hops of echo, top-k and MapId (the
+Chains (the chain router in the top): requests of 2 to 6 local hops of echo, top-k, min-max, MapId and
+Bucketize (the
 extension from the fifth hop) are answered as the software node answers them: each hop's output the
 next hop's input, an error ending the chain with that hop's index, the answer naming the last hop;
 the expected bytes come from running the software kernels hop after hop. A chain whose later hop is
@@ -33,8 +39,8 @@ from typing import Any
 
 import cocotb
 from cocotb.triggers import FallingEdge, ReadOnly
-from header_model import FLAG_FORWARDED, FLAG_HOP_EXT, encode_request
-from tb_util import sig, software, start
+from header_model import FLAG_FORWARDED, FLAG_HOP_EXT, FLAG_TRACE, encode_request
+from tb_util import kept_data, sig, software, start
 
 CONNS = 4
 MAX_PAYLOAD = 512
@@ -45,6 +51,21 @@ ST_OK, ST_BUSY, ST_UNKNOWN_FUNCTION, ST_TOO_LARGE, ST_BAD_INPUT = 0, 1, 2, 3, 5
 ST_UNSUPPORTED = 10
 PEER = 9  # in the build's PEERS: a later hop there is forwarded
 DICTIONARY = [0xDEADBEEF, 7, 0, 0xFFFFFFFF, 12345, 7, 99, 1 << 20, 42, 0x80000000, 3, 5, 17]
+# Bucketize's border sets (float32 values, ascending), loaded through s_bcfg_*
+BORDERS = [[-1.5, 0.0, 2.0, 10.0], [1.0], [float(x) for x in range(-20, 40, 3)]]
+FN_NAMES = {1: "topk", 3: "minmax", 6: "mapid", 7: "sparsetransform", 8: "bucketize"}
+
+
+def f32s(xs: list[float]) -> bytes:
+    return struct.pack(f"<{len(xs)}f", *xs)
+
+
+def border_words() -> list[int]:
+    words = [len(BORDERS)]
+    for b in BORDERS:
+        words.append(len(b))
+        words += list(struct.unpack(f"<{len(b)}I", f32s(b)))
+    return words
 
 
 @dataclass
@@ -61,6 +82,7 @@ class Req:
     more: list[tuple[int, int, int]] = field(default_factory=lambda: list[tuple[int, int, int]]())
     hop: int = 0
     forwarded: bytes = b""  # what leaves on the egress instead of an answer (a hop on PEER)
+    trace: bool = False  # flagged TRACE: a hop's answer carries the per-hop timings block
 
     def hops(self) -> list[tuple[int, int, int]]:
         return [(self.function, 0xFF, self.param)] + [(f, d, p) for f, p, d in self.more]
@@ -68,7 +90,7 @@ class Req:
     def fields(self, hop_index: int, payload_len: int, flags: int) -> dict[str, int]:
         n = len(self.hops())
         return {
-            "flags": flags | (FLAG_HOP_EXT if n > 4 else 0),
+            "flags": flags | (FLAG_HOP_EXT if n > 4 else 0) | (FLAG_TRACE if self.trace else 0),
             "tenant": TENANT,
             "hop_count": n,
             "hop_index": hop_index,
@@ -89,9 +111,17 @@ def i32s(xs: list[int]) -> bytes:
 
 
 def make(rng: random.Random, conn: int, rid: int, refusals: bool, chains: bool = False) -> Req:
+    r = make_one(rng, conn, rid, refusals, chains)
+    r.trace = rng.random() < 0.3
+    return r
+
+
+def make_one(rng: random.Random, conn: int, rid: int, refusals: bool, chains: bool) -> Req:
     if chains and rng.random() < 0.5:
         return make_chain(rng, conn, rid)
-    kind = rng.choice(["echo", "topk", "mapid"] + (["other", "large"] if refusals else []))
+    kind = rng.choice(
+        ["echo", "topk", "mapid", "minmax", "sparse", "bucketize"] + (["other", "large"] if refusals else [])
+    )
     if kind == "echo":
         n = rng.choice([0, 1, 63, 64, 65, 128, rng.randrange(1, MAX_PAYLOAD + 1)])
         return Req(conn, rid, 0, rng.randrange(1 << 64), rng.randbytes(n))
@@ -113,8 +143,27 @@ def make(rng: random.Random, conn: int, rid: int, refusals: bool, chains: bool =
         n = rng.choice([1, 16, 17, rng.randrange(1, 129)])
         ids = [rng.choice(DICTIONARY) if rng.random() < 0.7 else rng.randrange(1 << 32) for _ in range(n)]
         return Req(conn, rid, 6, 0, struct.pack(f"<{n}I", *ids))
+    if kind in ("minmax", "sparse", "bucketize"):
+        n = rng.choice([0, 1, 16, 17, rng.randrange(1, 129)])
+        vals = [
+            rng.choice([0.0, -0.0, 1.0, rng.uniform(-30, 50), float(rng.randrange(-20, 40))])
+            for _ in range(n)
+        ]
+        if rng.random() < 0.05 and n:
+            vals[rng.randrange(n)] = float("nan")
+        if rng.random() < 0.05 and n:
+            vals[rng.randrange(n)] = float("inf")
+        data = f32s(vals)
+        if rng.random() < 0.05 and n:
+            data = data[:-1]  # ragged: BAD_INPUT
+        if kind == "minmax":
+            return Req(conn, rid, 3, 0, data)
+        if kind == "sparse":
+            cols = rng.choice([0, 1, n, n + 1, rng.randrange(1, 9), 4])
+            return Req(conn, rid, 7, cols, data)
+        return Req(conn, rid, 8, rng.choice([0, 1, 2, 2, 3]), data)  # set 3: not configured
     if kind == "other":
-        fn = rng.choice([2, 3, 7, 200])
+        fn = rng.choice([2, 4, 5, 200])
         return Req(conn, rid, fn, 0, rng.randbytes(rng.randrange(0, 100)), ST_UNKNOWN_FUNCTION)
     big = rng.randbytes(MAX_PAYLOAD + 1 + rng.randrange(60))
     return Req(conn, rid, 0, 0, big, ST_TOO_LARGE, detail=MAX_PAYLOAD)
@@ -122,12 +171,12 @@ def make(rng: random.Random, conn: int, rid: int, refusals: bool, chains: bool =
 
 def make_chain(rng: random.Random, conn: int, rid: int) -> Req:
     """A chain of 2..6 local hops (echo, top-k, MapId), or one whose later hop is on PEER."""
-    first = make(rng, conn, rid, refusals=False)
+    first = make_one(rng, conn, rid, refusals=False, chains=False)
     n = rng.choice([1, 1, 1, 2, 3, 4, 5])
     more: list[tuple[int, int, int]] = []
     for _ in range(n):
-        fn = rng.choice([0, 1, 6])
-        param = rng.choice([1, 3, 8, K_MAX, 40]) if fn == 1 else 0
+        fn = rng.choice([0, 1, 6, 3, 8])
+        param = rng.choice([1, 3, 8, K_MAX, 40]) if fn == 1 else rng.choice([0, 2]) if fn == 8 else 0
         more.append((fn, param, 0xFF))
     if rng.random() < 0.2:
         i = rng.randrange(len(more))
@@ -140,9 +189,10 @@ def run_hop(calls: list[tuple[Req, int, int, bytes]]) -> list[tuple[int, int, by
     """One hop of each call (request, function, param, input) as the node runs it.
 
     Returns (status, detail, output) per call."""
-    names = {1: "topk", 6: "mapid"}
+    names = FN_NAMES
     soft = [c for c in calls if c[1] in names]
-    out = software([(names[f], p, x) for _, f, p, x in soft], dictionary=DICTIONARY)
+    bits = [list(struct.unpack(f"<{len(b)}I", f32s(b))) for b in BORDERS]
+    out = software([(names[f], p, x) for _, f, p, x in soft], dictionary=DICTIONARY, borders=bits)
     by = {id(c): o for c, o in zip(soft, out, strict=True)}
     res: list[tuple[int, int, bytes]] = []
     for c in calls:
@@ -216,6 +266,9 @@ def idle(dut: Any) -> None:
     dut.s_cfg_tdata.value = 0
     dut.s_cfg_tkeep.value = 0
     dut.s_cfg_tlast.value = 0
+    dut.s_bcfg_tvalid.value = 0
+    dut.s_bcfg_tdata.value = 0
+    dut.s_bcfg_tlast.value = 0
 
 
 async def load_dictionary(dut: Any) -> None:
@@ -235,8 +288,46 @@ async def load_dictionary(dut: Any) -> None:
             for _ in range(200):
                 await FallingEdge(dut.clk)
             assert sig(dut.cfg_dict_size) == len(set(DICTIONARY))
+            break
+    else:
+        raise AssertionError("the dictionary was not taken")
+    words = border_words()
+    bi = 0
+    for _ in range(2_000):
+        dut.s_bcfg_tvalid.value = int(bi < len(words))
+        if bi < len(words):
+            dut.s_bcfg_tdata.value, dut.s_bcfg_tlast.value = words[bi], int(bi == len(words) - 1)
+        await ReadOnly()
+        if bi < len(words) and sig(dut.s_bcfg_tready):
+            bi += 1
+        await FallingEdge(dut.clk)
+        if bi == len(words):
+            dut.s_bcfg_tvalid.value = 0
+            await FallingEdge(dut.clk)
+            assert sig(dut.bcfg_sets) == len(BORDERS) and sig(dut.bcfg_error) == 0
             return
-    raise AssertionError("the dictionary was not taken")
+    raise AssertionError("the border sets were not taken")
+
+
+def check_times(r: Req, f: dict[str, int], b: bytes) -> list[int]:
+    """A hop's answer to a TRACE request: the per-hop timings block after the header, as the software
+    lays it out (Job::time_answer): a record per hop run here (this device, ran, queue cycles / 1000,
+    exec cycles), zero past the answering hop; the records' exec cycles add up to the header's."""
+    assert f["flags"] == 1 and len(b) == 128 + f["payload_len"], (f, len(b))
+    block = b[64:128]
+    execs: list[int] = []
+    queues = 0
+    for i in range(8):
+        device, ran, q, e = struct.unpack("<BBHI", block[8 * i : 8 * i + 8])
+        if i <= r.hop:
+            assert (device, ran) == (DEVICE, 1) and e >= 1, (hex(r.rid), i, block.hex())
+            execs.append(e)
+            queues += q
+        else:
+            assert block[8 * i : 8 * i + 8] == bytes(8), (hex(r.rid), i, block.hex())
+    assert sum(execs) == f["exec"], (hex(r.rid), execs, f)
+    assert f["queue"] // 1000 - r.hop <= queues <= f["queue"] // 1000, (hex(r.rid), queues, f)
+    return execs
 
 
 def parse_response(b: bytes) -> dict[str, int]:
@@ -263,6 +354,20 @@ async def run(dut: Any, rng: random.Random, reqs: list[Req], p_in: float, p_out:
     expect(reqs)
     streams = [b"".join(r.wire() for r in reqs if r.conn == c) for c in range(CONNS)]
     beats = cut(rng, streams)
+    # each request's first and last byte offsets in its connection's stream, and the cycles the
+    # beats carrying them were taken (reassembly: from the first to the last, at least)
+    spans: dict[int, tuple[int, int]] = {}
+    for c in range(CONNS):
+        at = 0
+        for r in reqs:
+            if r.conn == c:
+                n = len(r.wire())
+                spans[r.rid] = (at, at + n - 1)
+                at += n
+    taken: dict[int, list[int]] = {r.rid: [-1, -1] for r in reqs}
+    conn_at = [0] * CONNS
+    slack: list[int] = []
+    head_at = [0] * CONNS  # the cycle each connection's response header went out
     by_id = {r.rid: r for r in reqs}
     partial: list[bytes] = [b""] * CONNS
     answered: dict[int, dict[str, int]] = {}
@@ -271,7 +376,7 @@ async def run(dut: Any, rng: random.Random, reqs: list[Req], p_in: float, p_out:
     forwarded: dict[int, bytes] = {}
     bi = 0
     quiet = 0
-    for _ in range(400_000):
+    for cycle in range(400_000):
         on = bi < len(beats) and rng.random() < p_in
         dut.s_axis_tvalid.value = int(on)
         if bi < len(beats):
@@ -292,7 +397,7 @@ async def run(dut: Any, rng: random.Random, reqs: list[Req], p_in: float, p_out:
             keep = sig(dut.m_net_axis_tkeep)
             n = bin(keep).count("1")
             assert keep == (1 << n) - 1, f"tkeep {keep:x} not a low run"
-            net_partial[conn] += sig(dut.m_net_axis_tdata).to_bytes(64, "little")[:n]
+            net_partial[conn] += kept_data(dut.m_net_axis_tdata, keep).to_bytes(64, "little")[:n]
             if sig(dut.m_net_axis_tlast):
                 b = net_partial[conn]
                 net_partial[conn] = b""
@@ -302,6 +407,16 @@ async def run(dut: Any, rng: random.Random, reqs: list[Req], p_in: float, p_out:
                 assert r.conn == conn and b == r.forwarded, f"{rid:x}: {b.hex()}, want {r.forwarded.hex()}"
                 forwarded[rid] = b
         if on and sig(dut.s_axis_tready):
+            c, data = beats[bi]
+            lo, hi = conn_at[c], conn_at[c] + len(data) - 1
+            for r in reqs:
+                if r.conn == c:
+                    a, z = spans[r.rid]
+                    if lo <= a <= hi:
+                        taken[r.rid][0] = cycle
+                    if lo <= z <= hi:
+                        taken[r.rid][1] = cycle
+            conn_at[c] += len(data)
             bi += 1
         if ready and sig(dut.m_axis_tvalid):
             quiet = 0
@@ -309,14 +424,50 @@ async def run(dut: Any, rng: random.Random, reqs: list[Req], p_in: float, p_out:
             keep = sig(dut.m_axis_tkeep)
             n = bin(keep).count("1")
             assert keep == (1 << n) - 1, f"tkeep {keep:x} not a low run"
-            data = sig(dut.m_axis_tdata).to_bytes(64, "little")[:n]
+            data = kept_data(dut.m_axis_tdata, keep).to_bytes(64, "little")[:n]
+            if not partial[conn]:
+                head_at[conn] = cycle
             partial[conn] += data
             if sig(dut.m_axis_tlast):
                 b = partial[conn]
                 partial[conn] = b""
                 f = parse_response(b)
-                assert len(b) == 64 + f["payload_len"], f"{len(b)} bytes, header says {f['payload_len']}"
                 rid = f["request_id"]
+                r0 = by_id.get(rid)
+                hop_answer = (
+                    f["status"] != ST_BUSY
+                    and r0 is not None
+                    and r0.status
+                    not in (
+                        ST_UNKNOWN_FUNCTION,
+                        ST_TOO_LARGE,
+                    )
+                )
+                execs: list[int] = []
+                if hop_answer and r0 is not None and r0.trace:
+                    execs = check_times(r0, f, b)
+                    b = b[:64] + b[128:]
+                else:
+                    assert f["flags"] == 0, f  # a refusal at admission has no block, nor an untraced request
+                assert len(b) == 64 + f["payload_len"], f"{len(b)} bytes, header says {f['payload_len']}"
+                if hop_answer and r0 is not None:
+                    # reassembly: from the first byte's beat to completion, at least to the last byte's
+                    # beat; a chain's later hop adds its earlier hops (Job::advance), at least their exec
+                    first, last = taken[rid]
+                    earlier = sum(execs[: r0.hop])  # known for a traced request
+                    assert first >= 0 and last >= first and f["reassembly"] >= last - first + earlier, (
+                        f,
+                        first,
+                        last,
+                    )
+                    if r0.hop == 0:
+                        slack.append(f["reassembly"] - (last - first))
+                        # and at most: first byte -> complete -> taken -> metadata word -> header out tile
+                        # the time from the first byte's beat to the header
+                        spent = f["reassembly"] + f["queue"] + f["exec"]
+                        assert spent <= head_at[conn] - first, (f, first, head_at[conn])
+                else:
+                    assert f["reassembly"] == 0, f
                 assert rid in by_id, f"answer for unknown request {rid:x}"
                 assert rid not in answered and rid not in forwarded, f"request {rid:x} answered twice"
                 r = by_id[rid]
@@ -335,8 +486,11 @@ async def run(dut: Any, rng: random.Random, reqs: list[Req], p_in: float, p_out:
                     assert f["detail"] == (r.detail if r.status != ST_BAD_INPUT else 0), f
                     if r.status == ST_OK:
                         exec_cycles.append(f["exec"])
+                        key = (r.function, "ok") if not r.more else ("chain", "ok")
+                    else:
+                        key = (r.function, r.status)
+                    SEEN[key] = SEEN.get(key, 0) + 1
                 assert f["tenant"] == TENANT and f["device"] == DEVICE, f
-                assert f["flags"] == 0 and f["reassembly"] == 0, f
         elif bi == len(beats):
             quiet += 1
         await FallingEdge(dut.clk)
@@ -360,9 +514,21 @@ async def run(dut: Any, rng: random.Random, reqs: list[Req], p_in: float, p_out:
         min(exec_cycles or [0]),
         max(exec_cycles or [0]),
     )
+    traced = sum(1 for r in reqs if r.trace and r.rid in answered and answered[r.rid]["flags"] == 1)
+    dut._log.info(
+        "%d traced answers with the per-hop block; reassembly past the last byte: %d..%d cycles",
+        traced,
+        min(slack or [0]),
+        max(slack or [0]),
+    )
+    # (no upper bound here: behind a slow hop, min-max's, the queue of complete requests fills and a
+    # complete request waits in the dispatcher, which counts; one_request_cycles pins it exactly)
     chains = sum(1 for r in reqs if r.more and r.rid in answered and answered[r.rid]["status"] != ST_BUSY)
     dut._log.info("%d chains answered, %d forwarded", chains, len(forwarded))
-    return {"busy": busy, "chains": chains, "forwarded": len(forwarded)}
+    return {"busy": busy, "chains": chains, "forwarded": len(forwarded), "traced": traced}
+
+
+SEEN: dict[tuple[object, object], int] = {}  # (function, "ok" or the status) over the answers
 
 
 def traffic(rng: random.Random, per_conn: int, first: int, refusals: bool, chains: bool = False) -> list[Req]:
@@ -387,6 +553,11 @@ async def clients(dut: Any) -> None:
     assert counts["busy"] == 0
     # full rate: the pool fills, BUSY allowed, every answer still whole and exactly once
     await run(dut, rng, traffic(rng, 6, 0x1800, refusals=True), p_in=1.0, p_out=1.0)
+    dut._log.info("answers by (function, status): %s", sorted(SEEN.items(), key=str))
+    for fn in (0, 1, 3, 6, 7, 8):  # every hosted function answered OK, and the DLRM ones' refusals too
+        assert SEEN.get((fn, "ok"), 0) >= 3, (fn, SEEN)
+    for fn in (3, 7, 8):
+        assert SEEN.get((fn, ST_BAD_INPUT), 0) >= 1, (fn, SEEN)
 
 
 @cocotb.test()
@@ -463,11 +634,16 @@ async def one_request_cycles(dut: Any) -> None:
             t,
         )
         f = parse_response(out)
+        dut._log.info("  reassembly %d, queue %d, exec %d cycles", f["reassembly"], f["queue"], f["exec"])
         assert f["status"] == ST_OK and f["request_id"] == 77 and len(out) == 64 + f["payload_len"], f
         assert f["hop_index"] == len(more), f
         if all(m[0] == 0 for m in more) and fn == 0:
             assert out[64:] == payload, "an echo chain changed the bytes"
         assert (first_out, t) == pin, f"cycles {(first_out, t)}, pinned {pin}"
+        # reassembly, pinned: 576 bytes (9 beats) from the first beat taken to the pool's finish; behind
+        # a local hop the chain's earlier queue and exec are added (Job::advance: complete_at = now),
+        # here the echo's 1 + 2 cycles
+        assert f["reassembly"] == (29 if not more else 29 + 1 + 2), f
 
 
 @cocotb.test()
@@ -481,8 +657,9 @@ async def chains(dut: Any) -> None:
     # seed 001's case first: echo then top-k, here; then top-k on PEER after echo
     data = i32s([rng.randrange(-1000, 1000) for _ in range(40)])
     fixed = [Req(0, 0x5000, 0, 0, data, more=[(1, 5, 0xFF)]), Req(1, 0x5001, 0, 0, data, more=[(1, 5, PEER)])]
+    fixed[0].trace = True  # its answer carries both hops' records
     counts = await run(dut, rng, fixed, p_in=0.2, p_out=1.0)
-    assert counts == {"busy": 0, "chains": 1, "forwarded": 1}, counts
+    assert counts == {"busy": 0, "chains": 1, "forwarded": 1, "traced": 1}, counts
     total = {"chains": 0, "forwarded": 0}
     rounds = [(0x5100, 0.1, 1.0), (0x5400, 1.0, 1.0), (0x5700, 0.5, 0.2), (0x5A00, 0.1, 1.0)]
     for first, p_in, p_out in rounds:

@@ -26,7 +26,8 @@ pub struct Args {
     #[arg(long, env = "OFFRAC_LOG_JSON")]
     log_json: bool,
     /// Which datapath runs the requests: the software node, or the Verilated
-    /// RTL request path (echo, top-k, MapId; needs a build with the `rtl` feature).
+    /// RTL request path (the six built-ins: echo, top-k, min-max, MapId, SparseTransform,
+    /// Bucketize; needs a build with the `rtl` feature).
     #[arg(long, env = "OFFRAC_DATAPATH", value_enum, default_value_t = Datapath::Software)]
     datapath: Datapath,
 }

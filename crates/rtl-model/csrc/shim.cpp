@@ -18,6 +18,9 @@ struct RpIn {
     uint8_t cfg_valid;
     uint32_t cfg_data;
     uint8_t cfg_last;
+    uint8_t bcfg_valid;
+    uint32_t bcfg_data;
+    uint8_t bcfg_last;
     uint8_t rst;
 };
 
@@ -25,6 +28,7 @@ struct RpOut {
     uint8_t in_taken;
     uint8_t out_taken;
     uint8_t cfg_taken;
+    uint8_t bcfg_taken;
     uint8_t conn;
     uint8_t last;
     uint64_t keep;
@@ -71,10 +75,14 @@ void rp_cycle(void* p, const RpIn* in, RpOut* out) {
     t->s_cfg_tkeep = in->cfg_valid ? 0xF : 0;
     t->s_cfg_tvalid = in->cfg_valid;
     t->s_cfg_tlast = in->cfg_last;
+    t->s_bcfg_tdata = in->bcfg_data;
+    t->s_bcfg_tvalid = in->bcfg_valid;
+    t->s_bcfg_tlast = in->bcfg_last;
     t->clk = 0;
     t->eval();
     out->in_taken = in->valid && t->s_axis_tready && !in->rst;
     out->cfg_taken = in->cfg_valid && t->s_cfg_tready && !in->rst;
+    out->bcfg_taken = in->bcfg_valid && t->s_bcfg_tready && !in->rst;
     out->out_taken = in->out_ready && t->m_axis_tvalid && !in->rst;
     if (out->out_taken) {
         for (int w = 0; w < 16; w++) {
@@ -97,4 +105,6 @@ uint8_t rp_idle(void* p) { return static_cast<Rp*>(p)->top->idle; }
 uint64_t rp_conn_clean(void* p) { return static_cast<Rp*>(p)->top->conn_clean; }
 uint32_t rp_dict_size(void* p) { return static_cast<Rp*>(p)->top->cfg_dict_size; }
 uint8_t rp_cfg_overflow(void* p) { return static_cast<Rp*>(p)->top->cfg_overflow; }
+uint8_t rp_bcfg_sets(void* p) { return static_cast<Rp*>(p)->top->bcfg_sets; }
+uint8_t rp_bcfg_error(void* p) { return static_cast<Rp*>(p)->top->bcfg_error; }
 }

@@ -24,4 +24,6 @@ pub enum RtlError {
     Io(#[from] std::io::Error),
     #[error("the RTL did not take the MapId dictionary: {0}")]
     Dictionary(String),
+    #[error("the RTL did not take the Bucketize border sets: {0}")]
+    Borders(String),
 }

@@ -20,6 +20,9 @@ struct RpIn {
     cfg_valid: u8,
     cfg_data: u32,
     cfg_last: u8,
+    bcfg_valid: u8,
+    bcfg_data: u32,
+    bcfg_last: u8,
     rst: u8,
 }
 
@@ -28,6 +31,7 @@ struct RpOut {
     in_taken: u8,
     out_taken: u8,
     cfg_taken: u8,
+    bcfg_taken: u8,
     conn: u8,
     last: u8,
     keep: u64,
@@ -43,6 +47,8 @@ extern "C" {
     fn rp_conn_clean(p: *mut c_void) -> u64;
     fn rp_dict_size(p: *mut c_void) -> u32;
     fn rp_cfg_overflow(p: *mut c_void) -> u8;
+    fn rp_bcfg_sets(p: *mut c_void) -> u8;
+    fn rp_bcfg_error(p: *mut c_void) -> u8;
 }
 
 /// One output beat: the response bytes of one connection (`bytes` of them
@@ -103,6 +109,7 @@ impl Model {
             in_taken: 0,
             out_taken: 0,
             cfg_taken: 0,
+            bcfg_taken: 0,
             conn: 0,
             last: 0,
             keep: 0,
@@ -123,6 +130,9 @@ impl Model {
             cfg_valid: 0,
             cfg_data: 0,
             cfg_last: 0,
+            bcfg_valid: 0,
+            bcfg_data: 0,
+            bcfg_last: 0,
             rst: 0,
         }
     }
@@ -269,6 +279,57 @@ impl Model {
             "{bi} of {} keys taken, dictionary size not {} after {limit} cycles",
             beats.len(),
             distinct.len()
+        )))
+    }
+}
+
+impl Model {
+    /// Load Bucketize's border sets (each ascending, finite: the node checks
+    /// them before, as `check_borders` does) as one configuration packet: the
+    /// number of sets, then per set its border count and borders (float32
+    /// bits). Returns the number of sets the RTL holds.
+    pub fn load_borders(&mut self, sets: &[Vec<f32>]) -> Result<u8, RtlError> {
+        let mut words = vec![sets.len() as u32];
+        for s in sets {
+            words.push(s.len() as u32);
+            words.extend(s.iter().map(|b| b.to_bits()));
+        }
+        let mut bi = 0;
+        let limit = 10_000u64 + 4 * words.len() as u64;
+        for _ in 0..limit {
+            let mut i = self.idle_input();
+            if let Some(&w) = words.get(bi) {
+                i.bcfg_valid = 1;
+                i.bcfg_data = w;
+                i.bcfg_last = (bi + 1 == words.len()) as u8;
+            }
+            let o = self.cycle_raw(&i);
+            if o.bcfg_taken != 0 {
+                bi += 1;
+            }
+            if bi == words.len() {
+                break;
+            }
+        }
+        if bi == words.len() {
+            let (mut n, mut error) = (0, 0);
+            for _ in 0..100 {
+                let idle = self.idle_input();
+                self.cycle_raw(&idle);
+                // SAFETY: raw is live.
+                (n, error) = unsafe { (rp_bcfg_sets(self.raw), rp_bcfg_error(self.raw)) };
+                if error == 0 && n as usize == sets.len() {
+                    return Ok(n);
+                }
+            }
+            return Err(RtlError::Borders(format!(
+                "{} sets sent, the RTL holds {n} (error {error}): outside its SETS_MAX / BORDERS_MAX",
+                sets.len()
+            )));
+        }
+        Err(RtlError::Borders(format!(
+            "{bi} of {} words taken after {limit} cycles",
+            words.len()
         )))
     }
 }

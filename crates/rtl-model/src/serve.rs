@@ -61,16 +61,22 @@ pub fn serve(
     stop: &AtomicBool,
     ready: impl FnOnce(),
 ) -> Result<ServeStats, RtlError> {
-    use offrac_accel::dlrm::state::{default_dictionary_key, DEFAULT_DICTIONARY_KEYS};
+    use offrac_accel::dlrm::state::{
+        default_borders, default_dictionary_key, DEFAULT_DICTIONARY_KEYS,
+    };
     let mut model = Model::new();
     let keys: Vec<u32> = (0..DEFAULT_DICTIONARY_KEYS as u64)
         .map(default_dictionary_key)
         .collect();
     let d = model.load_dictionary(&keys)?;
+    // Bucketize's border sets: the node's built-in one (`--config` is refused,
+    // so the built-in state is the node's configuration)
+    let sets = model.load_borders(&[default_borders()])?;
     tracing::info!(
         keys = d,
+        border_sets = sets,
         cycles = model.cycles(),
-        "RTL datapath ready (MapId dictionary loaded)"
+        "RTL datapath ready (MapId dictionary and Bucketize borders loaded)"
     );
     listener.set_nonblocking(true)?;
     ready();
