@@ -284,3 +284,32 @@ fn concurrent_udp_clients_read_their_writes() {
     assert!(writes > 0);
     node.shutdown().unwrap();
 }
+
+/// memcached not there: a UDP miss is answered `SERVER_ERROR backend
+/// unavailable` (once), and a noreply write gets no datagram.
+#[test]
+fn a_udp_miss_with_memcached_down_gets_a_server_error() {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    let (node, addr) = node_for(port, "");
+    let mut u = UdpClient::new(addr);
+    assert_eq!(u.ask(b"get k\r\n"), b"SERVER_ERROR backend unavailable\r\n");
+    assert_eq!(
+        u.ask(b"get k j\r\n"),
+        b"SERVER_ERROR backend unavailable\r\n"
+    );
+    u.send_raw(
+        &[
+            UdpClient::header(99, 0, 1),
+            b"set k 0 0 1 noreply\r\nx\r\n".to_vec(),
+        ]
+        .concat(),
+    );
+    assert!(
+        u.silent(Duration::from_millis(300)),
+        "a noreply write was answered"
+    );
+    node.shutdown().unwrap();
+}
