@@ -87,9 +87,9 @@ def measure() -> list[dict[str, Any]]:
     if memcached is None or shutil.which("memcaslap") is None:
         sys.exit("needs memcached and memcaslap (apt-get install memcached libmemcached-tools)")
     mport, aport = free_port(), free_port()
+    args = [memcached, "-l", "127.0.0.1", "-p", str(mport), "-U", str(mport)]
     mc = subprocess.Popen(
-        [memcached, "-l", "127.0.0.1", "-p", str(mport), "-U", str(mport), "-t", "2", "-m", "256"]
-        + ["-u", "nobody"],
+        [*args, "-t", "2", "-m", "256", "-u", "nobody"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -149,7 +149,14 @@ def summarize(rows: list[dict[str, Any]]) -> str:
         )
         for p in PATHS
     ]
-    header = ("path", "ops/s (memaslap)", "vs direct TCP", "GET misses / GETs", "UDP timeouts+drops", "memcached CPU µs/op")
+    header = (
+        "path",
+        "ops/s (memaslap)",
+        "vs direct TCP",
+        "GET misses / GETs",
+        "UDP timeouts+drops",
+        "memcached CPU µs/op",
+    )
     return (
         "# The look-through cache over UDP vs TCP (memaslap)\n\n"
         f"Machine: {machine()}. memaslap 1 thread, 4 concurrent, 16 B keys and values, "
