@@ -326,3 +326,38 @@ fn a_udp_miss_with_memcached_down_gets_a_server_error() {
     );
     node.shutdown().unwrap();
 }
+
+/// `udp_max_requests = 1` and a backend that accepts but never answers: the
+/// request in flight holds the only place, so a second request and a
+/// retransmission of the first are dropped unanswered; the first is answered
+/// once, `SERVER_ERROR backend unavailable` at `backend_timeout_ms`, and then
+/// the place is free again.
+#[test]
+fn at_the_cap_and_on_retransmission_datagrams_are_dropped() {
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let (node, addr) = node_for(port, "udp_max_requests = 1\nbackend_timeout_ms = 700\n");
+    let u = UdpClient::new(addr);
+    let other = UdpClient::new(addr);
+    let req = |id: u16| [UdpClient::header(id, 0, 1), b"get k\r\n".to_vec()].concat();
+    let t0 = Instant::now();
+    u.send_raw(&req(1));
+    std::thread::sleep(Duration::from_millis(100));
+    u.send_raw(&req(1)); // the same (peer, id) again: a retransmission
+    other.send_raw(&req(2)); // over the cap
+    assert_eq!(u.receive(1), b"SERVER_ERROR backend unavailable\r\n");
+    assert!(
+        t0.elapsed() >= Duration::from_millis(600),
+        "answered before the timeout"
+    );
+    assert!(u.silent(Duration::from_millis(300)), "answered twice");
+    assert!(
+        other.silent(Duration::from_millis(10)),
+        "a request over the cap was answered"
+    );
+    // The place is free again.
+    other.send_raw(&req(3));
+    assert_eq!(other.receive(3), b"SERVER_ERROR backend unavailable\r\n");
+    drop(silent);
+    node.shutdown().unwrap();
+}
