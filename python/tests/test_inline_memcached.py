@@ -177,6 +177,35 @@ def test_memaslap_runs_through_the_node_and_verifies(cached: tuple[str, int]) ->
     assert gets is not None and int(gets.group(1)) > 1000, text[-2000:]
 
 
+@pytest.mark.skipif(
+    shutil.which("memcaslap") is None, reason="memcaslap (libmemcached-tools) is not installed"
+)
+def test_memaslap_over_udp_through_the_node_verifies(
+    start_node: Callable[..., Node], memcached: Memcached
+) -> None:
+    """memaslap's ``--udp`` (memcached's UDP framing; the TCP and UDP ports must be the same)
+    through a node with ``udp = true``, in front of a memcached that serves TCP only."""
+    node = start_node(
+        '[metrics]\nlisten = ""\n[[attach]]\nlisten = "127.0.0.1:0"\nfunction = "memcached_cache"\n'
+        f'backend = "127.0.0.1:{memcached.port}"\nudp = true\n'
+    )
+    host, _, port = str(node.info["attach"][0]).rpartition(":")
+    out = subprocess.run(
+        ["memcaslap", "-s", f"{host}:{port}", "--udp", "-t", "2s", "-T", "1", "-c", "4", "-v", "0.2"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    text = out.stdout + out.stderr
+    assert "ERROR" not in text, text[-2000:]
+    assert re.search(r"verify_failed: 0\b", text), text[-2000:]
+    assert re.search(r"udp_timeout: 0\b", text), text[-2000:]
+    gets = re.search(r"cmd_get: (\d+)", text)
+    assert gets is not None and int(gets.group(1)) > 1000, text[-2000:]
+    # The gets were served (misses filled from memcached over TCP): memcached saw far fewer.
+    assert memcached.stat("cmd_get") < int(gets.group(1)) // 2
+
+
 def test_serve_attach_flag(node_bin: Path, memcached: Memcached) -> None:
     """``offrac serve --attach SPEC`` alone (no config file) fronts memcached; the listening
     line names the attached address."""

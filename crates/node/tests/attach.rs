@@ -451,6 +451,14 @@ fn a_bad_attach_config_is_named() {
             "[[attach]]\nlisten = \"127.0.0.1:0\"\nfunction = \"memcached_cache\"\nbackend = \"a:1\"\nspin_us = 20000",
             "spin_us must be at most 10000",
         ),
+        (
+            "[[attach]]\nlisten = \"127.0.0.1:0\"\nfunction = \"jwt\"\nbackend = \"a:1\"\nsecret = \"s\"\nudp = true",
+            "udp does not apply to function \"jwt\"",
+        ),
+        (
+            "[[attach]]\nlisten = \"127.0.0.1:0\"\nfunction = \"memcached_cache\"\nbackend = \"a:1\"\nudp = true\nudp_max_requests = 0",
+            "udp_max_requests must be at least 1",
+        ),
     ] {
         let e = NodeConfig::parse(bad).unwrap_err().to_string();
         assert!(e.contains(want), "{bad}: {e}");

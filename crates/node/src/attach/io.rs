@@ -9,7 +9,8 @@
 //! machine sees one sequence of calls, as a single loop could have made them.
 
 use super::inline::{InlineMachine, Now};
-use mio::net::{TcpListener, TcpStream};
+use super::udp::{self, UdpTable, MAX_ANSWER_BYTES};
+use mio::net::{TcpListener, TcpStream, UdpSocket};
 use mio::{Events, Interest, Poll, Token, Waker};
 use std::io::{ErrorKind, Read, Write};
 use std::net::SocketAddr;
@@ -19,6 +20,9 @@ use std::time::{Duration, Instant};
 
 pub const LISTENER: Token = Token(usize::MAX - 1);
 pub const WAKER: Token = Token(usize::MAX - 2);
+pub const UDP: Token = Token(usize::MAX - 3);
+/// Datagrams read per turn of the loop, so UDP cannot starve the TCP clients.
+const DATAGRAMS_PER_TURN: usize = 64;
 const READ_CHUNK: usize = 64 * 1024;
 /// Reads from one connection per turn of the loop, so a flooding client
 /// (or backend) cannot starve the others.
@@ -38,6 +42,23 @@ struct Pair {
     /// edge-triggered EPOLLOUT would otherwise wake the loop after every write).
     client_w: bool,
     backend_w: bool,
+    /// A UDP request's pseudo-connection (no client socket): where its answer goes.
+    udp: Option<UdpReq>,
+}
+
+struct UdpReq {
+    peer: SocketAddr,
+    request_id: u16,
+    /// The answer so far, taken out of the machine as it is made.
+    answer: Vec<u8>,
+    /// The answer went over `MAX_ANSWER_BYTES` (its bytes are dropped).
+    overflow: bool,
+}
+
+/// Loop 0's UDP socket (when the address also serves UDP) and its requests in flight.
+pub struct UdpSide {
+    pub socket: UdpSocket,
+    pub table: UdpTable,
 }
 
 /// Asks for writability exactly while `want` (bytes are waiting).
@@ -130,6 +151,9 @@ pub struct Driver<M> {
     buf: Vec<u8>,
     /// Connections left with bytes to read when their turn ended: served next turn.
     again: Vec<usize>,
+    udp: Option<UdpSide>,
+    /// Datagrams may be left unread (the turn's budget ran out).
+    udp_again: bool,
 }
 
 fn would_block(e: &std::io::Error) -> bool {
@@ -197,6 +221,7 @@ impl<M: InlineMachine> Driver<M> {
         me: usize,
         settings: LoopSettings,
         stop: Arc<AtomicBool>,
+        udp: Option<UdpSide>,
     ) -> Self {
         Driver {
             poll,
@@ -210,6 +235,8 @@ impl<M: InlineMachine> Driver<M> {
             pairs: Vec::new(),
             buf: vec![0; READ_CHUNK],
             again: Vec::new(),
+            udp,
+            udp_again: false,
         }
     }
 
@@ -220,7 +247,7 @@ impl<M: InlineMachine> Driver<M> {
         let mut spin_until: Option<Instant> = None;
         while !self.stop.load(Ordering::SeqCst) {
             let spinning = spin_until.is_some_and(|t| Instant::now() < t);
-            let wait = if self.again.is_empty() && !spinning {
+            let wait = if self.again.is_empty() && !spinning && !self.udp_again {
                 Duration::from_millis(50)
             } else {
                 Duration::ZERO
@@ -232,7 +259,7 @@ impl<M: InlineMachine> Driver<M> {
                 tracing::error!(error = %e, "attach: poll failed; the loop stops");
                 return;
             }
-            if spinning && events.is_empty() && self.again.is_empty() {
+            if spinning && events.is_empty() && self.again.is_empty() && !self.udp_again {
                 std::hint::spin_loop();
                 continue;
             }
@@ -242,10 +269,14 @@ impl<M: InlineMachine> Driver<M> {
             }
             touched.clear();
             touched.append(&mut self.again);
+            if self.udp_again {
+                self.receive(now, &mut touched);
+            }
             for ev in events.iter() {
                 match ev.token() {
                     LISTENER => self.accept(now),
                     WAKER => {}
+                    UDP => self.receive(now, &mut touched),
                     Token(t) => {
                         let id = t / 2;
                         let hup = ev.is_read_closed() || ev.is_error();
@@ -369,6 +400,7 @@ impl<M: InlineMachine> Driver<M> {
             backend_hup: false,
             client_w: true,
             backend_w: false,
+            udp: None,
         });
     }
 
@@ -451,7 +483,7 @@ impl<M: InlineMachine> Driver<M> {
             if !matches!(self.pairs.get(id), Some(Some(_))) {
                 return;
             }
-            let mut progress = false;
+            let mut progress = self.take_udp_answer(id);
             let (reset, to_backend) = {
                 let mut g = self.shared.lock();
                 let reset = g.machine.take_backend_reset(id);
@@ -551,6 +583,7 @@ impl<M: InlineMachine> Driver<M> {
                 break;
             }
         }
+        self.take_udp_answer(id);
         let (finished, want_b, want_c) = {
             let mut g = self.shared.lock();
             let finished = g.machine.finished(id);
@@ -605,15 +638,17 @@ impl<M: InlineMachine> Driver<M> {
 
     fn close(&mut self, id: usize, now: Now) {
         let mut was_open = false;
-        if let Some(slot) = self.pairs.get_mut(id) {
-            if let Some(mut p) = slot.take() {
-                if let Some(mut c) = p.client.take() {
-                    let _ = self.poll.registry().deregister(&mut c);
-                }
-                if let Some(mut b) = p.backend.take() {
-                    let _ = self.poll.registry().deregister(&mut b);
-                }
-                was_open = true;
+        if let Some(mut p) = self.pairs.get_mut(id).and_then(Option::take) {
+            // Pseudo-connections count against the UDP cap, not `max_connections`.
+            was_open = p.udp.is_none();
+            if let Some(mut c) = p.client.take() {
+                let _ = self.poll.registry().deregister(&mut c);
+            }
+            if let Some(mut b) = p.backend.take() {
+                let _ = self.poll.registry().deregister(&mut b);
+            }
+            if let Some(r) = p.udp.take() {
+                self.send_udp_answer(r);
             }
         }
         let mut g = self.shared.lock();
@@ -622,6 +657,117 @@ impl<M: InlineMachine> Driver<M> {
         }
         g.machine.remove(id, now);
     }
+}
+
+impl<M: InlineMachine> Driver<M> {
+    /// Reads datagrams (at most a turn's budget): each admitted one becomes a
+    /// pseudo-connection of the machine, served by this loop like a client
+    /// that sent the request and half-closed; dropped ones are counted.
+    fn receive(&mut self, now: Now, touched: &mut Vec<usize>) {
+        self.udp_again = false;
+        for _ in 0..DATAGRAMS_PER_TURN {
+            let Some(side) = self.udp.as_mut() else {
+                return;
+            };
+            let (n, peer) = match side.socket.recv_from(&mut self.buf) {
+                Ok(got) => got,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) if would_block(&e) => return,
+                Err(e) => {
+                    // An ICMP error of an earlier send, say: not this socket's end.
+                    tracing::debug!(error = %e, "attach: UDP receive failed");
+                    continue;
+                }
+            };
+            let admitted = match side.table.admit(peer, &self.buf[..n]) {
+                Ok(a) => a,
+                Err(why) => {
+                    tracing::debug!(%peer, %why, stats = ?side.table.stats, "attach: UDP datagram dropped");
+                    continue;
+                }
+            };
+            let (request_id, payload) = (admitted.request_id, admitted.payload);
+            let id = {
+                let mut g = self.shared.lock();
+                let st = &mut *g;
+                let id = udp::open_request(&mut st.machine, payload, now);
+                if st.owner.len() <= id {
+                    st.owner.resize(id + 1, 0);
+                }
+                st.owner[id] = self.me;
+                id
+            };
+            if self.pairs.len() <= id {
+                self.pairs.resize_with(id + 1, || None);
+            }
+            self.pairs[id] = Some(Pair {
+                client: None,
+                backend: None,
+                client_readable: false,
+                backend_readable: false,
+                client_hup: false,
+                backend_hup: false,
+                client_w: false,
+                backend_w: false,
+                udp: Some(UdpReq {
+                    peer,
+                    request_id,
+                    answer: Vec::new(),
+                    overflow: false,
+                }),
+            });
+            touched.push(id);
+        }
+        self.udp_again = true;
+    }
+
+    /// Moves a UDP pseudo-connection's answer bytes out of the machine (so it
+    /// never pauses on unread output); true if there were any.
+    fn take_udp_answer(&mut self, id: usize) -> bool {
+        let Some(Some(Pair { udp: Some(r), .. })) = self.pairs.get_mut(id) else {
+            return false;
+        };
+        let mut g = self.shared.lock();
+        let Some(out) = g.machine.client_out(id).filter(|o| !o.is_empty()) else {
+            return false;
+        };
+        if r.overflow || r.answer.len() + out.len() > MAX_ANSWER_BYTES {
+            r.overflow = true;
+            r.answer = Vec::new();
+            out.clear();
+        } else {
+            r.answer.append(out);
+        }
+        true
+    }
+
+    fn send_udp_answer(&mut self, r: UdpReq) {
+        let Some(side) = self.udp.as_mut() else {
+            return;
+        };
+        side.table.done(r.peer, r.request_id);
+        let answer = (!r.overflow).then_some(&r.answer[..]);
+        for d in side.table.answer(r.request_id, answer) {
+            match side.socket.send_to(&d, r.peer) {
+                Ok(_) => side.table.stats.datagrams_sent += 1,
+                Err(e) => {
+                    side.table.stats.send_failed += 1;
+                    tracing::debug!(peer = %r.peer, error = %e, "attach: UDP answer datagram lost");
+                }
+            }
+        }
+    }
+}
+
+/// Binds the UDP socket of an address that also serves UDP.
+pub fn bind_udp(poll: &Poll, addr: SocketAddr, max_requests: usize) -> std::io::Result<UdpSide> {
+    let mut socket = UdpSocket::bind(addr)?;
+    poll.registry()
+        .register(&mut socket, UDP, Interest::READABLE)?;
+    Ok(UdpSide {
+        socket,
+        table: UdpTable::new(max_requests),
+    })
 }
 
 /// A fresh poll with a waker registered.
@@ -729,7 +875,15 @@ mod tests {
             max_connections: 4,
             spin: Duration::ZERO,
         };
-        let driver = Driver::new(poll, Some(listener), shared, 0, settings, stop.clone());
+        let driver = Driver::new(
+            poll,
+            Some(listener),
+            shared,
+            0,
+            settings,
+            stop.clone(),
+            None,
+        );
         let thread = std::thread::spawn(move || driver.run());
         client
             .set_read_timeout(Some(Duration::from_secs(3)))

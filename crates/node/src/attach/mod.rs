@@ -17,6 +17,7 @@ mod io;
 pub mod machine;
 pub mod reply;
 pub mod text;
+pub mod udp;
 
 pub use machine::{Machine, Settings, Stats};
 
@@ -61,6 +62,10 @@ pub struct AttachConfig {
     pub loops: usize,
     /// How long a loop polls without sleeping after a turn with work (0: never).
     pub spin: Duration,
+    /// Also serve memcached's UDP framing on the same host:port (memcached_cache only).
+    pub udp: bool,
+    /// UDP requests in flight at once; a datagram beyond it is dropped (counted).
+    pub udp_max_requests: usize,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -112,6 +117,9 @@ pub struct RawAttach {
     max_value_bytes: Option<usize>,
     /// 0: items are kept until evicted or invalidated.
     max_age_ms: Option<u64>,
+    /// Also serve UDP on the listen address.
+    udp: Option<bool>,
+    udp_max_requests: Option<usize>,
     // jwt
     /// The HS256 key, as the bytes of this string.
     secret: Option<String>,
@@ -137,6 +145,8 @@ pub const DEFAULT_LOOPS: usize = 2;
 pub const MAX_LOOPS: usize = 64;
 /// Busy-polling longer than this is a core given away, not a wake-up saved.
 pub const MAX_SPIN_US: u64 = 10_000;
+/// UDP requests in flight per attached address unless `udp_max_requests` says otherwise.
+pub const DEFAULT_UDP_MAX_REQUESTS: usize = 1024;
 fn default_loops() -> usize {
     DEFAULT_LOOPS
 }
@@ -171,6 +181,8 @@ impl RawAttach {
                 ("capacity_bytes", self.capacity_bytes.is_some()),
                 ("max_value_bytes", self.max_value_bytes.is_some()),
                 ("max_age_ms", self.max_age_ms.is_some()),
+                ("udp", self.udp.is_some()),
+                ("udp_max_requests", self.udp_max_requests.is_some()),
             ]
         } else {
             &[
@@ -287,6 +299,11 @@ impl RawAttach {
             max_connections: self.max_connections,
             loops: self.loops,
             spin: Duration::from_micros(self.spin_us),
+            udp: self.udp.unwrap_or(false),
+            udp_max_requests: at_least_one(
+                "udp_max_requests",
+                self.udp_max_requests.unwrap_or(DEFAULT_UDP_MAX_REQUESTS),
+            )?,
         })
     }
 }
@@ -376,6 +393,12 @@ fn spawn<M: inline::InlineMachine + Send + 'static>(
     let backend = resolve(&cfg.backend)?;
     let (poll, listener, waker) = io::bind(listen)?;
     let addr = listener.local_addr()?;
+    // UDP on the port the TCP listener got (so port 0 gives one port for both).
+    let mut udp = if cfg.udp {
+        Some(io::bind_udp(&poll, addr, cfg.udp_max_requests)?)
+    } else {
+        None
+    };
     let mut polls = vec![poll];
     let mut wakers = vec![waker];
     for _ in 1..cfg.loops.max(1) {
@@ -404,6 +427,7 @@ fn spawn<M: inline::InlineMachine + Send + 'static>(
                 spin: cfg.spin,
             },
             stop.clone(),
+            udp.take(),
         );
         // On failure the handle, dropped, stops the loops already started.
         let thread = std::thread::Builder::new()
@@ -413,6 +437,7 @@ fn spawn<M: inline::InlineMachine + Send + 'static>(
     }
     let function = cfg.function.name();
     let loops = cfg.loops;
-    tracing::info!(%addr, %backend, function, loops, "attached function listening");
+    let udp = cfg.udp;
+    tracing::info!(%addr, %backend, function, loops, udp, "attached function listening");
     Ok(handle)
 }

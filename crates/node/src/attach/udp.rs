@@ -1,0 +1,500 @@
+//! memcached's UDP framing, sans-IO (memcached's protocol.txt, "UDP
+//! protocol"): every datagram starts with an 8-byte frame header (request
+//! id, sequence number, total datagrams, reserved 0, each a big-endian
+//! u16); a request fits one datagram; an answer may span several datagrams
+//! of at most [`MAX_DATAGRAM_BYTES`], all carrying the request's id.
+//!
+//! Each admitted datagram becomes a pseudo-connection of the cache's
+//! [`super::Machine`] (the same machine, cache and per-key in-flight state
+//! TCP clients use): opened, fed the payload, half-closed, and when it is
+//! finished its answer is framed back to the peer. [`UdpTable`] holds the
+//! requests in flight, keyed by (peer, request id), under a cap.
+
+use super::inline::{InlineMachine, Now};
+use std::collections::HashSet;
+use std::net::SocketAddr;
+
+/// The frame header in front of every datagram's payload.
+pub const HEADER_BYTES: usize = 8;
+/// The largest datagram sent, header included (memcached's `UDP_MAX_PAYLOAD_SIZE`).
+pub const MAX_DATAGRAM_BYTES: usize = 1400;
+/// Answer bytes per datagram.
+pub const MAX_PAYLOAD_BYTES: usize = MAX_DATAGRAM_BYTES - HEADER_BYTES;
+/// The largest answer one UDP request may get: a larger one is replaced by
+/// [`TOO_LARGE`] (bounds the memory a pseudo-connection holds).
+pub const MAX_ANSWER_BYTES: usize = 8 << 20;
+/// Sent instead of an answer over [`MAX_ANSWER_BYTES`].
+pub const TOO_LARGE: &[u8] = b"SERVER_ERROR answer too large for UDP\r\n";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    pub request_id: u16,
+    pub seq: u16,
+    pub total: u16,
+    pub reserved: u16,
+}
+
+impl Header {
+    pub fn parse(b: &[u8]) -> Option<Header> {
+        let w = |i: usize| Some(u16::from_be_bytes([*b.get(i)?, *b.get(i + 1)?]));
+        Some(Header {
+            request_id: w(0)?,
+            seq: w(2)?,
+            total: w(4)?,
+            reserved: w(6)?,
+        })
+    }
+
+    pub fn bytes(&self) -> [u8; HEADER_BYTES] {
+        let mut h = [0; HEADER_BYTES];
+        h[0..2].copy_from_slice(&self.request_id.to_be_bytes());
+        h[2..4].copy_from_slice(&self.seq.to_be_bytes());
+        h[4..6].copy_from_slice(&self.total.to_be_bytes());
+        h[6..8].copy_from_slice(&self.reserved.to_be_bytes());
+        h
+    }
+}
+
+/// Why a datagram was dropped without an answer (each counted in [`UdpStats`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Dropped {
+    /// memcached drops these too: there is no request id to answer with.
+    #[error("datagram of {0} bytes is shorter than the 8-byte frame header")]
+    Short(usize),
+    /// memcached drops a request spanning several datagrams (total != 1).
+    #[error("request spans {0} datagrams; only one-datagram requests are served")]
+    MultiDatagram(u16),
+    /// A retransmission of a request still in flight: the first one gets the answer.
+    #[error("request id {0} from this peer is already in flight")]
+    Duplicate(u16),
+    /// The cap on UDP requests in flight is reached (as memcached drops under load).
+    #[error("{0} UDP requests in flight (the cap)")]
+    Full(usize),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("an answer of {0} bytes needs more than 65535 datagrams")]
+pub struct AnswerTooLarge(pub usize);
+
+/// Splits `answer` into datagrams with `request_id`, sequence numbers 0.. and
+/// the total in each header. An empty answer (a `noreply` write) is no datagram.
+pub fn frame(request_id: u16, answer: &[u8]) -> Result<Vec<Vec<u8>>, AnswerTooLarge> {
+    let chunks = answer.len().div_ceil(MAX_PAYLOAD_BYTES);
+    let total = u16::try_from(chunks).map_err(|_| AnswerTooLarge(answer.len()))?;
+    Ok(answer
+        .chunks(MAX_PAYLOAD_BYTES)
+        .enumerate()
+        .map(|(seq, payload)| {
+            let h = Header {
+                request_id,
+                seq: seq as u16,
+                total,
+                reserved: 0,
+            };
+            let mut d = Vec::with_capacity(HEADER_BYTES + payload.len());
+            d.extend_from_slice(&h.bytes());
+            d.extend_from_slice(payload);
+            d
+        })
+        .collect())
+}
+
+/// Counters of the UDP side (logged; read by tests).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UdpStats {
+    pub received: u64,
+    pub admitted: u64,
+    pub dropped_short: u64,
+    pub dropped_multi: u64,
+    pub dropped_duplicate: u64,
+    pub dropped_full: u64,
+    pub answers_too_large: u64,
+    pub datagrams_sent: u64,
+    /// Datagrams the socket would not take (full send buffer or an error): lost, as UDP may lose them.
+    pub send_failed: u64,
+}
+
+/// The UDP requests in flight, keyed by (peer, request id), at most `cap`.
+#[derive(Debug)]
+pub struct UdpTable {
+    cap: usize,
+    inflight: HashSet<(SocketAddr, u16)>,
+    pub stats: UdpStats,
+}
+
+/// An admitted request: answer it to `peer` with `request_id`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Admitted<'a> {
+    pub peer: SocketAddr,
+    pub request_id: u16,
+    pub payload: &'a [u8],
+}
+
+impl UdpTable {
+    pub fn new(cap: usize) -> Self {
+        UdpTable {
+            cap,
+            inflight: HashSet::new(),
+            stats: UdpStats::default(),
+        }
+    }
+
+    pub fn in_flight(&self) -> usize {
+        self.inflight.len()
+    }
+
+    /// A datagram arrived: admitted (and held in flight until [`Self::done`]) or dropped.
+    pub fn admit<'a>(
+        &mut self,
+        peer: SocketAddr,
+        datagram: &'a [u8],
+    ) -> Result<Admitted<'a>, Dropped> {
+        self.stats.received += 1;
+        let got = self.check(peer, datagram);
+        match got {
+            Ok(a) => {
+                self.inflight.insert((peer, a.request_id));
+                self.stats.admitted += 1;
+            }
+            Err(Dropped::Short(_)) => self.stats.dropped_short += 1,
+            Err(Dropped::MultiDatagram(_)) => self.stats.dropped_multi += 1,
+            Err(Dropped::Duplicate(_)) => self.stats.dropped_duplicate += 1,
+            Err(Dropped::Full(_)) => self.stats.dropped_full += 1,
+        }
+        got
+    }
+
+    fn check<'a>(&self, peer: SocketAddr, datagram: &'a [u8]) -> Result<Admitted<'a>, Dropped> {
+        let h = match Header::parse(datagram) {
+            Some(h) if datagram.len() > HEADER_BYTES => h,
+            _ => return Err(Dropped::Short(datagram.len())),
+        };
+        if h.total != 1 {
+            return Err(Dropped::MultiDatagram(h.total));
+        }
+        if self.inflight.contains(&(peer, h.request_id)) {
+            return Err(Dropped::Duplicate(h.request_id));
+        }
+        if self.inflight.len() >= self.cap {
+            return Err(Dropped::Full(self.cap));
+        }
+        Ok(Admitted {
+            peer,
+            request_id: h.request_id,
+            payload: &datagram[HEADER_BYTES..],
+        })
+    }
+
+    /// The request was answered (or given up): its (peer, id) may come again.
+    pub fn done(&mut self, peer: SocketAddr, request_id: u16) {
+        self.inflight.remove(&(peer, request_id));
+    }
+
+    /// The datagrams for a finished request's answer (its answer bytes as the
+    /// machine produced them, or `None` when they went over [`MAX_ANSWER_BYTES`]).
+    pub fn answer(&mut self, request_id: u16, answer: Option<&[u8]>) -> Vec<Vec<u8>> {
+        let framed = match answer {
+            Some(a) if a.len() <= MAX_ANSWER_BYTES => frame(request_id, a).ok(),
+            _ => None,
+        };
+        match framed {
+            Some(d) => d,
+            None => {
+                self.stats.answers_too_large += 1;
+                frame(request_id, TOO_LARGE).unwrap_or_default()
+            }
+        }
+    }
+}
+
+/// Starts a pseudo-connection for an admitted request: the machine sees a
+/// client that sent the payload and half-closed, so it answers each whole
+/// request in it (a cut-off one is dropped, as for a TCP client) and then
+/// reports the connection finished.
+pub fn open_request<M: InlineMachine>(m: &mut M, payload: &[u8], now: Now) -> usize {
+    let id = m.open();
+    m.client_input(id, payload, now);
+    m.client_eof(id, now);
+    id
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attach::machine::{Machine, Settings};
+
+    fn peer(port: u16) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], port))
+    }
+
+    fn datagram(request_id: u16, total: u16, payload: &[u8]) -> Vec<u8> {
+        let mut d = Header {
+            request_id,
+            seq: 0,
+            total,
+            reserved: 0,
+        }
+        .bytes()
+        .to_vec();
+        d.extend_from_slice(payload);
+        d
+    }
+
+    /// Reassembles datagrams (in any order) as a client does; checks the headers.
+    fn reassemble(request_id: u16, mut ds: Vec<Vec<u8>>) -> Vec<u8> {
+        ds.reverse();
+        let total = ds.len();
+        let mut parts = vec![None; total];
+        for d in ds {
+            assert!(d.len() <= MAX_DATAGRAM_BYTES);
+            let h = Header::parse(&d).unwrap();
+            assert_eq!(h.request_id, request_id);
+            assert_eq!(usize::from(h.total), total);
+            assert_eq!(h.reserved, 0);
+            parts[usize::from(h.seq)] = Some(d[HEADER_BYTES..].to_vec());
+        }
+        parts.into_iter().flat_map(|p| p.unwrap()).collect()
+    }
+
+    /// One datagram through the table and the machine; the backend answers
+    /// from `backend` (request bytes -> answer bytes) until the request is done.
+    fn serve(
+        t: &mut UdpTable,
+        m: &mut Machine,
+        from: SocketAddr,
+        d: &[u8],
+        backend: &mut dyn FnMut(&[u8]) -> Vec<u8>,
+    ) -> Result<Vec<Vec<u8>>, Dropped> {
+        let now = Now::read();
+        let a = t.admit(from, d)?;
+        let (rid, payload) = (a.request_id, a.payload.to_vec());
+        let id = open_request(m, &payload, now);
+        let mut answer = Vec::new();
+        for _ in 0..10 {
+            answer.append(InlineMachine::client_out(m, id).unwrap());
+            if InlineMachine::finished(m, id) {
+                break;
+            }
+            let out = std::mem::take(InlineMachine::backend_out(m, id).unwrap());
+            let reply = backend(&out);
+            InlineMachine::backend_input(m, id, &reply, now);
+        }
+        assert!(InlineMachine::finished(m, id), "the request finished");
+        InlineMachine::remove(m, id, now);
+        t.done(from, rid);
+        Ok(t.answer(rid, Some(&answer)))
+    }
+
+    fn no_backend(b: &[u8]) -> Vec<u8> {
+        panic!(
+            "unexpected backend request {:?}",
+            String::from_utf8_lossy(b)
+        )
+    }
+
+    #[test]
+    fn headers_round_trip_and_answers_split_at_the_datagram_size() {
+        let h = Header {
+            request_id: 0xbeef,
+            seq: 3,
+            total: 7,
+            reserved: 0,
+        };
+        assert_eq!(Header::parse(&h.bytes()), Some(h));
+        assert_eq!(frame(1, b"").unwrap(), Vec::<Vec<u8>>::new());
+        let one = frame(9, b"END\r\n").unwrap();
+        assert_eq!(one, vec![datagram(9, 1, b"END\r\n")]);
+        let big: Vec<u8> = (0..3 * MAX_PAYLOAD_BYTES + 5).map(|i| i as u8).collect();
+        let ds = frame(42, &big).unwrap();
+        assert_eq!(ds.len(), 4);
+        assert_eq!(ds[0].len(), MAX_DATAGRAM_BYTES);
+        assert_eq!(ds[3].len(), HEADER_BYTES + 5);
+        assert_eq!(reassemble(42, ds), big);
+        assert_eq!(
+            frame(1, &vec![0; 65536 * MAX_PAYLOAD_BYTES]),
+            Err(AnswerTooLarge(65536 * MAX_PAYLOAD_BYTES))
+        );
+    }
+
+    #[test]
+    fn bad_datagrams_are_dropped_and_counted() {
+        let mut t = UdpTable::new(2);
+        assert_eq!(t.admit(peer(1), b"\0\x01\0\0\0"), Err(Dropped::Short(5)));
+        assert_eq!(
+            t.admit(peer(1), &datagram(1, 0, b"")),
+            Err(Dropped::Short(8))
+        );
+        assert_eq!(
+            t.admit(peer(1), &datagram(1, 2, b"get k\r\n")),
+            Err(Dropped::MultiDatagram(2))
+        );
+        assert_eq!(
+            t.admit(peer(1), &datagram(1, 0, b"get k\r\n")),
+            Err(Dropped::MultiDatagram(0))
+        );
+        let d7 = datagram(7, 1, b"get k\r\n");
+        let ok = t.admit(peer(1), &d7).unwrap();
+        assert_eq!((ok.request_id, ok.payload), (7, &b"get k\r\n"[..]));
+        // The same id from the same peer while in flight: a retransmission.
+        assert_eq!(
+            t.admit(peer(1), &datagram(7, 1, b"get k\r\n")),
+            Err(Dropped::Duplicate(7))
+        );
+        // The same id from another peer is another request.
+        assert!(t.admit(peer(2), &datagram(7, 1, b"get k\r\n")).is_ok());
+        assert_eq!(
+            t.admit(peer(3), &datagram(1, 1, b"get k\r\n")),
+            Err(Dropped::Full(2))
+        );
+        t.done(peer(1), 7);
+        assert_eq!(t.in_flight(), 1);
+        assert!(t.admit(peer(3), &datagram(1, 1, b"get k\r\n")).is_ok());
+        let s = t.stats;
+        assert_eq!(
+            (s.received, s.admitted, s.dropped_short, s.dropped_multi),
+            (9, 3, 2, 2)
+        );
+        assert_eq!((s.dropped_duplicate, s.dropped_full), (1, 1));
+    }
+
+    #[test]
+    fn a_miss_then_a_hit_go_through_the_machine() {
+        let mut t = UdpTable::new(8);
+        let mut m = Machine::new(Settings::default());
+        let mut asked = Vec::new();
+        let mut backend = |b: &[u8]| {
+            asked.push(b.to_vec());
+            b"VALUE k 5 3 17\r\nabc\r\nEND\r\n".to_vec()
+        };
+        let miss = serve(
+            &mut t,
+            &mut m,
+            peer(1),
+            &datagram(1, 1, b"get k\r\n"),
+            &mut backend,
+        );
+        assert_eq!(
+            miss.unwrap(),
+            vec![datagram(1, 1, b"VALUE k 5 3\r\nabc\r\nEND\r\n")]
+        );
+        assert_eq!(asked, vec![b"gets k\r\n".to_vec()]);
+        let hit = serve(
+            &mut t,
+            &mut m,
+            peer(2),
+            &datagram(2, 1, b"gets k\r\n"),
+            &mut no_backend,
+        );
+        assert_eq!(
+            hit.unwrap(),
+            vec![datagram(2, 1, b"VALUE k 5 3 17\r\nabc\r\nEND\r\n")]
+        );
+        assert_eq!(m.stats().hits, 1);
+        assert_eq!(t.in_flight(), 0);
+        // A noreply write is forwarded and gets no datagram; bad input gets memcached's error.
+        let mut stored = |_: &[u8]| b"STORED\r\n".to_vec();
+        let quiet = serve(
+            &mut t,
+            &mut m,
+            peer(1),
+            &datagram(3, 1, b"set k 0 0 1 noreply\r\nx\r\n"),
+            &mut stored,
+        );
+        assert_eq!(quiet.unwrap(), Vec::<Vec<u8>>::new());
+        let bad = serve(
+            &mut t,
+            &mut m,
+            peer(1),
+            &datagram(4, 1, b"bogus\r\n"),
+            &mut no_backend,
+        );
+        assert_eq!(bad.unwrap(), vec![datagram(4, 1, b"ERROR\r\n")]);
+    }
+
+    /// A write over TCP invalidates what UDP readers would be served: the
+    /// same machine, so the consistency promise spans both.
+    #[test]
+    fn a_tcp_write_is_seen_by_the_next_udp_read() {
+        let mut t = UdpTable::new(8);
+        let mut m = Machine::new(Settings::default());
+        let now = Now::read();
+        let mut old = |_: &[u8]| b"VALUE k 0 3 1\r\nold\r\nEND\r\n".to_vec();
+        serve(
+            &mut t,
+            &mut m,
+            peer(1),
+            &datagram(1, 1, b"get k\r\n"),
+            &mut old,
+        )
+        .unwrap();
+        let hit = serve(
+            &mut t,
+            &mut m,
+            peer(1),
+            &datagram(2, 1, b"get k\r\n"),
+            &mut no_backend,
+        );
+        assert_eq!(
+            hit.unwrap(),
+            vec![datagram(2, 1, b"VALUE k 0 3\r\nold\r\nEND\r\n")]
+        );
+        // A TCP client sets k; memcached answers STORED.
+        let tcp = InlineMachine::open(&mut m);
+        InlineMachine::client_input(&mut m, tcp, b"set k 0 0 3\r\nnew\r\n", now);
+        assert_eq!(
+            std::mem::take(InlineMachine::backend_out(&mut m, tcp).unwrap()),
+            b"set k 0 0 3\r\nnew\r\n"
+        );
+        InlineMachine::backend_input(&mut m, tcp, b"STORED\r\n", now);
+        assert_eq!(
+            std::mem::take(InlineMachine::client_out(&mut m, tcp).unwrap()),
+            b"STORED\r\n"
+        );
+        // The next UDP read is not served the old value from the cache.
+        let mut new = |b: &[u8]| {
+            assert_eq!(b, b"gets k\r\n");
+            b"VALUE k 0 3 2\r\nnew\r\nEND\r\n".to_vec()
+        };
+        let after = serve(
+            &mut t,
+            &mut m,
+            peer(1),
+            &datagram(3, 1, b"get k\r\n"),
+            &mut new,
+        );
+        assert_eq!(
+            after.unwrap(),
+            vec![datagram(3, 1, b"VALUE k 0 3\r\nnew\r\nEND\r\n")]
+        );
+    }
+
+    #[test]
+    fn a_large_value_spans_datagrams_and_an_oversized_answer_is_replaced() {
+        let mut t = UdpTable::new(8);
+        let mut m = Machine::new(Settings::default());
+        let value: Vec<u8> = (0..5000u32).map(|i| b'a' + (i % 26) as u8).collect();
+        let mut reply = format!("VALUE big 0 {} 9\r\n", value.len()).into_bytes();
+        reply.extend_from_slice(&value);
+        reply.extend_from_slice(b"\r\nEND\r\n");
+        let mut backend = |_: &[u8]| reply.clone();
+        let ds = serve(
+            &mut t,
+            &mut m,
+            peer(1),
+            &datagram(77, 1, b"get big\r\n"),
+            &mut backend,
+        )
+        .unwrap();
+        assert_eq!(ds.len(), 4);
+        let mut want = format!("VALUE big 0 {}\r\n", value.len()).into_bytes();
+        want.extend_from_slice(&value);
+        want.extend_from_slice(b"\r\nEND\r\n");
+        assert_eq!(reassemble(77, ds), want);
+        assert_eq!(t.answer(5, None), vec![datagram(5, 1, TOO_LARGE)]);
+        assert_eq!(
+            t.answer(5, Some(&vec![0; MAX_ANSWER_BYTES + 1])),
+            vec![datagram(5, 1, TOO_LARGE)]
+        );
+        assert_eq!(t.stats.answers_too_large, 2);
+    }
+}

@@ -1,0 +1,363 @@
+//! The memcached look-through cache served over UDP (`udp = true`, memcached's
+//! UDP framing) in front of a real memcached (Debian's package, TCP only),
+//! over loopback. Each test starts its own memcached and node.
+
+use offrac_node::{start, NodeConfig, NodeHandle};
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+struct Memcached {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for Memcached {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A fresh memcached (UDP off, as Debian ships it), or None where it is not installed.
+fn memcached() -> Option<Memcached> {
+    if Command::new("memcached").arg("--version").output().is_err() {
+        eprintln!("SKIP: memcached is not installed (apt-get install memcached)");
+        return None;
+    }
+    let port = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    let child = Command::new("memcached")
+        .args(["-l", "127.0.0.1", "-p", &port.to_string(), "-U", "0"])
+        .args(["-t", "2", "-m", "64", "-u", "nobody"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("memcached starts");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "memcached did not listen");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Some(Memcached { child, port })
+}
+
+fn node_for(backend: u16, extra: &str) -> (NodeHandle, SocketAddr) {
+    let text = format!(
+        "[metrics]\nlisten = \"\"\n[[attach]]\nlisten = \"127.0.0.1:0\"\nfunction = \"memcached_cache\"\n\
+         backend = \"127.0.0.1:{backend}\"\nudp = true\n{extra}"
+    );
+    let n = start(NodeConfig::parse(&text).expect("config"), "127.0.0.1:0").expect("node starts");
+    let a = n.attached[0];
+    (n, a)
+}
+
+/// A raw memcached UDP client: frame header, request id, reassembly by sequence number.
+struct UdpClient {
+    s: UdpSocket,
+    to: SocketAddr,
+    next_id: u16,
+}
+
+impl UdpClient {
+    fn new(to: SocketAddr) -> Self {
+        let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        UdpClient { s, to, next_id: 1 }
+    }
+
+    fn send_raw(&self, d: &[u8]) {
+        self.s.send_to(d, self.to).unwrap();
+    }
+
+    fn header(id: u16, seq: u16, total: u16) -> Vec<u8> {
+        [id, seq, total, 0]
+            .iter()
+            .flat_map(|w| w.to_be_bytes())
+            .collect()
+    }
+
+    /// Sends one request and reassembles its answer's datagrams.
+    fn ask(&mut self, req: &[u8]) -> Vec<u8> {
+        let id = self.next_id;
+        self.next_id = self.next_id.wrapping_add(1);
+        let mut d = Self::header(id, 0, 1);
+        d.extend_from_slice(req);
+        self.send_raw(&d);
+        self.receive(id)
+    }
+
+    fn receive(&self, id: u16) -> Vec<u8> {
+        let mut parts: Vec<Option<Vec<u8>>> = Vec::new();
+        let mut buf = vec![0; 65536];
+        loop {
+            let (n, from) = self.s.recv_from(&mut buf).expect("an answer datagram");
+            assert_eq!(from, self.to);
+            assert!((8..=1400).contains(&n), "datagram of {n} bytes");
+            let w = |i: usize| u16::from_be_bytes([buf[i], buf[i + 1]]);
+            let (rid, seq, total, reserved) = (w(0), w(2), w(4), w(6));
+            assert_eq!(reserved, 0);
+            if rid != id {
+                continue; // a late answer to an earlier request
+            }
+            if parts.is_empty() {
+                parts = vec![None; usize::from(total)];
+            }
+            assert_eq!(parts.len(), usize::from(total));
+            parts[usize::from(seq)] = Some(buf[8..n].to_vec());
+            if parts.iter().all(Option::is_some) {
+                return parts.into_iter().flatten().flatten().collect();
+            }
+        }
+    }
+
+    /// Nothing arrives within `wait`.
+    fn silent(&self, wait: Duration) -> bool {
+        self.s.set_read_timeout(Some(wait)).unwrap();
+        let mut buf = [0; 2048];
+        let got = self.s.recv_from(&mut buf);
+        self.s
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        got.is_err()
+    }
+}
+
+fn tcp_ask(addr: SocketAddr, req: &[u8]) -> String {
+    let s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut r = BufReader::new(s);
+    r.get_mut().write_all(req).unwrap();
+    let mut l = String::new();
+    r.read_line(&mut l).unwrap();
+    l
+}
+
+/// A get over TCP: its whole answer, up to END.
+fn tcp_get(addr: SocketAddr, req: &[u8]) -> String {
+    let s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut r = BufReader::new(s);
+    r.get_mut().write_all(req).unwrap();
+    let mut all = String::new();
+    while !all.ends_with("END\r\n") {
+        assert!(r.read_line(&mut all).unwrap() > 0, "closed after {all:?}");
+    }
+    all
+}
+
+fn memcached_stat(port: u16, name: &str) -> u64 {
+    let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut r = BufReader::new(s);
+    r.get_mut().write_all(b"stats\r\n").unwrap();
+    loop {
+        let mut l = String::new();
+        assert!(r.read_line(&mut l).unwrap() > 0);
+        if let Some(v) = l.trim_end().strip_prefix(&format!("STAT {name} ")) {
+            return v.parse().unwrap();
+        }
+        assert_ne!(l.trim_end(), "END", "no stat {name}");
+    }
+}
+
+#[test]
+fn udp_gets_miss_then_hit_and_see_a_tcp_write() {
+    let Some(mc) = memcached() else { return };
+    let (node, addr) = node_for(mc.port, "");
+    let mut u = UdpClient::new(addr);
+    assert_eq!(u.ask(b"get nothing\r\n"), b"END\r\n");
+    assert_eq!(tcp_ask(addr, b"set k 7 0 2\r\nv1\r\n"), "STORED\r\n");
+    assert_eq!(u.ask(b"get k\r\n"), b"VALUE k 7 2\r\nv1\r\nEND\r\n");
+    let before = memcached_stat(mc.port, "cmd_get");
+    for _ in 0..200 {
+        assert_eq!(u.ask(b"get k\r\n"), b"VALUE k 7 2\r\nv1\r\nEND\r\n");
+    }
+    let fetched = memcached_stat(mc.port, "cmd_get") - before;
+    assert!(
+        fetched <= 1,
+        "memcached saw {fetched} gets for 200 UDP hits"
+    );
+    // A write over TCP: the next UDP read sees it, never the cached v1.
+    assert_eq!(tcp_ask(addr, b"set k 7 0 2\r\nv2\r\n"), "STORED\r\n");
+    assert_eq!(u.ask(b"get k\r\n"), b"VALUE k 7 2\r\nv2\r\nEND\r\n");
+    // A write over UDP (forwarded to memcached over TCP), seen over TCP and UDP.
+    assert_eq!(u.ask(b"set k 7 0 2\r\nv3\r\n"), b"STORED\r\n");
+    assert_eq!(tcp_get(addr, b"get k\r\n"), "VALUE k 7 2\r\nv3\r\nEND\r\n");
+    assert!(u.ask(b"gets k\r\n").starts_with(b"VALUE k 7 2 "));
+    assert!(u.ask(b"get k\r\n").ends_with(b"\r\nv3\r\nEND\r\n"));
+    // Several requests in one datagram are answered in order, in one answer.
+    assert_eq!(
+        u.ask(b"delete k\r\nget k\r\nbogus\r\n"),
+        b"DELETED\r\nEND\r\nERROR\r\n"
+    );
+    node.shutdown().unwrap();
+}
+
+#[test]
+fn a_large_value_comes_back_over_several_datagrams() {
+    let Some(mc) = memcached() else { return };
+    let (node, addr) = node_for(mc.port, "");
+    let value: Vec<u8> = (0..100_000u32).map(|i| b'a' + (i % 26) as u8).collect();
+    let mut set = format!("set big 1 0 {}\r\n", value.len()).into_bytes();
+    set.extend_from_slice(&value);
+    set.extend_from_slice(b"\r\n");
+    assert_eq!(tcp_ask(addr, &set), "STORED\r\n");
+    let mut want = format!("VALUE big 1 {}\r\n", value.len()).into_bytes();
+    want.extend_from_slice(&value);
+    want.extend_from_slice(b"\r\nEND\r\n");
+    let mut u = UdpClient::new(addr);
+    // Twice: the miss (filled from memcached), then the hit.
+    for _ in 0..2 {
+        assert!(u.ask(b"get big\r\n") == want, "reassembled value differs");
+    }
+    node.shutdown().unwrap();
+}
+
+#[test]
+fn bad_datagrams_are_dropped_and_good_ones_still_answered() {
+    let Some(mc) = memcached() else { return };
+    let (node, addr) = node_for(mc.port, "");
+    let mut u = UdpClient::new(addr);
+    u.send_raw(b"\x00\x01\x00");
+    u.send_raw(&UdpClient::header(5, 0, 1)); // a header and no request
+    let mut multi = UdpClient::header(6, 0, 2);
+    multi.extend_from_slice(b"get k\r\n");
+    u.send_raw(&multi);
+    assert!(
+        u.silent(Duration::from_millis(300)),
+        "a dropped datagram was answered"
+    );
+    assert_eq!(u.ask(b"get k\r\n"), b"END\r\n");
+    node.shutdown().unwrap();
+}
+
+/// Several UDP clients at once, each writing its own key over UDP and reading
+/// it back (misses and hits), with a TCP client writing a shared key between
+/// UDP readers of it: every client reads its own last write, and never a
+/// shared value older than the last one acknowledged before its read began.
+#[test]
+fn concurrent_udp_clients_read_their_writes() {
+    let Some(mc) = memcached() else { return };
+    let (node, addr) = node_for(mc.port, "loops = 2\n");
+    let acked = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    assert_eq!(tcp_ask(addr, b"set shared 0 0 1\r\n0\r\n"), "STORED\r\n");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (acked, stop) = (acked.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let s = TcpStream::connect(addr).unwrap();
+            let mut r = BufReader::new(s);
+            let mut n = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                n += 1;
+                let v = n.to_string();
+                let req = format!("set shared 0 0 {}\r\n{v}\r\n", v.len());
+                r.get_mut().write_all(req.as_bytes()).unwrap();
+                let mut l = String::new();
+                r.read_line(&mut l).unwrap();
+                assert_eq!(l, "STORED\r\n");
+                acked.store(n, std::sync::atomic::Ordering::SeqCst);
+            }
+            n
+        })
+    };
+    let clients: Vec<_> = (0..4)
+        .map(|c| {
+            let acked = acked.clone();
+            std::thread::spawn(move || {
+                let mut u = UdpClient::new(addr);
+                for i in 0..150 {
+                    let v = format!("c{c}-{i}");
+                    let set = format!("set own{c} 0 0 {}\r\n{v}\r\n", v.len());
+                    assert_eq!(u.ask(set.as_bytes()), b"STORED\r\n");
+                    for _ in 0..2 {
+                        let want = format!("VALUE own{c} 0 {}\r\n{v}\r\nEND\r\n", v.len());
+                        assert_eq!(
+                            String::from_utf8(u.ask(format!("get own{c}\r\n").as_bytes())).unwrap(),
+                            want
+                        );
+                    }
+                    let floor = acked.load(std::sync::atomic::Ordering::SeqCst);
+                    let got = String::from_utf8(u.ask(b"get shared\r\n")).unwrap();
+                    let read: u64 = got.lines().nth(1).expect("a value").parse().unwrap();
+                    assert!(read >= floor, "read {read} after {floor} was acknowledged");
+                }
+            })
+        })
+        .collect();
+    for c in clients {
+        c.join().expect("a UDP client");
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let writes = writer.join().unwrap();
+    assert!(writes > 0);
+    node.shutdown().unwrap();
+}
+
+/// memcached not there: a UDP miss is answered `SERVER_ERROR backend
+/// unavailable` (once), and a noreply write gets no datagram.
+#[test]
+fn a_udp_miss_with_memcached_down_gets_a_server_error() {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    let (node, addr) = node_for(port, "");
+    let mut u = UdpClient::new(addr);
+    assert_eq!(u.ask(b"get k\r\n"), b"SERVER_ERROR backend unavailable\r\n");
+    assert_eq!(
+        u.ask(b"get k j\r\n"),
+        b"SERVER_ERROR backend unavailable\r\n"
+    );
+    u.send_raw(
+        &[
+            UdpClient::header(99, 0, 1),
+            b"set k 0 0 1 noreply\r\nx\r\n".to_vec(),
+        ]
+        .concat(),
+    );
+    assert!(
+        u.silent(Duration::from_millis(300)),
+        "a noreply write was answered"
+    );
+    node.shutdown().unwrap();
+}
+
+/// `udp_max_requests = 1` and a backend that accepts but never answers: the
+/// request in flight holds the only place, so a second request and a
+/// retransmission of the first are dropped unanswered; the first is answered
+/// once, `SERVER_ERROR backend unavailable` at `backend_timeout_ms`, and then
+/// the place is free again.
+#[test]
+fn at_the_cap_and_on_retransmission_datagrams_are_dropped() {
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let (node, addr) = node_for(port, "udp_max_requests = 1\nbackend_timeout_ms = 700\n");
+    let u = UdpClient::new(addr);
+    let other = UdpClient::new(addr);
+    let req = |id: u16| [UdpClient::header(id, 0, 1), b"get k\r\n".to_vec()].concat();
+    let t0 = Instant::now();
+    u.send_raw(&req(1));
+    std::thread::sleep(Duration::from_millis(100));
+    u.send_raw(&req(1)); // the same (peer, id) again: a retransmission
+    other.send_raw(&req(2)); // over the cap
+    assert_eq!(u.receive(1), b"SERVER_ERROR backend unavailable\r\n");
+    assert!(
+        t0.elapsed() >= Duration::from_millis(600),
+        "answered before the timeout"
+    );
+    assert!(u.silent(Duration::from_millis(300)), "answered twice");
+    assert!(
+        other.silent(Duration::from_millis(10)),
+        "a request over the cap was answered"
+    );
+    // The place is free again.
+    other.send_raw(&req(3));
+    assert_eq!(other.receive(3), b"SERVER_ERROR backend unavailable\r\n");
+    drop(silent);
+    node.shutdown().unwrap();
+}
