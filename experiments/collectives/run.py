@@ -29,20 +29,23 @@ OFFRAC_BIN picks the node binary (default target/release/offrac).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
+from typing import IO
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "python" / "tests"))
 sys.path.insert(0, str(REPO / "python"))
 sys.path.insert(0, str(REPO / "experiments"))
 
-from _netns_nodes import devices, start_linked_nodes  # noqa: E402
+from _netns_nodes import Nodes, devices, start_linked_nodes  # noqa: E402
 from netns import Hosts  # noqa: E402
 
 PORT = 7300
@@ -54,14 +57,24 @@ SIZES = [KIB, 4 * KIB, 16 * KIB, 64 * KIB, 256 * KIB, 1 << 20, 4 << 20, 16 << 20
 
 # The root's scatter input and gather output are 8 x 16 MiB at 8 ranks.
 MAX_PAYLOAD = 160 << 20
+# The root's call carries up to ranks x 16 MiB (payload variant) from a Python client on
+# shared, loaded cores: the node's default reassembly timeout (2 s from the request's first
+# byte) was seen to expire on the 64 MiB call of the 4-rank scatter at load ~11 (busy-polling
+# nodes), failing the run. The stall timeout (5 s without a byte) still applies.
+REASSEMBLY_MS = 60_000
 # One mpirun (one collective, every size) takes well under this.
 MPI_TIMEOUT_S = 240
+# One offrac run (every rank, one collective, every size) takes well under this.
+WORKER_TIMEOUT_S = 3600
+# How long the other ranks get to end once one rank failed.
+WORKER_GRACE_S = 20
 
 
 def node_config(hosts: Hosts, me: int, n: int, io_mode: str) -> str:
     peers = devices(hosts, me, n, PORT)
     return (
-        f'device_id = {me}\nmax_payload = {MAX_PAYLOAD}\n[metrics]\nlisten = ""\n'
+        f"device_id = {me}\nmax_payload = {MAX_PAYLOAD}\nreassembly_timeout_ms = {REASSEMBLY_MS}\n"
+        f'[metrics]\nlisten = "{hosts.ip(me)}:{PORT + 1}"\n'
         f'[io]\nmode = "{io_mode}"\n'
         f"[pool]\nbuffers = 8\nbuffer_bytes = {MAX_PAYLOAD}\n"
         f"[selector]\nslot_queue_bytes = {MAX_PAYLOAD}\n"
@@ -69,8 +82,8 @@ def node_config(hosts: Hosts, me: int, n: int, io_mode: str) -> str:
     )
 
 
-def start_nodes(hosts: Hosts, n: int, tmp: Path, io_mode: str) -> list[subprocess.Popen[str]]:
-    return start_linked_nodes(hosts, [node_config(hosts, i, n, io_mode) for i in range(n)], PORT, tmp)
+def start_nodes(hosts: Hosts, n: int, tmp: Path, io_mode: str, logs: Path) -> Nodes:
+    return start_linked_nodes(hosts, [node_config(hosts, i, n, io_mode) for i in range(n)], PORT, tmp, logs)
 
 
 def latency(lines: list[dict[str, object]], nbytes: int) -> float:
@@ -84,6 +97,24 @@ def latency(lines: list[dict[str, object]], nbytes: int) -> float:
 def run_offrac(
     hosts: Hosts, n: int, op: str, variant: str, reps: int, sizes: list[int], first_tag: int
 ) -> list[dict[str, object]]:
+    with contextlib.ExitStack() as files:
+        outs = [files.enter_context(tempfile.TemporaryFile("w+")) for _ in range(n)]
+        errs = [files.enter_context(tempfile.TemporaryFile("w+")) for _ in range(n)]
+        return run_ranks(hosts, n, op, variant, reps, sizes, first_tag, outs, errs)
+
+
+def run_ranks(
+    hosts: Hosts,
+    n: int,
+    op: str,
+    variant: str,
+    reps: int,
+    sizes: list[int],
+    first_tag: int,
+    outs: list[IO[str]],
+    errs: list[IO[str]],
+) -> list[dict[str, object]]:
+    """One worker per rank, its stdout and stderr to ``outs[i]`` and ``errs[i]``."""
     members = ",".join(str(i) for i in range(n))
     env = {**os.environ, "PYTHONPATH": str(REPO / "python")}
     procs = [
@@ -97,18 +128,61 @@ def run_offrac(
                 *("--reps", str(reps), "--addr", f"{hosts.ip(i)}:{PORT}", "--members", members),
                 *("--device", str(i), "--first-tag", str(first_tag)),
             ],
-            stdout=subprocess.PIPE,
+            stdout=outs[i],
+            stderr=errs[i],
             text=True,
             env=env,
         )
         for i in range(n)
     ]
-    lines = []
-    for p in procs:
-        out, _ = p.communicate(timeout=3600)
-        assert p.returncode == 0, f"offrac worker failed ({p.returncode})"
-        lines += [json.loads(x) for x in out.splitlines() if x.startswith("{")]
-    return lines
+    try:
+        codes = wait_ranks(procs)
+        failed = [i for i, rc in enumerate(codes) if rc != 0]
+        if failed:
+            why = "\n  ".join(rank_failure(i, codes[i], errs[i]) for i in failed)
+            raise RuntimeError(f"{op} ({variant}), {n} ranks failed:\n  {why}")
+        lines = []
+        for f in outs:
+            f.seek(0)
+            lines += [json.loads(x) for x in f.read().splitlines() if x.startswith("{")]
+        return lines
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def wait_ranks(procs: list[subprocess.Popen[str]]) -> list[int]:
+    """Every rank's exit code. Once one rank fails, the others get ``WORKER_GRACE_S`` to end
+    (each is answered at its node as soon as its node sees the failure, or at the call's
+    deadline) before they are killed: a failed rank is reported as such, not as the nodes
+    torn down under the ranks still waiting (which would answer those ``UNREACHABLE``)."""
+    start = time.monotonic()
+    first_failure = None
+    while True:
+        codes = [p.poll() for p in procs]
+        if all(c is not None for c in codes):
+            return [c for c in codes if c is not None]
+        now = time.monotonic()
+        if first_failure is None and any(c not in (None, 0) for c in codes):
+            first_failure = now
+        late = first_failure is not None and now - first_failure > WORKER_GRACE_S
+        if late or now - start > WORKER_TIMEOUT_S:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+            return [p.wait() for p in procs]
+        time.sleep(0.05)
+
+
+def rank_failure(rank: int, rc: int, err: IO[str]) -> str:
+    """``rank r: exit code, its error's last line``."""
+    err.seek(0)
+    tail = [x for x in err.read().splitlines() if x.strip()]
+    why = tail[-1] if tail else "(nothing on stderr)"
+    status = "killed (still waiting)" if rc < 0 else f"exit {rc}"
+    return f"rank {rank}: {status}: {why}"
 
 
 def mpirun_args(hosts: Hosts, n: int, tmp: Path) -> list[str]:
@@ -196,6 +270,12 @@ def main() -> None:
     ap.add_argument("--sizes", default=None, help="bytes per rank, comma-separated")
     ap.add_argument("--json", type=Path, default=None, help="also write the rows here")
     ap.add_argument(
+        "--logs",
+        type=Path,
+        default=None,
+        help="the nodes' logs go here (default: a new temporary directory, kept and printed)",
+    )
+    ap.add_argument(
         "--io-mode",
         choices=["blocking", "poll"],
         default="blocking",
@@ -215,6 +295,8 @@ def main() -> None:
         f"load average at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; nodes' io mode {a.io_mode}",
         flush=True,
     )
+    logs = a.logs or Path(tempfile.mkdtemp(prefix="offrac-collectives-"))
+    print(f"nodes' logs in {logs}", flush=True)
     hosts = Hosts(max(ranks))
     rows: list[dict[str, object]] = []
     runs = 0
@@ -222,7 +304,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as d:
             tmp = Path(d)
             for n in ranks:
-                nodes = start_nodes(hosts, n, tmp, a.io_mode)
+                nodes = start_nodes(hosts, n, tmp, a.io_mode, logs)
                 try:
                     for op in a.ops.split(","):
                         got: dict[str, list[dict[str, object]]] = {}
@@ -232,6 +314,8 @@ def main() -> None:
                                 got[v] = run_mpi(hosts, n, op, reps, sizes, tmp)
                             else:
                                 got[v] = run_offrac(hosts, n, op, v, reps, sizes, first_tag=runs * 1_000_000)
+                            if nodes.dead():
+                                raise RuntimeError(f"node(s) {nodes.dead()} died during {op} ({v})")
                         for s in sizes:
                             row: dict[str, object] = {"op": op, "ranks": n, "bytes": s}
                             for v, lines in got.items():
@@ -240,12 +324,15 @@ def main() -> None:
                                 row["algorithm"] = algorithm_of(got.get("payload") or got["buffers"], s)
                             rows.append(row)
                             print(summary(row), flush=True)
+                except BaseException as e:
+                    print(f"\n{n} ranks failed ({type(e).__name__}: {e}); the nodes:", file=sys.stderr)
+                    print(nodes.report(), file=sys.stderr, flush=True)
+                    raise
                 finally:
-                    for p in nodes:
-                        p.terminate()
-                        p.wait(timeout=10)
+                    nodes.stop()
     finally:
         hosts.close()
+        print(f"nodes' logs in {logs}", flush=True)
     load = os.getloadavg()
     print(f"load average at end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     print(table(rows, variants))

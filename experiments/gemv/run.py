@@ -33,7 +33,7 @@ sys.path.insert(0, str(REPO / "python"))
 sys.path.insert(0, str(REPO / "experiments"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _netns_nodes import devices, start_linked_nodes  # noqa: E402
+from _netns_nodes import Nodes, devices, start_linked_nodes  # noqa: E402
 from netns import Hosts  # noqa: E402
 from worker import matrix, vector  # noqa: E402
 
@@ -54,8 +54,8 @@ def node_config(hosts: Hosts, me: int, n: int) -> str:
     )
 
 
-def start_nodes(hosts: Hosts, n: int, tmp: Path) -> list[subprocess.Popen[str]]:
-    return start_linked_nodes(hosts, [node_config(hosts, i, n) for i in range(n)], PORT, tmp)
+def start_nodes(hosts: Hosts, n: int, tmp: Path) -> Nodes:
+    return start_linked_nodes(hosts, [node_config(hosts, i, n) for i in range(n)], PORT, tmp, tmp / "logs")
 
 
 def check(y: np.ndarray, a: np.ndarray, x: np.ndarray) -> float:
@@ -143,10 +143,11 @@ def main() -> None:
             try:
                 single = {s: one_node(f"{hosts.ip(0)}:{PORT}", s, a.reps) for s in sizes}
                 dist = {int(str(x["side"])): x for x in distributed(hosts, a.ranks, sizes, a.reps)}
+            except BaseException:
+                print(nodes.report(), file=sys.stderr, flush=True)
+                raise
             finally:
-                for p in nodes:
-                    p.terminate()
-                    p.wait(timeout=10)
+                nodes.stop()
     finally:
         hosts.close()
     print(f"load average at start: {load_avg:.1f}")
