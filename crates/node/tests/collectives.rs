@@ -5,7 +5,8 @@
 use offrac_client::{Client, ClientError, RetryPolicy, Status};
 use offrac_collective::{Algorithm, Descriptor, Dtype, Kind, Members, Op, RedOp};
 use offrac_node::{start, NodeConfig, NodeHandle};
-use offrac_proto::FN_COLLECTIVE;
+use offrac_proto::{RequestHeader, ResponseHeader, FN_COLLECTIVE, HEADER_LEN};
+use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
 const N: usize = 3;
@@ -56,6 +57,24 @@ fn call(
     input: &[i32],
     timeout_ms: u32,
 ) -> Result<Vec<i32>, ClientError> {
+    call_at(
+        &node.addr.to_string(),
+        tag,
+        count,
+        algorithm,
+        input,
+        timeout_ms,
+    )
+}
+
+fn call_at(
+    addr: &str,
+    tag: u64,
+    count: u32,
+    algorithm: Algorithm,
+    input: &[i32],
+    timeout_ms: u32,
+) -> Result<Vec<i32>, ClientError> {
     let d = Descriptor {
         kind: Kind::Call,
         op: Op::AllReduce,
@@ -73,7 +92,7 @@ fn call(
     };
     let mut payload = d.encode().to_vec();
     payload.extend(input.iter().flat_map(|x| x.to_le_bytes()));
-    let mut c = Client::connect(&node.addr.to_string())?;
+    let mut c = Client::connect(addr)?;
     c.set_retry_policy(RetryPolicy::NONE);
     let r = c.call(FN_COLLECTIVE, 0, &payload)?;
     Ok(r.payload
@@ -181,5 +200,78 @@ fn allreduce_across_three_nodes_then_failures_end_in_errors() {
     }
     for n in nodes {
         n.shutdown().unwrap();
+    }
+}
+
+/// A call's answer times its reassembly (first byte to the call complete)
+/// apart from the collective (complete to answered): rank 0's call arrives
+/// in two pieces 500 ms apart while the other ranks already wait.
+#[test]
+fn a_calls_answer_carries_its_reassembly_time() {
+    let nodes = cluster();
+    let count = 4096u32;
+    let waiting: Vec<_> = (1..N)
+        .map(|r| {
+            let addr = nodes[r].addr.to_string();
+            std::thread::spawn(move || {
+                call_at(
+                    &addr,
+                    5,
+                    count,
+                    Algorithm::Ring,
+                    &input(r, count as usize),
+                    10_000,
+                )
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(100));
+    let d = Descriptor {
+        kind: Kind::Call,
+        op: Op::AllReduce,
+        dtype: Dtype::I32,
+        redop: RedOp::Sum,
+        root: 0,
+        algorithm: Algorithm::Ring,
+        src: 0,
+        tag: 5,
+        count,
+        step: 0,
+        offset: 0,
+        timeout_ms: 10_000,
+        members: Members::of(&[0, 1, 2]),
+    };
+    let mut payload = d.encode().to_vec();
+    payload.extend(
+        input(0, count as usize)
+            .iter()
+            .flat_map(|x| x.to_le_bytes()),
+    );
+    let mut wire = RequestHeader::single(1, FN_COLLECTIVE, 0, payload.len() as u32)
+        .encode()
+        .to_vec();
+    wire.extend(&payload);
+    let mut s = std::net::TcpStream::connect(nodes[0].addr).unwrap();
+    s.set_nodelay(true).unwrap();
+    let (first, rest) = wire.split_at(wire.len() / 2);
+    s.write_all(first).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    s.write_all(rest).unwrap();
+    let mut head = [0u8; HEADER_LEN];
+    s.read_exact(&mut head).unwrap();
+    let h = ResponseHeader::decode(&head).unwrap();
+    assert_eq!(h.status, Status::Ok, "{h:?}");
+    assert!(
+        h.reassembly_ns >= 500_000_000,
+        "the call took 500 ms to arrive; reassembly_ns {}",
+        h.reassembly_ns
+    );
+    assert!(
+        h.exec_ns < h.reassembly_ns,
+        "exec_ns {} should not count the call's arrival",
+        h.exec_ns
+    );
+    for w in waiting {
+        assert!(w.join().unwrap().is_ok());
     }
 }

@@ -115,3 +115,37 @@ fn a_small_broadcast_answers_the_waiting_rank_before_acknowledging_the_data() {
         }
     });
 }
+
+#[test]
+fn a_calls_answer_times_its_reassembly_apart_from_the_collective() {
+    for_seeds(|seed| {
+        let mut w = cluster(seed, 2);
+        w.run_for(5 * MS); // the link comes up
+        let clients: Vec<usize> = (0..2).map(|i| w.connect_to(i)).collect();
+        w.run_for(MS);
+        let data: Vec<i32> = (0..1024).collect();
+        w.send(clients[1], &bcast(1, 9, 2, data.len(), &[]));
+        w.run_for(MS);
+        // The root's call arrives in two pieces, 3 ms apart.
+        let call = bcast(1, 9, 2, data.len(), &data);
+        let (first, rest) = call.split_at(call.len() / 2);
+        w.send(clients[0], first);
+        w.run_for(3 * MS);
+        w.send(clients[0], rest);
+        w.run_for(20 * MS);
+        let a = w.answers_to(clients[0], 1);
+        assert_eq!(a.len(), 1, "{a:?}");
+        let h = &a[0].header;
+        assert_eq!(h.status, Status::Ok);
+        assert!(
+            (3 * MS..4 * MS).contains(&h.reassembly_ns),
+            "the root's call took 3 ms to arrive; reassembly_ns {}",
+            h.reassembly_ns
+        );
+        assert!(
+            h.exec_ns < MS,
+            "the broadcast itself is quick here; exec_ns {} counts the reassembly",
+            h.exec_ns
+        );
+    });
+}

@@ -24,6 +24,9 @@ struct Waiting {
     conn: ConnId,
     req: RequestHeader,
     first_byte: Instant,
+    /// When the call's last byte arrived: its reassembly ends, the
+    /// collective's execution starts.
+    complete: Instant,
     /// Keep the output under this name (for this tenant) instead of
     /// answering it (`docs/collectives.md`, "Named buffers").
     keep: Option<(TenantKey, u32)>,
@@ -121,6 +124,7 @@ impl Driver {
                     conn: job.conn,
                     req: job.header,
                     first_byte: job.first_byte_at,
+                    complete: job.complete_at,
                     keep,
                 },
             );
@@ -182,6 +186,7 @@ impl Driver {
             conn,
             req,
             first_byte,
+            complete,
             keep,
         }) = self.calls.waiting.remove(&call)
         else {
@@ -208,7 +213,7 @@ impl Driver {
             Ok(out) => {
                 let mut h = ResponseHeader::answer(&req, Status::Ok, me, out.len() as u32);
                 h.detail = algorithm as u64;
-                h.exec_ns = nanos(now.saturating_since(first_byte));
+                h.exec_ns = nanos(now.saturating_since(complete));
                 (h, out)
             }
             Err(Failed::Call(f)) => {
@@ -228,6 +233,8 @@ impl Driver {
                 (h, msg.into_bytes())
             }
         };
+        let mut header = header;
+        header.reassembly_ns = nanos(complete.saturating_since(first_byte));
         self.out.push_back(Io::Send {
             conn,
             header,
