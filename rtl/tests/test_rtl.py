@@ -168,6 +168,13 @@ def test_mapid_cycles() -> None:
     run("offrac_accel_mapid", "tb_accel_mapid_cycles", BUILD / "mapid-cycles", params, env)
 
 
+def test_sparse_cycles() -> None:
+    """SparseTransform at 1 KB (seed 001 Table II's size) and 16 KB: cycles pinned, results against the
+    software."""
+    env = {"OFFRAC_ACCEL_ORACLE": str(accel_oracle())}
+    run("offrac_accel_sparse", "tb_accel_sparse_cycles", BUILD / "sparse-cycles", {"MAX_BEATS": 256}, env)
+
+
 def run(
     toplevel: str,
     bench: str,
