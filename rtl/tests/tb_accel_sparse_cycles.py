@@ -48,7 +48,6 @@ async def cycles_1k_16k(dut: Any) -> None:
         assert status == 0
         await run_requests(dut, [p], rng, 1.0, 1.0, [cols], lambda _p, _m, r=(status, 0, out): r)
     for (case, size), cycles in got.items():
-        dut._log.info(
-            "SparseTransform %s, %5d B: %d cycles, %.3f us at 250 MHz", case, size, cycles, cycles * CLOCK_NS / 1000
-        )
+        us = cycles * CLOCK_NS / 1000
+        dut._log.info("SparseTransform %s, %5d B: %d cycles, %.3f us at 250 MHz", case, size, cycles, us)
     assert got == CYCLES, got

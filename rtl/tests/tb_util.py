@@ -110,9 +110,10 @@ def to_beats(payload: bytes) -> list[Beat]:
     """A request's payload as AXI-Stream beats: byte 0 in tdata[7:0], tkeep marks the tail's bytes;
     the bytes past tkeep are junk, as a real source may leave them."""
     chunks = [payload[i : i + BEAT] for i in range(0, len(payload), BEAT)]
+    padded = [c + bytes([JUNK]) * (BEAT - len(c)) for c in chunks]
     return [
-        (int.from_bytes(c + bytes([JUNK]) * (BEAT - len(c)), "little"), (1 << len(c)) - 1, int(i == len(chunks) - 1))
-        for i, c in enumerate(chunks)
+        (int.from_bytes(d, "little"), (1 << len(c)) - 1, int(i == len(chunks) - 1))
+        for i, (c, d) in enumerate(zip(chunks, padded, strict=True))
     ]
 
 
