@@ -27,7 +27,8 @@
  * Each border is kept as an order key (-0.0 made +0.0, then the sign bit
  * flipped for positives and every bit for negatives), so `b < x` is one
  * unsigned compare; an element is compared with every border of its set at
- * once and the true compares counted: one element per cycle, 16 cycles a
+ * once and the true compares counted: PAR elements a cycle (default 2,
+ * each with its own compares against the same set), 16 / PAR cycles a
  * beat. Results go to an offrac_result_buffer, sent once the whole payload
  * has been read (a NaN anywhere means no result).
  *
@@ -46,6 +47,7 @@ module offrac_accel_bucketize #(
     parameter MAX_BEATS   = 256,           // 16 KiB, the software's inline_max_bytes
     parameter SETS_MAX    = 4,
     parameter BORDERS_MAX = 32,
+    parameter PAR         = 2,             // elements counted a cycle: 1, 2, 4, 8 or 16
     parameter ADDR_WIDTH  = $clog2(MAX_BEATS)
 ) (
     input  wire                   clk,
@@ -189,14 +191,18 @@ always @* begin
     end
 end
 
-// one element against every border of the set
-wire [31:0] x_key = order_key(beat_reg[32*el_idx +: 32]);
-reg  [B_BITS-1:0] below;
+// PAR elements (lanes el_idx ..) each against every border of the set
+reg [32*PAR-1:0]     x_keys;
+reg [B_BITS*PAR-1:0] below;
+integer e;
 always @* begin
-    below = {B_BITS{1'b0}};
-    for (k = 0; k < BORDERS_MAX; k = k + 1) begin
-        if (k < cur_m && cur_keys[32*k +: 32] < x_key) begin
-            below = below + 1'b1;
+    for (e = 0; e < PAR; e = e + 1) begin
+        x_keys[32*e +: 32] = order_key(beat_reg[32*(el_idx + e) +: 32]);
+        below[B_BITS*e +: B_BITS] = {B_BITS{1'b0}};
+        for (k = 0; k < BORDERS_MAX; k = k + 1) begin
+            if (k < cur_m && cur_keys[32*k +: 32] < x_keys[32*e +: 32]) begin
+                below[B_BITS*e +: B_BITS] = below[B_BITS*e +: B_BITS] + 1'b1;
+            end
         end
     end
 end
@@ -247,9 +253,11 @@ always @(posedge clk) begin
             end
         end
         ST_COUNT: begin
-            result_beat[32*el_idx +: 32] <= {{(32-B_BITS){1'b0}}, below};
-            el_idx <= el_idx + 4'd1;
-            if (el_idx == LANES - 1) begin
+            for (e = 0; e < PAR; e = e + 1) begin
+                result_beat[32*(el_idx + e) +: 32] <= {{(32-B_BITS){1'b0}}, below[B_BITS*e +: B_BITS]};
+            end
+            el_idx <= el_idx + PAR[3:0];
+            if (el_idx == LANES - PAR) begin
                 state <= ST_WRITE;
             end
         end

@@ -30,8 +30,11 @@
  * TABLE_SLOTS entries {used, key, index}. Each beat's 16 ids are looked up by
  * two offrac_mapid_probe units, the even elements on port A and the odd on
  * port B: two lookups per cycle, so a beat takes 8 cycles plus one per
- * extra probe. Results go to an offrac_result_buffer, which sends them out
- * once the whole payload has been read and found valid.
+ * extra probe. Three stages overlap: the next beat waits in a register
+ * while the probes look up the current one (they take it the cycle the
+ * last lookup of the one before resolves), and the finished beat's results
+ * go to an offrac_result_buffer the cycle after. The buffer sends them out
+ * (a beat a cycle) once the whole payload has been read and found valid.
  *
  * Input beats as for min-max: all but the last full, tkeep a run from byte 0.
  */
@@ -100,9 +103,7 @@ localparam [7:0]
 
 localparam [3:0]
     ST_IDLE     = 4'd0,
-    ST_IN       = 4'd1,
-    ST_LOOK     = 4'd2,
-    ST_WRITE    = 4'd3,
+    ST_RUN      = 4'd1,
     ST_STATUS   = 4'd4,
     ST_CLEAR    = 4'd5,
     ST_KEY      = 4'd6,
@@ -172,7 +173,7 @@ wire res_ready, stat_ready;
 
 // a configuration packet goes first; a request waits for it
 assign s_meta_tready = state == ST_IDLE && !s_cfg_tvalid;
-assign s_axis_tready = state == ST_IN;
+assign s_axis_tready = state == ST_RUN && !in_done && !nx_valid;
 wire meta_take = s_meta_tvalid && s_meta_tready;
 wire data_take = s_axis_tvalid && s_axis_tready;
 
@@ -180,9 +181,17 @@ reg [ADDR_WIDTH:0]    n_beats;
 reg                   too_large;
 reg                   any_bytes;
 reg                   ragged;
-reg                   last_in;
-reg [KEEP_WIDTH-1:0]  beat_keep;
+reg                   in_done;        // the payload's last beat has been read
+// stage 1: the next beat, waiting for the probes
+reg                   nx_valid = 1'b0;
+reg [KEEP_WIDTH-1:0]  nx_keep;
 reg [DATA_WIDTH-1:0]  beat_keys;      // the beat's kept bytes (the rest zero)
+// stage 2: the beat in the probes (its keys are held there)
+reg                   lk_busy = 1'b0;
+reg [KEEP_WIDTH-1:0]  lk_keep;
+// stage 3: its results (in the probes' result registers), to the result buffer
+reg                   wr_valid = 1'b0;
+reg [KEEP_WIDTH-1:0]  wr_keep;
 
 wire [LANES-1:0] el_whole, el_part;
 wire [DATA_WIDTH-1:0] kept;
@@ -206,20 +215,28 @@ generate
     end
 endgenerate
 
-wire start_look = data_take && n_beats < MAX_BEATS;
-wire done_a, done_b, pa_en, pb_en;
+wire ready_a, ready_b, pa_en, pb_en;
+// The beat in the probes is retired in the cycle both ports have resolved
+// its last keys (a port that finished first waits, idle): its results are
+// in the probes' registers in the next cycle, and stay there for at least
+// that cycle even if the next beat goes in now. The result buffer takes a
+// beat every cycle once it collects (it leaves that only for the status,
+// which waits for the pipeline to drain); a beat goes into the probes only
+// then, so stage 3 never waits.
+wire retire     = lk_busy && ready_a && ready_b;
+wire start_look = state == ST_RUN && nx_valid && ready_a && ready_b && res_ready;
 wire [TABLE_BITS-1:0] pa_addr, pb_addr;
 wire [31:0] missing = {{(31-TABLE_BITS){1'b0}}, dict_size};
 
 offrac_mapid_probe #(.KEYS(LANES / 2), .TABLE_BITS(TABLE_BITS), .IDX_WIDTH(IDX_W)) probe_a (
-    .clk(clk), .rst(rst), .start(start_look), .keys(keys_a), .missing(missing),
-    .done(done_a), .results(res_a), .ram_en(pa_en), .ram_addr(pa_addr),
+    .clk(clk), .rst(rst), .ready(ready_a), .start(start_look), .keys(keys_a), .missing(missing),
+    .done(), .results(res_a), .ram_en(pa_en), .ram_addr(pa_addr),
     .rd_used(rd_a[ENTRY_W-1]), .rd_key(rd_a[IDX_W +: 32]), .rd_idx(rd_a[IDX_W-1:0])
 );
 
 offrac_mapid_probe #(.KEYS(LANES / 2), .TABLE_BITS(TABLE_BITS), .IDX_WIDTH(IDX_W)) probe_b (
-    .clk(clk), .rst(rst), .start(start_look), .keys(keys_b), .missing(missing),
-    .done(done_b), .results(res_b), .ram_en(pb_en), .ram_addr(pb_addr),
+    .clk(clk), .rst(rst), .ready(ready_b), .start(start_look), .keys(keys_b), .missing(missing),
+    .done(), .results(res_b), .ram_en(pb_en), .ram_addr(pb_addr),
     .rd_used(rd_b[ENTRY_W-1]), .rd_key(rd_b[IDX_W +: 32]), .rd_idx(rd_b[IDX_W-1:0])
 );
 
@@ -237,7 +254,7 @@ always @* begin
     a_en = 1'b0; a_we = 1'b0; a_addr = pa_addr; a_wdata = {ENTRY_W{1'b0}};
     b_en = 1'b0; b_we = 1'b0; b_addr = pb_addr; b_wdata = {ENTRY_W{1'b0}};
     case (state)
-        ST_LOOK: begin
+        ST_RUN: begin
             a_en = pa_en;
             b_en = pb_en;
         end
@@ -280,35 +297,29 @@ always @(posedge clk) begin
                 too_large <= 1'b0;
                 any_bytes <= 1'b0;
                 ragged    <= 1'b0;
-                state     <= ST_IN;
+                in_done   <= 1'b0;
+                state     <= ST_RUN;
             end
         end
-        ST_IN: begin
+        ST_RUN: begin
             if (data_take) begin
-                beat_keys <= kept;
-                beat_keep <= s_axis_tkeep;
-                last_in   <= s_axis_tlast;
                 any_bytes <= any_bytes || |s_axis_tkeep;
                 ragged    <= ragged || |el_part;
+                in_done   <= s_axis_tlast;
                 if (n_beats < MAX_BEATS) begin
-                    n_beats <= n_beats + 1'b1;
-                    state   <= ST_LOOK;
+                    n_beats   <= n_beats + 1'b1;
+                    nx_valid  <= 1'b1;
+                    beat_keys <= kept;
+                    nx_keep   <= s_axis_tkeep;
                 end else begin
                     too_large <= 1'b1;   // read to the end, nothing more stored
-                    if (s_axis_tlast) begin
-                        state <= ST_STATUS;
-                    end
                 end
             end
-        end
-        ST_LOOK: begin
-            if (done_a && done_b) begin
-                state <= ST_WRITE;
+            if (start_look) begin
+                nx_valid <= 1'b0;
             end
-        end
-        ST_WRITE: begin
-            if (res_ready) begin
-                state <= last_in ? ST_STATUS : ST_IN;
+            if (in_done && !nx_valid && !lk_busy && !wr_valid) begin
+                state <= ST_STATUS;
             end
         end
         ST_STATUS: begin
@@ -354,8 +365,21 @@ always @(posedge clk) begin
         end
     endcase
 
+    // the lookup pipeline's stages 2 and 3
+    if (retire || start_look) begin
+        lk_busy <= start_look;
+        lk_keep <= nx_keep;
+    end
+    wr_valid <= retire;
+    if (retire) begin
+        wr_keep <= lk_keep;
+    end
+
     if (rst) begin
-        state <= ST_IDLE;
+        state    <= ST_IDLE;
+        nx_valid <= 1'b0;
+        lk_busy  <= 1'b0;
+        wr_valid <= 1'b0;
         if (dirty) begin
             state      <= ST_CLEAR;
             clear_addr <= 0;
@@ -377,8 +401,8 @@ offrac_result_buffer #(
     .DATA_WIDTH(DATA_WIDTH), .META_WIDTH(META_WIDTH), .MAX_BEATS(MAX_BEATS)
 ) results (
     .clk(clk), .rst(rst),
-    .s_res_tdata(result_beat), .s_res_tkeep(beat_keep),
-    .s_res_tvalid(state == ST_WRITE), .s_res_tready(res_ready),
+    .s_res_tdata(result_beat), .s_res_tkeep(wr_keep),
+    .s_res_tvalid(wr_valid), .s_res_tready(res_ready),
     .s_stat_tdata(meta_word), .s_stat_status(status), .s_stat_detail(detail),
     .s_stat_tvalid(state == ST_STATUS), .s_stat_tready(stat_ready),
     .m_axis_tdata(m_axis_tdata), .m_axis_tkeep(m_axis_tkeep), .m_axis_tvalid(m_axis_tvalid),

@@ -20,12 +20,17 @@
  *
  * The payload is buffered (MAX_BEATS x 512 bits, block RAM): the row count
  * and the offsets go out before the columns and values, so the buffer is
- * read three times after the header words, one element a cycle: the row
- * ends (offsets), the columns of the non-zero elements, their values. The
- * row count comes from a restoring divider (n / cols, one bit a cycle),
- * whose remainder is the whole-rows check. Output words are packed 16 to a
- * beat. Correctness first: about 3 cycles per element, where a compacting
- * datapath (a beat a cycle) is the throughput work left.
+ * read three times after the header words, a beat at a time: the row ends
+ * (offsets), the columns of the non-zero elements, their values. Reading a
+ * beat (a cycle) also gives each of its 16 lanes its column (a chain of
+ * wrapping increments from the beat's first column, registered); then
+ * each cycle sends the word of the next lane that has one (a row end, a
+ * non-zero element) and skips the lanes without: a pass takes a cycle per
+ * beat plus a cycle per word (at least one per beat), not a cycle per
+ * element. The row count comes from a restoring divider (n / cols, one bit
+ * a cycle), whose remainder is the whole-rows check. Output words are
+ * packed 16 to a beat, one word a cycle: a datapath that packs a beat's
+ * words in one cycle is the throughput work left.
  *
  * Input beats as for min-max: all but the last full, tkeep a run from byte 0.
  */
@@ -123,9 +128,8 @@ reg [$clog2(NW+1)-1:0] div_i;
 // the walk over the elements
 reg [1:0]             pass;
 reg [ADDR_WIDTH:0]    wb;             // beat
-reg [3:0]             we;             // element of the beat
-reg [NW-1:0]          col;
-reg [NW-1:0]          nz_seen;
+reg [3:0]             we;             // the lane the beat's next word is looked for from
+reg [NW-1:0]          nz_seen;        // non-zero elements before the beat
 reg [31:0]            words_left;     // words still to send, this one included
 
 wire meta_ready;
@@ -168,10 +172,50 @@ end
 
 // ---- the word stream out --------------------------------------------------
 
-wire [31:0] x       = rd_data[32*we +: 32];
-wire        x_nz    = |x[30:0];
-wire        row_end = col == cols - 1'b1;
-wire        el_last = {wb[ADDR_WIDTH-1:0], we} == n_elems - 1'b1;
+// the beat read for the pass: its lanes' columns and which lanes hold elements
+reg [NW*LANES-1:0]    lc;             // lane i's column: bits [NW*i +: NW]
+reg [LANES-1:0]       lane_ok;
+reg [NW-1:0]          col_base;       // the column of the next beat's lane 0
+
+reg [NW*(LANES+1)-1:0] chain;
+always @* begin
+    chain[NW-1:0] = col_base;
+    for (k = 0; k < LANES; k = k + 1) begin
+        chain[NW*(k+1) +: NW] = chain[NW*k +: NW] == cols - 1'b1 ? {NW{1'b0}} : chain[NW*k +: NW] + 1'b1;
+    end
+end
+
+wire [LANES-1:0] nz_ok, ends, ev, ev_from, ev_more;
+generate
+    for (i = 0; i < LANES; i = i + 1) begin : lane
+        assign nz_ok[i] = lane_ok[i] && |rd_data[32*i +: 31];   // != 0.0: not +-0
+        assign ends[i]  = lane_ok[i] && lc[NW*i +: NW] == cols - 1'b1;
+    end
+endgenerate
+assign ev      = pass == PASS_ENDS ? ends : nz_ok;
+assign ev_from = ev & ({LANES{1'b1}} << we);        // the lanes with a word from `we` on
+assign ev_more = ev_from & (ev_from - 1'b1);        // those after the first
+wire   has     = |ev_from;
+
+reg [3:0] p;                                        // the first of them
+reg [4:0] nz_upto, nz_beat;                         // non-zero lanes up to p, in the beat
+always @* begin
+    p = 4'd0;
+    for (k = LANES - 1; k >= 0; k = k - 1) begin
+        if (ev_from[k]) begin
+            p = k[3:0];
+        end
+    end
+    nz_upto = 5'd0;
+    nz_beat = 5'd0;
+    for (k = 0; k < LANES; k = k + 1) begin
+        nz_upto = nz_upto + {4'd0, nz_ok[k] && k <= p};
+        nz_beat = nz_beat + {4'd0, nz_ok[k]};
+    end
+end
+
+wire beat_end = !has || ev_more == 0;               // no word left in this beat after this cycle's
+wire last_rd  = wb + 1'b1 == n_beats;
 
 reg        word_valid;
 reg [31:0] word;
@@ -187,19 +231,11 @@ always @* begin
             word_valid = 1'b1;   // offsets[0]
         end
         ST_ELEM: begin
+            word_valid = has;
             case (pass)
-                PASS_ENDS: begin
-                    word_valid = row_end;
-                    word       = nz_seen + x_nz;
-                end
-                PASS_COLS: begin
-                    word_valid = x_nz;
-                    word       = col;
-                end
-                default: begin
-                    word_valid = x_nz;
-                    word       = x;
-                end
+                PASS_ENDS:   word = nz_seen + nz_upto;
+                PASS_COLS:   word = lc[NW*p +: NW];
+                default:     word = rd_data[32*p +: 32];
             endcase
         end
         default: begin
@@ -337,32 +373,37 @@ always @(posedge clk) begin
                 words_left <= words_left - 1'b1;
                 pass       <= PASS_ENDS;
                 wb         <= 0;
-                col        <= 0;
+                col_base   <= 0;
                 nz_seen    <= 0;
                 state      <= ST_FETCH;
             end
         end
         ST_FETCH: begin
-            we    <= 4'd0;
-            state <= ST_ELEM;
+            we <= 4'd0;
+            lc <= chain[NW*LANES-1:0];
+            for (k = 0; k < LANES; k = k + 1) begin
+                lane_ok[k] <= {wb[ADDR_WIDTH-1:0], k[3:0]} < n_elems;
+            end
+            col_base <= chain[NW*LANES +: NW];
+            state    <= ST_ELEM;
         end
         default: begin   // ST_ELEM
             if (advance) begin
                 if (word_take) begin
                     words_left <= words_left - 1'b1;
                 end
-                nz_seen <= nz_seen + x_nz;
-                col     <= row_end ? {NW{1'b0}} : col + 1'b1;
-                we      <= we + 4'd1;
-                if (el_last) begin
-                    wb      <= 0;
-                    col     <= 0;
-                    nz_seen <= 0;
-                    pass    <= pass + 1'b1;
-                    state   <= pass == PASS_VALUES ? ST_IDLE : ST_FETCH;
-                end else if (we == LANES - 1) begin
-                    wb    <= wb + 1'b1;
-                    state <= ST_FETCH;
+                we <= p + 1'b1;
+                if (beat_end) begin
+                    nz_seen <= nz_seen + nz_beat;
+                    wb      <= wb + 1'b1;
+                    state   <= ST_FETCH;
+                    if (last_rd) begin
+                        wb       <= 0;
+                        col_base <= 0;
+                        nz_seen  <= 0;
+                        pass     <= pass + 1'b1;
+                        state    <= pass == PASS_VALUES ? ST_IDLE : ST_FETCH;
+                    end
                 end
             end
         end

@@ -11,7 +11,8 @@
  * takes no new result beat until the stored ones are out.
  *
  * MAX_BEATS x DATA_WIDTH bits, one write port and one registered read port:
- * block RAM. The accelerator must not write more than MAX_BEATS beats (it
+ * block RAM. The stored beats go out one a cycle while the sink takes them:
+ * the next one is read while the last one read is pushed. The accelerator must not write more than MAX_BEATS beats (it
  * answers TOO_LARGE instead). Both outputs are offrac_axis_reg stages.
  */
 
@@ -55,14 +56,15 @@ module offrac_result_buffer #(
     input  wire                   m_meta_tready
 );
 
-localparam [1:0]
-    ST_COLLECT = 2'd0,
-    ST_FETCH   = 2'd1,
-    ST_PUSH    = 2'd2;
+localparam
+    ST_COLLECT = 1'b0,
+    ST_SEND    = 1'b1;
 
-reg [1:0]             state = ST_COLLECT;
+reg                   state = ST_COLLECT;
 reg [DATA_WIDTH-1:0]  mem [0:MAX_BEATS-1];
 reg [DATA_WIDTH-1:0]  rd_data;
+reg                   rd_valid = 1'b0;   // rd_data holds a beat not yet pushed
+reg                   rd_last;           // and it is the last one
 reg [ADDR_WIDTH:0]    wr_ptr = 0;
 reg [ADDR_WIDTH:0]    rd_ptr;
 reg [KEEP_WIDTH-1:0]  last_keep;
@@ -74,13 +76,14 @@ assign s_res_tready  = state == ST_COLLECT;
 assign s_stat_tready = state == ST_COLLECT && meta_in_ready;
 wire res_take  = s_res_tvalid && s_res_tready;
 wire stat_take = s_stat_tvalid && s_stat_tready;
-wire last_beat = rd_ptr + 1'b1 == wr_ptr;
+wire push      = rd_valid && data_in_ready;
+wire fetch     = state == ST_SEND && rd_ptr != wr_ptr && (!rd_valid || push);
 
 always @(posedge clk) begin
     if (res_take) begin
         mem[wr_ptr[ADDR_WIDTH-1:0]] <= s_res_tdata;
     end
-    if (state == ST_FETCH) begin
+    if (fetch) begin
         rd_data <= mem[rd_ptr[ADDR_WIDTH-1:0]];
     end
 end
@@ -95,29 +98,31 @@ always @(posedge clk) begin
             if (stat_take) begin
                 rd_ptr <= 0;
                 if (s_stat_status == 8'd0 && wr_ptr != 0) begin
-                    state <= ST_FETCH;
+                    state <= ST_SEND;
                 end else begin
                     wr_ptr <= 0;
                 end
             end
         end
-        ST_FETCH: begin
-            state <= ST_PUSH;
-        end
-        default: begin   // ST_PUSH
-            if (data_in_ready) begin
-                rd_ptr <= rd_ptr + 1'b1;
-                state  <= last_beat ? ST_COLLECT : ST_FETCH;
-                if (last_beat) begin
-                    wr_ptr <= 0;
-                end
+        default: begin   // ST_SEND
+            if (fetch) begin
+                rd_ptr   <= rd_ptr + 1'b1;
+                rd_valid <= 1'b1;
+                rd_last  <= rd_ptr + 1'b1 == wr_ptr;
+            end else if (push) begin
+                rd_valid <= 1'b0;
+            end
+            if (push && rd_last) begin
+                state  <= ST_COLLECT;
+                wr_ptr <= 0;
             end
         end
     endcase
 
     if (rst) begin
-        state  <= ST_COLLECT;
-        wr_ptr <= 0;
+        state    <= ST_COLLECT;
+        wr_ptr   <= 0;
+        rd_valid <= 1'b0;
     end
 end
 
@@ -131,8 +136,8 @@ offrac_axis_reg #(.WIDTH(META_WIDTH + 40)) meta_out (
 
 offrac_axis_reg #(.WIDTH(DATA_WIDTH + KEEP_WIDTH + 1)) data_out (
     .clk(clk), .rst(rst),
-    .s_tdata({rd_data, last_beat ? last_keep : {KEEP_WIDTH{1'b1}}, last_beat}),
-    .s_tvalid(state == ST_PUSH), .s_tready(data_in_ready),
+    .s_tdata({rd_data, rd_last ? last_keep : {KEEP_WIDTH{1'b1}}, rd_last}),
+    .s_tvalid(rd_valid), .s_tready(data_in_ready),
     .m_tdata({m_axis_tdata, m_axis_tkeep, m_axis_tlast}),
     .m_tvalid(m_axis_tvalid), .m_tready(m_axis_tready)
 );

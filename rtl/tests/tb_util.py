@@ -103,12 +103,17 @@ BEAT = 64  # bytes per 512-bit beat
 Beat = tuple[int, int, int]  # tdata, tkeep, tlast
 
 
+JUNK = 0xA5  # the bytes of a beat past tkeep: not zero, so a module that reads them shows it
+
+
 def to_beats(payload: bytes) -> list[Beat]:
-    """A request's payload as AXI-Stream beats: byte 0 in tdata[7:0], tkeep marks the tail's bytes."""
+    """A request's payload as AXI-Stream beats: byte 0 in tdata[7:0], tkeep marks the tail's bytes;
+    the bytes past tkeep are junk, as a real source may leave them."""
     chunks = [payload[i : i + BEAT] for i in range(0, len(payload), BEAT)]
+    padded = [c + bytes([JUNK]) * (BEAT - len(c)) for c in chunks]
     return [
-        (int.from_bytes(c, "little"), (1 << len(c)) - 1, int(i == len(chunks) - 1))
-        for i, c in enumerate(chunks)
+        (int.from_bytes(d, "little"), (1 << len(c)) - 1, int(i == len(chunks) - 1))
+        for i, (c, d) in enumerate(zip(chunks, padded, strict=True))
     ]
 
 

@@ -63,6 +63,7 @@ PARAMETERS: dict[str, dict[str, object]] = {
     "offrac_accel_sparse": {"MAX_BEATS": 8},
     "offrac_axis_reg": {"WIDTH": 37},
     "offrac_result_buffer": {"MAX_BEATS": 4},
+    "offrac_mapid_probe": {"KEYS": 4, "TABLE_BITS": 5},
     "offrac_slot_queue": {"DEPTH": 5},
     # as tb_dispatcher.py expects: functions 0, 1 and 3 hosted, device 3
     "offrac_dispatcher": {
@@ -125,6 +126,7 @@ def test_model_matches_response_vectors() -> None:
         ("offrac_slot_queue", "tb_slot_queue"),
         ("offrac_axis_reg", "tb_axis_reg"),
         ("offrac_result_buffer", "tb_result_buffer"),
+        ("offrac_mapid_probe", "tb_mapid_probe"),
         ("offrac_chain_router", "tb_chain_router"),
     ],
 )
@@ -161,6 +163,20 @@ def test_minmax_cycles() -> None:
     """Min-max at 1 KB and 16 KB (OffRAC Table 5's sizes): cycles pinned, results against the software."""
     env = {"OFFRAC_ACCEL_ORACLE": str(accel_oracle())}
     run("offrac_accel_minmax", "tb_accel_minmax_cycles", BUILD / "minmax-cycles", {"MAX_BEATS": 256}, env)
+
+
+def test_mapid_cycles() -> None:
+    """MapId at 1 KB (seed 001 Table II's size) and 16 KB: cycles pinned, results against the software."""
+    env = {"OFFRAC_ACCEL_ORACLE": str(accel_oracle())}
+    params: dict[str, object] = {"TABLE_BITS": 10, "MAX_BEATS": 256}
+    run("offrac_accel_mapid", "tb_accel_mapid_cycles", BUILD / "mapid-cycles", params, env)
+
+
+def test_sparse_cycles() -> None:
+    """SparseTransform at 1 KB (seed 001 Table II's size) and 16 KB: cycles pinned, results against the
+    software."""
+    env = {"OFFRAC_ACCEL_ORACLE": str(accel_oracle())}
+    run("offrac_accel_sparse", "tb_accel_sparse_cycles", BUILD / "sparse-cycles", {"MAX_BEATS": 256}, env)
 
 
 def run(
