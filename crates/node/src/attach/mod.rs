@@ -139,8 +139,9 @@ fn default_timeout() -> u64 {
 fn default_max_connections() -> usize {
     1024
 }
-/// Event loops per attached address (see docs/inline.md for the measurement behind it).
-pub const DEFAULT_LOOPS: usize = 2;
+/// Event loops per attached address (docs/inline.md: one until a quiet-machine
+/// measurement shows more help, and until a 504 seen once under load with two is explained).
+pub const DEFAULT_LOOPS: usize = 1;
 /// More loops than this gains nothing and costs a thread each.
 pub const MAX_LOOPS: usize = 64;
 /// Busy-polling longer than this is a core given away, not a wake-up saved.
