@@ -615,15 +615,17 @@ impl<M: InlineMachine> Driver<M> {
             || (p.backend_readable && p.backend.is_some() && g.machine.wants_backend_input(id))
     }
 
-    /// Whether bytes wait to be written to the pair's client or backend.
+    /// Whether bytes wait to be written to the pair's client or backend. Bytes
+    /// for a backend not connected yet count: the next turn connects it, and
+    /// no socket event would ever call for that turn.
     fn output_waits(&mut self, id: usize) -> bool {
         let Some(Some(p)) = self.pairs.get(id) else {
             return false;
         };
-        let (client, backend) = (p.client.is_some(), p.backend.is_some());
+        let client = p.client.is_some();
         let mut g = self.shared.lock();
         (client && g.machine.client_out(id).is_some_and(|o| !o.is_empty()))
-            || (backend && g.machine.backend_out(id).is_some_and(|o| !o.is_empty()))
+            || g.machine.backend_out(id).is_some_and(|o| !o.is_empty())
     }
 
     fn drop_client(&mut self, id: usize) {
@@ -792,10 +794,27 @@ mod tests {
     use std::io::{Read, Write};
     use std::os::fd::AsRawFd;
 
-    /// Echoes what a client sends, reading until `limit` bytes wait unsent.
+    /// Echoes what a client sends, reading until `limit` bytes wait unsent;
+    /// or, with `forward`, reads `limit` bytes (one request) and only then
+    /// sends them all to the backend.
     struct EchoUpTo {
         out: Vec<u8>,
         limit: usize,
+        forward: bool,
+        received: usize,
+        to_backend: Vec<u8>,
+    }
+
+    impl EchoUpTo {
+        fn new(limit: usize, forward: bool) -> Self {
+            EchoUpTo {
+                out: Vec::new(),
+                limit,
+                forward,
+                received: 0,
+                to_backend: Vec::new(),
+            }
+        }
     }
 
     impl InlineMachine for EchoUpTo {
@@ -803,13 +822,21 @@ mod tests {
             0
         }
         fn wants_client_input(&self, _: usize) -> bool {
-            self.out.len() < self.limit
+            if self.forward {
+                self.received < self.limit
+            } else {
+                self.out.len() < self.limit
+            }
         }
         fn wants_backend_input(&self, _: usize) -> bool {
             false
         }
         fn client_input(&mut self, _: usize, bytes: &[u8], _: Now) {
+            self.received += bytes.len();
             self.out.extend_from_slice(bytes);
+            if self.forward && self.received >= self.limit {
+                self.to_backend.append(&mut self.out);
+            }
         }
         fn client_eof(&mut self, _: usize, _: Now) {}
         fn client_closed(&mut self, _: usize) {}
@@ -821,10 +848,10 @@ mod tests {
         }
         fn resume(&mut self, _: usize, _: Now) {}
         fn client_out(&mut self, _: usize) -> Option<&mut Vec<u8>> {
-            Some(&mut self.out)
+            (!self.forward).then_some(&mut self.out)
         }
         fn backend_out(&mut self, _: usize) -> Option<&mut Vec<u8>> {
-            None
+            self.forward.then_some(&mut self.to_backend)
         }
         fn finished(&self, _: usize) -> bool {
             false
@@ -840,11 +867,17 @@ mod tests {
     /// edge is pending (the client socket was writable all along). Before
     /// the fix the answer stayed unsent for ever (seen as a 30 s hang of a
     /// 1 MiB answer through the JWT gate under load).
-    #[test]
-    fn output_made_by_the_last_read_of_a_turn_is_written() {
+    /// Starts a driver over `machine` once the client's whole `input` sits
+    /// in the accepted socket (room for all of it), so the driver's first
+    /// turn reads `READS_PER_TURN` full chunks and its read budget runs out on
+    /// the very read that completes the input. Returns the client and what
+    /// stops the driver.
+    fn drive_after_input_landed(
+        machine: EchoUpTo,
+        input: &[u8],
+        backend: SocketAddr,
+    ) -> (std::net::TcpStream, impl FnOnce()) {
         let (poll, listener, waker) = bind("127.0.0.1:0".parse().unwrap()).unwrap();
-        // Room for the whole input in the accepted socket, so the driver's
-        // first turn finds all of it readable at once.
         let room: libc::c_int = 4 << 20;
         // SAFETY: a valid socket and a c_int option value of the stated size.
         let rc = unsafe {
@@ -858,17 +891,11 @@ mod tests {
         };
         assert_eq!(rc, 0);
         let addr = listener.local_addr().unwrap();
-        let input: Vec<u8> = (0..READS_PER_TURN * READ_CHUNK).map(|i| i as u8).collect();
         let mut client = std::net::TcpStream::connect(addr).unwrap();
-        client.write_all(&input).unwrap();
+        client.write_all(input).unwrap();
         // Let the bytes land before the driver looks.
         std::thread::sleep(Duration::from_millis(100));
         let stop = Arc::new(AtomicBool::new(false));
-        let machine = EchoUpTo {
-            out: Vec::new(),
-            limit: input.len(),
-        };
-        let backend = "127.0.0.1:9".parse().unwrap();
         let shared = Arc::new(Shared::new(machine, vec![waker]));
         let settings = LoopSettings {
             backend,
@@ -885,14 +912,70 @@ mod tests {
             None,
         );
         let thread = std::thread::spawn(move || driver.run());
+        let finish = move || {
+            stop.store(true, Ordering::SeqCst);
+            thread.join().unwrap();
+        };
+        (client, finish)
+    }
+
+    fn input() -> Vec<u8> {
+        (0..READS_PER_TURN * READ_CHUNK).map(|i| i as u8).collect()
+    }
+
+    /// The read budget of a turn runs out on the very read that fills the
+    /// machine's output: that output must still go out, though no writable
+    /// edge is pending (the client socket was writable all along). Before
+    /// the fix the answer stayed unsent for ever (seen as a 30 s hang of a
+    /// 1 MiB answer through the JWT gate under load).
+    #[test]
+    fn output_made_by_the_last_read_of_a_turn_is_written() {
+        let input = input();
+        let machine = EchoUpTo::new(input.len(), false);
+        let (mut client, finish) =
+            drive_after_input_landed(machine, &input, "127.0.0.1:9".parse().unwrap());
         client
             .set_read_timeout(Some(Duration::from_secs(3)))
             .unwrap();
         let mut back = vec![0; input.len()];
         let got = client.read_exact(&mut back);
-        stop.store(true, Ordering::SeqCst);
-        thread.join().unwrap();
+        finish();
         got.expect("the echo of the whole input within 3 s");
         assert!(back == input);
+    }
+
+    /// The same budget running out on the read that completes a request
+    /// bound for a backend not connected yet: the backend must still be
+    /// connected and sent the request. Before the fix nothing was pending on
+    /// any socket, so the pair waited for ever (seen in CI as a 504 from the
+    /// JWT gate's 5 s backend timeout on a 1 MiB POST, about 1 in 100 under
+    /// load).
+    #[test]
+    fn a_request_completed_by_the_last_read_of_a_turn_reaches_the_backend() {
+        let backend = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let input = input();
+        let machine = EchoUpTo::new(input.len(), true);
+        let (_client, finish) =
+            drive_after_input_landed(machine, &input, backend.local_addr().unwrap());
+        backend.set_nonblocking(true).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(3);
+        let accepted = loop {
+            match backend.accept() {
+                Ok((s, _)) => break Some(s),
+                Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
+                Err(_) => break None,
+            }
+        };
+        let got = accepted.map(|mut s| {
+            s.set_nonblocking(false).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+            let mut sent = vec![0; input.len()];
+            s.read_exact(&mut sent).map(|()| sent)
+        });
+        finish();
+        let sent = got
+            .expect("the backend connected within 3 s")
+            .expect("the whole request at the backend within 3 s");
+        assert!(sent == input);
     }
 }
