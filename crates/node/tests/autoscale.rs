@@ -4,13 +4,16 @@
 //! answer), every call is answered, and once the clients stop the replicas
 //! go back to spare.
 
+mod common;
+
+use common::control::now_ms;
 use offrac_client::{Client, FunctionId, RetryPolicy, Status};
 use offrac_control::examples::compile_wat;
 use offrac_control::{wire, Op, Target, FN_CONTROL};
 use offrac_node::{start, NodeConfig};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 const KEY: &[u8] = b"autoscale tenant";
 
@@ -29,13 +32,6 @@ const LOOP_WAT: &str = r#"(module
       (i64.shl (i64.extend_i32_u (local.get $ptr)) (i64.const 32))
       (i64.extend_i32_u (local.get $len))))
 )"#;
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
-}
 
 /// A control request of tenant 1 on `c`; the answer's JSON.
 fn control(c: &mut Client, nonce: u64, op: &Op) -> serde_json::Value {

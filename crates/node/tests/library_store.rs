@@ -5,6 +5,9 @@
 //! slot of another. Needs the `etcd` server binary (CI installs Debian's
 //! etcd-server); `OFFRAC_ALLOW_NO_ETCD=1` skips instead of failing.
 
+mod common;
+
+use common::control::now_ms;
 use offrac_client::{Client, ClientError, RetryPolicy, Status};
 use offrac_control::examples::{compile_wat, ADD_WAT};
 use offrac_control::{wire, Op, Target, FN_CONTROL};
@@ -12,7 +15,7 @@ use offrac_node::{start, NodeConfig, NodeHandle};
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 const KEY1: &[u8] = b"0123456789abcdef";
 const KEY2: &[u8] = b"fedcba9876543210";
@@ -110,13 +113,6 @@ key = "{}"
     ))
     .expect("config");
     start(cfg, "127.0.0.1:0").expect("node starts")
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
 }
 
 fn envelope(tenant: u16, key: &[u8], op: &Op) -> Vec<u8> {

@@ -1,8 +1,10 @@
 //! Helpers shared by the node's integration tests (each test crate uses a
 //! part of it): free ports, waiting for a listener, a node with one
-//! `[[attach]]` function, nodes linked to each other, and a real memcached.
+//! `[[attach]]` function, nodes linked to each other, signed control
+//! requests, and a real memcached.
 #![allow(dead_code)]
 
+pub mod control;
 pub mod memcached;
 
 use offrac_client::Client;
