@@ -7,13 +7,14 @@
 
 mod common;
 
+use common::control::envelope;
+
 use offrac_client::{Client, ClientError, Hop, RetryPolicy, Status};
 use offrac_collective::{Algorithm, Descriptor, Dtype, Kind, Members, Op, RedOp};
-use offrac_control::{wire, Op as ControlOp};
+use offrac_control::Op as ControlOp;
 use offrac_node::NodeHandle;
 use offrac_proto::{buffer_param, BufferOp, FunctionId, FN_BUFFER, FN_COLLECTIVE};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 const GEMV: u8 = FunctionId::Gemv as u8;
 const ECHO: u8 = FunctionId::Echo as u8;
@@ -155,20 +156,9 @@ fn kept_matrix_feeds_gemv_and_refusals_are_clear() {
 
 const KEY1: &[u8] = b"0123456789abcdef";
 const KEY2: &[u8] = b"fedcba9876543210";
-static NONCE: AtomicU64 = AtomicU64::new(1);
 
 fn tenant_client(addr: &str, tenant: u16, key: &[u8]) -> Client {
-    let now_ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64;
-    let env = wire::encode(
-        tenant,
-        now_ms,
-        NONCE.fetch_add(1, Ordering::Relaxed),
-        &ControlOp::Hello,
-        key,
-    );
+    let env = envelope(tenant, key, &ControlOp::Hello);
     let mut c = client(addr);
     c.hello(tenant, &env).expect("hello accepted");
     c

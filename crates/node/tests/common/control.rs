@@ -5,7 +5,12 @@ use offrac_client::{Client, ClientError, Reply, RetryPolicy};
 use offrac_control::examples::compile_wat;
 use offrac_control::{wire, Op, FN_CONTROL};
 use offrac_node::NodeHandle;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
+
+/// The nonces of [`envelope`]: one count for the whole test crate, so no two
+/// envelopes of a tenant share one.
+static NONCE: AtomicU64 = AtomicU64::new(1);
 
 /// Milliseconds since the Unix epoch, as a control envelope carries them.
 pub fn now_ms() -> u64 {
@@ -13,6 +18,17 @@ pub fn now_ms() -> u64 {
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_millis() as u64
+}
+
+/// `op` signed by `tenant` with `key`, now, under the crate's next nonce.
+pub fn envelope(tenant: u16, key: &[u8], op: &Op) -> Vec<u8> {
+    wire::encode(
+        tenant,
+        now_ms(),
+        NONCE.fetch_add(1, Ordering::Relaxed),
+        op,
+        key,
+    )
 }
 
 /// A connection sending control requests signed by `tenant` with `key`, its
