@@ -25,10 +25,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +37,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from _bench import REPO, Server, finish, free_port, log, machine, md_table, median
+
+from offrac import wait_listening
 
 HERE = Path(__file__).resolve().parent
 QUICK = "--quick" in sys.argv
@@ -93,18 +93,6 @@ def load(addr: str, workload: str, seconds: float, extra: list[str] | None = Non
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
-def wait_port(port: int) -> None:
-    deadline = time.monotonic() + 5
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"nothing listens on {port}") from None
-            time.sleep(0.02)
-
-
 def measure() -> list[dict[str, Any]]:
     memcached = shutil.which("memcached")
     if memcached is None:
@@ -125,7 +113,7 @@ def measure() -> list[dict[str, Any]]:
     )
     rows: list[dict[str, Any]] = []
     try:
-        wait_port(mport)
+        wait_listening(("127.0.0.1", mport))
         with Server(["serve", "--listen", "127.0.0.1:0", "--config", str(cfg)], "node") as node:
             addr = {"direct": f"127.0.0.1:{mport}", "node": f"127.0.0.1:{aport}"}
             # Store every key (through the node), then read each once through it: all cached.

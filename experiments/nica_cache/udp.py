@@ -20,13 +20,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _bench import Server, free_port, log, machine, md_table, median
+
+from offrac import wait_listening
 
 HERE = Path(__file__).resolve().parent
 QUICK = "--quick" in sys.argv
@@ -68,20 +69,6 @@ def memaslap(addr: str, udp: bool, cfg: Path) -> dict[str, float]:
     }
 
 
-def wait_port(port: int) -> None:
-    import socket
-
-    deadline = time.monotonic() + 5
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"nothing listens on {port}") from None
-            time.sleep(0.02)
-
-
 def measure() -> list[dict[str, Any]]:
     memcached = shutil.which("memcached")
     if memcached is None or shutil.which("memcaslap") is None:
@@ -104,7 +91,7 @@ def measure() -> list[dict[str, Any]]:
         cmds = Path(tmp) / "cmds.cfg"
         cmds.write_text(CMDS)
         try:
-            wait_port(mport)
+            wait_listening(("127.0.0.1", mport))
             with Server(["serve", "--listen", "127.0.0.1:0", "--config", str(cfg)], "node"):
                 addr = {"direct": f"127.0.0.1:{mport}", "node": f"127.0.0.1:{aport}"}
                 for r in range(ROUNDS):

@@ -24,7 +24,6 @@ import hmac
 import json
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -39,6 +38,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from _bench import Server, finish, free_port, log, machine, md_table, median
+
+from offrac import wait_listening
 
 HERE = Path(__file__).resolve().parent
 QUICK = "--quick" in sys.argv
@@ -58,18 +59,6 @@ def hs256(claims: dict[str, object]) -> str:
     h = b64(json.dumps({"alg": "HS256", "typ": "JWT"}).encode())
     p = b64(json.dumps(claims).encode())
     return f"{h}.{p}.{b64(hmac.new(SECRET, f'{h}.{p}'.encode(), hashlib.sha256).digest())}"
-
-
-def wait_port(port: int) -> None:
-    deadline = time.monotonic() + 5
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"nothing listens on {port}") from None
-            time.sleep(0.02)
 
 
 def micros(text: str) -> float:
@@ -135,7 +124,7 @@ def measure() -> list[dict[str, Any]]:
         spec = f"listen=127.0.0.1:0,function=jwt,backend=127.0.0.1:{port},secret={SECRET.decode()}"
         args = ["serve", "--listen", "127.0.0.1:0", "--metrics-listen", "", "--attach", spec]
         try:
-            wait_port(port)
+            wait_listening(("127.0.0.1", port))
             with Server(args, "node") as node:
                 attached = str(node.info["attach"][0])
                 urls = {"direct": f"http://127.0.0.1:{port}/", "node": f"http://{attached}/"}

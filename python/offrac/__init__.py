@@ -9,7 +9,7 @@ array([9, 5], dtype=int32)
 from __future__ import annotations
 
 from . import aio
-from .client import Client, RequestFuture, Step, parse_address
+from .client import Client, RequestFuture, Step, parse_address, wait_listening
 from .control import FN_CONTROL, Controller
 from .errors import (
     BadInputError,
@@ -114,4 +114,5 @@ __all__ = [
     "function_id",
     "function_name",
     "parse_address",
+    "wait_listening",
 ]

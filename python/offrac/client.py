@@ -44,7 +44,7 @@ from .registry import CSR, FUNCTIONS, FunctionSpec, Ragged, decode_output, encod
 if TYPE_CHECKING:
     from .control import Controller
 
-__all__ = ["Client", "RequestFuture", "Step", "parse_address"]
+__all__ = ["Client", "RequestFuture", "Step", "parse_address", "wait_listening"]
 
 _U64_MAX = 0xFFFF_FFFF_FFFF_FFFF
 _I32 = np.iinfo(np.int32)
@@ -217,6 +217,22 @@ def parse_address(address: str | tuple[str, int]) -> tuple[str, int]:
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     return host, int(port_s)
+
+
+def wait_listening(address: str | tuple[str, int], timeout: float = 5.0) -> None:
+    """Wait until something accepts TCP connections at ``address`` (a node or any other server
+    just started), trying every 20 ms. Raises :class:`ConnectError` after ``timeout`` seconds,
+    with the last operating system error as ``__cause__``."""
+    host, port = parse_address(address)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection((host, port), timeout=1).close()
+            return
+        except OSError as e:
+            if time.monotonic() > deadline:
+                raise ConnectError(f"nothing listens on {host}:{port} after {timeout:g} s") from e
+            time.sleep(0.02)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
+from netns import Hosts, netns_available
 
 from offrac import Client
 
@@ -180,3 +181,23 @@ def start_node(node_bin: Path, tmp_path: Path) -> Iterator[Callable[[str | None]
 def client(node: Node) -> Iterator[Client]:
     with node.client() as c:
         yield c
+
+
+def netns_hosts(n: int) -> Iterator[Hosts]:
+    """``n`` namespace hosts for a module's fixture, removed after; where namespaces cannot be made,
+    the tests fail saying why, or are skipped with ``OFFRAC_ALLOW_NO_NETNS=1``."""
+    why = netns_available()
+    if why is not None:
+        if os.environ.get("OFFRAC_ALLOW_NO_NETNS") == "1":
+            pytest.skip(why)
+        pytest.fail(f"{why} (set OFFRAC_ALLOW_NO_NETNS=1 to skip the multi-host tests)", pytrace=False)
+    h = Hosts(n)
+    try:
+        yield h
+    finally:
+        h.close()
+
+
+def node_on_host(binary: Path, workdir: Path, hosts: Hosts, i: int, config: str, port: int) -> Node:
+    """A node on namespace host ``i``, listening on its address at ``port``."""
+    return Node(binary, workdir, config, f"{hosts.ip(i)}:{port}", hosts.prefix(i))

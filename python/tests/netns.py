@@ -52,6 +52,12 @@ class Hosts:
     def ip(self, i: int) -> str:
         return f"10.{self.net}.0.{i + 1}"
 
+    def devices(self, me: int, port: int) -> str:
+        """The ``[[devices]]`` tables of host ``me``'s node: every other host's, at ``port``."""
+        return "".join(
+            f'[[devices]]\nid = {j}\naddr = "{self.ip(j)}:{port}"\n' for j in range(self.n) if j != me
+        )
+
     def prefix(self, i: int) -> list[str]:
         """Run a command on host ``i``."""
         return ["ip", "netns", "exec", self.names[i]]

@@ -445,3 +445,33 @@ def test_parse_address() -> None:
     for bad in ("nohost", ":80", "h:", "h:x"):
         with pytest.raises(ValueError):
             parse_address(bad)
+
+
+def test_wait_listening_returns_once_a_listener_is_up_and_names_the_port_when_none_comes() -> None:
+    from offrac import ConnectError, wait_listening
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+    # Nothing there: a ConnectError naming the address, the refusal as its cause.
+    t0 = time.monotonic()
+    with pytest.raises(ConnectError, match=f"127.0.0.1:{port}") as e:
+        wait_listening(("127.0.0.1", port), timeout=0.3)
+    assert time.monotonic() - t0 >= 0.3
+    assert isinstance(e.value.__cause__, OSError)
+    # A listener that starts later: the wait returns once it accepts.
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+
+    def listen_later() -> None:
+        time.sleep(0.2)
+        server.bind(("127.0.0.1", port))
+        server.listen()
+
+    t = threading.Thread(target=listen_later)
+    t.start()
+    try:
+        wait_listening(f"127.0.0.1:{port}", timeout=10)
+        t.join()
+    finally:
+        server.close()

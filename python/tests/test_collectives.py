@@ -7,7 +7,6 @@ Needs root and iproute2 (as CI has); ``OFFRAC_ALLOW_NO_NETNS=1`` skips instead o
 from __future__ import annotations
 
 import itertools
-import os
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -16,7 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from netns import Hosts, netns_available
+from netns import Hosts
 
 from offrac import (
     BadInputError,
@@ -30,7 +29,7 @@ from offrac import (
 from offrac.buffers import drop_buffer, keep, load, put_buffer
 from offrac.collectives import MAX, SUM, Algorithm, Communicator
 
-from conftest import Node
+from conftest import Node, netns_hosts, node_on_host
 
 PORT = 7100
 N = 4
@@ -41,22 +40,11 @@ _TAGS = itertools.count(1000, 1000)
 
 @pytest.fixture(scope="module")
 def hosts() -> Iterator[Hosts]:
-    why = netns_available()
-    if why is not None:
-        if os.environ.get("OFFRAC_ALLOW_NO_NETNS") == "1":
-            pytest.skip(why)
-        pytest.fail(f"{why} (set OFFRAC_ALLOW_NO_NETNS=1 to skip the multi-host tests)", pytrace=False)
-    h = Hosts(N)
-    try:
-        yield h
-    finally:
-        h.close()
+    yield from netns_hosts(N)
 
 
 def config(hosts: Hosts, me: int) -> str:
-    devices = "".join(
-        f'[[devices]]\nid = {j}\naddr = "{hosts.ip(j)}:{PORT}"\n' for j in range(hosts.n) if j != me
-    )
+    devices = hosts.devices(me, PORT)
     # small thresholds, so the tests' sizes take every algorithm and both protocols
     return (
         f'device_id = {me}\n[metrics]\nlisten = ""\n'
@@ -66,13 +54,7 @@ def config(hosts: Hosts, me: int) -> str:
 
 
 def start(node_bin: Path, tmp: Path, hosts: Hosts, i: int) -> Node:
-    return Node(
-        node_bin,
-        tmp / f"host{i}-{time.monotonic_ns()}",
-        config(hosts, i),
-        f"{hosts.ip(i)}:{PORT}",
-        hosts.prefix(i),
-    )
+    return node_on_host(node_bin, tmp / f"host{i}-{time.monotonic_ns()}", hosts, i, config(hosts, i), PORT)
 
 
 def wait_up(nodes: list[Node], timeout: float = 15.0) -> None:

@@ -14,7 +14,6 @@ import hmac
 import json
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
+from offrac import wait_listening
 
 from _util import free_port
 from conftest import Node
@@ -44,25 +45,13 @@ def hs256(claims: dict[str, object], header: dict[str, object] | None = None, ke
     return f"{h}.{p}.{b64(sig)}"
 
 
-def wait_listening(port: int) -> None:
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"nothing listens on {port}") from None
-            time.sleep(0.02)
-
-
 class Backend:
     def __init__(self, args: list[str], cwd: Path | None = None) -> None:
         self.port = free_port()
         self.proc = subprocess.Popen(
             [*args, str(self.port)], cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
-        wait_listening(self.port)
+        wait_listening(("127.0.0.1", self.port), timeout=10)
 
     def served(self) -> int:
         out = subprocess.run(

@@ -10,16 +10,16 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import socket
 import subprocess
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import closing
 from pathlib import Path
 
 import pytest
 from pymemcache.client.base import Client as Memcache
+
+from offrac import ConnectError, wait_listening
 
 from _util import free_port
 from conftest import Node
@@ -43,16 +43,11 @@ class Memcached:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        deadline = time.monotonic() + 5
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                return
-            except OSError:
-                if time.monotonic() > deadline:
-                    self.proc.kill()
-                    raise RuntimeError("memcached did not listen") from None
-                time.sleep(0.02)
+        try:
+            wait_listening(("127.0.0.1", self.port))
+        except ConnectError:
+            self.proc.kill()
+            raise
 
     def stat(self, name: str) -> int:
         with closing(Memcache(("127.0.0.1", self.port))) as c:

@@ -6,7 +6,6 @@ Needs root and iproute2 (as CI has); ``OFFRAC_ALLOW_NO_NETNS=1`` skips instead o
 
 from __future__ import annotations
 
-import os
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -14,12 +13,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from netns import Hosts, netns_available
+from netns import Hosts
 
 from offrac import Client, FunctionId, Hop, RequestHeader, Status, Step
 
 from _util import RawConn
-from conftest import Node
+from conftest import Node, netns_hosts, node_on_host
 
 PORT = 7000
 N = 4
@@ -27,33 +26,16 @@ N = 4
 
 @pytest.fixture(scope="module")
 def hosts() -> Iterator[Hosts]:
-    why = netns_available()
-    if why is not None:
-        if os.environ.get("OFFRAC_ALLOW_NO_NETNS") == "1":
-            pytest.skip(why)
-        pytest.fail(f"{why} (set OFFRAC_ALLOW_NO_NETNS=1 to skip the multi-host tests)", pytrace=False)
-    h = Hosts(N)
-    try:
-        yield h
-    finally:
-        h.close()
+    yield from netns_hosts(N)
 
 
 def config(hosts: Hosts, me: int) -> str:
-    devices = "".join(
-        f'[[devices]]\nid = {j}\naddr = "{hosts.ip(j)}:{PORT}"\n' for j in range(hosts.n) if j != me
-    )
+    devices = hosts.devices(me, PORT)
     return f'device_id = {me}\nforward_timeout_ms = 1000\n[metrics]\nlisten = ""\n{devices}'
 
 
 def start(node_bin: Path, tmp: Path, hosts: Hosts, i: int) -> Node:
-    return Node(
-        node_bin,
-        tmp / f"host{i}-{time.monotonic_ns()}",
-        config(hosts, i),
-        f"{hosts.ip(i)}:{PORT}",
-        hosts.prefix(i),
-    )
+    return node_on_host(node_bin, tmp / f"host{i}-{time.monotonic_ns()}", hosts, i, config(hosts, i), PORT)
 
 
 @pytest.fixture(scope="module")

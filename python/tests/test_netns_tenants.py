@@ -6,18 +6,17 @@ Needs root and iproute2 (as CI has); ``OFFRAC_ALLOW_NO_NETNS=1`` skips instead o
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from netns import Hosts, netns_available
+from netns import Hosts
 
 from offrac import Client, Step
 from offrac.errors import QuotaExceededError, UnauthorizedError
 
-from conftest import Node
+from conftest import Node, netns_hosts, node_on_host
 
 PORT = 7000
 KEYS = {1: b"0123456789abcdef", 2: b"fedcba9876543210"}
@@ -26,25 +25,15 @@ NODE_KEY = b"the cluster's node key"
 
 @pytest.fixture(scope="module")
 def hosts() -> Iterator[Hosts]:
-    why = netns_available()
-    if why is not None:
-        if os.environ.get("OFFRAC_ALLOW_NO_NETNS") == "1":
-            pytest.skip(why)
-        pytest.fail(f"{why} (set OFFRAC_ALLOW_NO_NETNS=1 to skip the multi-host tests)", pytrace=False)
-    h = Hosts(2)
-    try:
-        yield h
-    finally:
-        h.close()
+    yield from netns_hosts(2)
 
 
 def config(hosts: Hosts, me: int) -> str:
-    other = 1 - me
     # Tenant 1 may hold 50,000 reassembly bytes on host 1, a megabyte on host 0.
     pool = 50_000 if me == 1 else 1 << 20
     return (
         f'device_id = {me}\n[metrics]\nlisten = ""\n'
-        f'[[devices]]\nid = {other}\naddr = "{hosts.ip(other)}:{PORT}"\n'
+        f"{hosts.devices(me, PORT)}"
         f'[control]\nanonymous = "refuse"\nnode_key = "{NODE_KEY.hex()}"\n'
         f'[[control.tenants]]\nid = 1\nkey = "{KEYS[1].hex()}"\nmax_pool_bytes = {pool}\n'
         f'[[control.tenants]]\nid = 2\nkey = "{KEYS[2].hex()}"\n'
@@ -54,10 +43,7 @@ def config(hosts: Hosts, me: int) -> str:
 @pytest.fixture(scope="module")
 def nodes(node_bin: Path, hosts: Hosts, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Node]]:
     tmp = tmp_path_factory.mktemp("netns-tenants")
-    started = [
-        Node(node_bin, tmp / f"host{i}", config(hosts, i), f"{hosts.ip(i)}:{PORT}", hosts.prefix(i))
-        for i in range(2)
-    ]
+    started = [node_on_host(node_bin, tmp / f"host{i}", hosts, i, config(hosts, i), PORT) for i in range(2)]
     try:
         yield started
     finally:

@@ -19,7 +19,7 @@ from typing import Any
 
 import cocotb
 from cocotb.triggers import FallingEdge, ReadOnly
-from tb_util import sig, start
+from tb_util import sig, start, zero
 
 KEYS = 4
 TABLE_BITS = 5
@@ -183,12 +183,7 @@ async def run(
 
 
 def idle(dut: Any) -> None:
-    dut.start.value = 0
-    dut.keys.value = 0
-    dut.missing.value = 0
-    dut.rd_used.value = 0
-    dut.rd_key.value = 0
-    dut.rd_idx.value = 0
+    zero(dut, "start", "keys", "missing", "rd_used", "rd_key", "rd_idx")
 
 
 @cocotb.test()

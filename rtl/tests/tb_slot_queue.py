@@ -7,15 +7,11 @@ from typing import Any
 
 import cocotb
 from cocotb.triggers import FallingEdge, ReadOnly
-from tb_util import sig, start
+from tb_util import sig, start, zero
 
 
 def idle(dut: Any) -> None:
-    dut.s_axis_tvalid.value = 0
-    dut.s_axis_tdata.value = 0
-    dut.s_axis_tsize.value = 0
-    dut.m_axis_tready.value = 0
-    dut.done.value = 0
+    zero(dut, "s_axis_tvalid", "s_axis_tdata", "s_axis_tsize", "m_axis_tready", "done")
 
 
 @cocotb.test()

@@ -33,6 +33,12 @@ async def start(dut: Any) -> None:
     await FallingEdge(dut.clk)
 
 
+def zero(dut: Any, *inputs: str) -> None:
+    """Drive each named input of `dut` to 0: a testbench's idle, every valid and ready low."""
+    for name in inputs:
+        getattr(dut, name).value = 0
+
+
 def sig(h: SimHandleBase) -> int:
     return int(h.value)  # type: ignore[attr-defined]
 

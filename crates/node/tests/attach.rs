@@ -2,81 +2,19 @@
 //! memcached (Debian's package; `.ci/run` installs it), over loopback.
 //! Each test starts its own memcached on a free port.
 
-use offrac_node::{start, NodeConfig, NodeHandle};
+mod common;
+
+use common::memcached::{memcached, memcached_on, memcached_stat};
+use common::{attach_node, free_port};
+use offrac_node::{NodeConfig, NodeHandle};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-struct Memcached {
-    child: Child,
-    port: u16,
-}
-
-impl Drop for Memcached {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port()
-}
-
-/// A fresh memcached, or None (with the reason printed) where it is not installed.
-fn memcached_on(port: u16) -> Option<Memcached> {
-    let which = Command::new("memcached").arg("--version").output();
-    if which.is_err() {
-        eprintln!("SKIP: memcached is not installed (apt-get install memcached)");
-        return None;
-    }
-    let child = Command::new("memcached")
-        .args([
-            "-l",
-            "127.0.0.1",
-            "-p",
-            &port.to_string(),
-            "-U",
-            "0",
-            "-t",
-            "2",
-            "-m",
-            "64",
-        ])
-        .args(["-u", "nobody"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("memcached starts");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "memcached did not listen on {port}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Some(Memcached { child, port })
-}
-
-fn memcached() -> Option<Memcached> {
-    memcached_on(free_port())
-}
-
 fn node_for(backend: u16, extra: &str) -> (NodeHandle, SocketAddr) {
-    let text = format!(
-        "[metrics]\nlisten = \"\"\n[[attach]]\nlisten = \"127.0.0.1:0\"\nfunction = \"memcached_cache\"\n\
-         backend = \"127.0.0.1:{backend}\"\n{extra}"
-    );
-    let n = start(NodeConfig::parse(&text).expect("config"), "127.0.0.1:0").expect("node starts");
-    let a = n.attached[0];
-    (n, a)
+    attach_node("memcached_cache", backend, extra)
 }
 
 fn connect(addr: SocketAddr) -> TcpStream {
@@ -157,15 +95,7 @@ fn through_the_node_a_client_sees_what_memcached_answers() {
 fn hits_do_not_reach_memcached() {
     let Some(mc) = memcached() else { return };
     let (node, addr) = node_for(mc.port, "");
-    let stat = |name: &str| -> u64 {
-        let mut r = BufReader::new(connect(SocketAddr::from(([127, 0, 0, 1], mc.port))));
-        let lines = ask(&mut r, b"stats\r\n", |l| l == "END");
-        let line = lines
-            .iter()
-            .find(|l| l.starts_with(&format!("STAT {name} ")))
-            .expect("stat");
-        line.rsplit(' ').next().unwrap().parse().unwrap()
-    };
+    let stat = |name: &str| memcached_stat(mc.port, name);
     let mut r = BufReader::new(connect(addr));
     assert_eq!(
         ask(&mut r, b"set k 0 0 16\r\n0123456789abcdef\r\n", |_| true),

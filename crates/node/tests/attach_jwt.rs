@@ -3,13 +3,16 @@
 //! after each answer) and a keep-alive HTTP/1.1 server on the same library
 //! (tests/support/http_backend.py). Each test starts its own backend.
 
+mod common;
+
+use common::{attach_node, free_port};
 use offrac_node::attach::http::token::sign;
-use offrac_node::{start, NodeConfig, NodeHandle};
+use offrac_node::{NodeConfig, NodeHandle};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 const SECRET: &str = "test secret, 32 bytes long......";
 
@@ -34,22 +37,8 @@ impl Drop for TempDir {
     }
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port()
-}
-
 fn wait_listening(port: u16) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "backend did not listen on {port}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    common::wait_listening(port, Duration::from_secs(10), "backend");
 }
 
 /// The keep-alive HTTP/1.1 test backend.
@@ -101,13 +90,7 @@ fn stock_backend() -> Backend {
 }
 
 fn node_for(backend: u16, extra: &str) -> (NodeHandle, SocketAddr) {
-    let text = format!(
-        "[metrics]\nlisten = \"\"\n[[attach]]\nlisten = \"127.0.0.1:0\"\nfunction = \"jwt\"\n\
-         backend = \"127.0.0.1:{backend}\"\nsecret = \"{SECRET}\"\n{extra}"
-    );
-    let n = start(NodeConfig::parse(&text).expect("config"), "127.0.0.1:0").expect("node starts");
-    let a = n.attached[0];
-    (n, a)
+    attach_node("jwt", backend, &format!("secret = \"{SECRET}\"\n{extra}"))
 }
 
 fn unix_now() -> f64 {

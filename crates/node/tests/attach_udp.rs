@@ -2,57 +2,17 @@
 //! UDP framing) in front of a real memcached (Debian's package, TCP only),
 //! over loopback. Each test starts its own memcached and node.
 
-use offrac_node::{start, NodeConfig, NodeHandle};
+mod common;
+
+use common::memcached::{memcached, memcached_stat};
+use common::{attach_node, free_port};
+use offrac_node::NodeHandle;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-struct Memcached {
-    child: Child,
-    port: u16,
-}
-
-impl Drop for Memcached {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A fresh memcached (UDP off, as Debian ships it), or None where it is not installed.
-fn memcached() -> Option<Memcached> {
-    if Command::new("memcached").arg("--version").output().is_err() {
-        eprintln!("SKIP: memcached is not installed (apt-get install memcached)");
-        return None;
-    }
-    let port = TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port();
-    let child = Command::new("memcached")
-        .args(["-l", "127.0.0.1", "-p", &port.to_string(), "-U", "0"])
-        .args(["-t", "2", "-m", "64", "-u", "nobody"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("memcached starts");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "memcached did not listen");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Some(Memcached { child, port })
-}
-
 fn node_for(backend: u16, extra: &str) -> (NodeHandle, SocketAddr) {
-    let text = format!(
-        "[metrics]\nlisten = \"\"\n[[attach]]\nlisten = \"127.0.0.1:0\"\nfunction = \"memcached_cache\"\n\
-         backend = \"127.0.0.1:{backend}\"\nudp = true\n{extra}"
-    );
-    let n = start(NodeConfig::parse(&text).expect("config"), "127.0.0.1:0").expect("node starts");
-    let a = n.attached[0];
-    (n, a)
+    attach_node("memcached_cache", backend, &format!("udp = true\n{extra}"))
 }
 
 /// A raw memcached UDP client: frame header, request id, reassembly by sequence number.
@@ -147,21 +107,6 @@ fn tcp_get(addr: SocketAddr, req: &[u8]) -> String {
         assert!(r.read_line(&mut all).unwrap() > 0, "closed after {all:?}");
     }
     all
-}
-
-fn memcached_stat(port: u16, name: &str) -> u64 {
-    let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let mut r = BufReader::new(s);
-    r.get_mut().write_all(b"stats\r\n").unwrap();
-    loop {
-        let mut l = String::new();
-        assert!(r.read_line(&mut l).unwrap() > 0);
-        if let Some(v) = l.trim_end().strip_prefix(&format!("STAT {name} ")) {
-            return v.parse().unwrap();
-        }
-        assert_ne!(l.trim_end(), "END", "no stat {name}");
-    }
 }
 
 #[test]
@@ -302,10 +247,7 @@ fn concurrent_udp_clients_read_their_writes() {
 /// unavailable` (once), and a noreply write gets no datagram.
 #[test]
 fn a_udp_miss_with_memcached_down_gets_a_server_error() {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port();
+    let port = free_port();
     let (node, addr) = node_for(port, "");
     let mut u = UdpClient::new(addr);
     assert_eq!(u.ask(b"get k\r\n"), b"SERVER_ERROR backend unavailable\r\n");

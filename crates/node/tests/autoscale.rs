@@ -4,13 +4,16 @@
 //! answer), every call is answered, and once the clients stop the replicas
 //! go back to spare.
 
+mod common;
+
+use common::control::now_ms;
 use offrac_client::{Client, FunctionId, RetryPolicy, Status};
 use offrac_control::examples::compile_wat;
 use offrac_control::{wire, Op, Target, FN_CONTROL};
 use offrac_node::{start, NodeConfig};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 const KEY: &[u8] = b"autoscale tenant";
 
@@ -29,13 +32,6 @@ const LOOP_WAT: &str = r#"(module
       (i64.shl (i64.extend_i32_u (local.get $ptr)) (i64.const 32))
       (i64.extend_i32_u (local.get $len))))
 )"#;
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
-}
 
 /// A control request of tenant 1 on `c`; the answer's JSON.
 fn control(c: &mut Client, nonce: u64, op: &Op) -> serde_json::Value {
@@ -78,41 +74,13 @@ fn wait_for(c: &mut Client, want: &[&str], within: Duration) -> Vec<String> {
 
 #[test]
 fn replicas_are_loaded_under_load_and_reclaimed_after() {
-    let cfg = NodeConfig::parse(
-        r#"
-[metrics]
-listen = ""
-[[slots]]
-function = "spin"
-queue_depth = 2
-[[slots]]
-function = "echo"
-spare = true
-[[slots]]
-function = "echo"
-spare = true
-[autoscale]
-period_ms = 50
-grow_periods = 1
-shrink_periods = 3
-"#,
-    )
-    .expect("config");
-    let node = start(cfg, "127.0.0.1:0").expect("node starts");
+    let node = spare_node("spin", 3, false);
     let addr = node.addr.to_string();
     let mut probe = Client::connect(&addr).unwrap();
     assert_eq!(roles(&mut probe), ["fixed", "spare", "spare"]);
 
     let stop = Arc::new(AtomicBool::new(false));
-    // 2 ms of work per call: four callers need about four slots.
-    let workers = callers(
-        &addr,
-        4,
-        FunctionId::Spin.id(),
-        2_000,
-        b"x".to_vec(),
-        stop.clone(),
-    );
+    let workers = spin_callers(&addr, stop.clone());
     let grown = wait_for(
         &mut probe,
         &["fixed", "replica", "replica"],
@@ -153,6 +121,14 @@ fn callers(
     stop: Arc<AtomicBool>,
 ) -> Vec<std::thread::JoinHandle<(u64, u64, u64)>> {
     tenant_callers(addr, threads, function, param, payload, stop, false)
+}
+
+/// Four [`callers`] of SPIN with 2 ms of work a call: about four slots' worth.
+fn spin_callers(
+    addr: &str,
+    stop: Arc<AtomicBool>,
+) -> Vec<std::thread::JoinHandle<(u64, u64, u64)>> {
+    callers(addr, 4, FunctionId::Spin.id(), 2_000, b"x".to_vec(), stop)
 }
 
 /// [`callers`], each connection opened with tenant 1's hello if `hello`.
@@ -242,14 +218,7 @@ shrink_periods = 2000
         )
     };
     let stop = Arc::new(AtomicBool::new(false));
-    let hot = callers(
-        &addr,
-        4,
-        FunctionId::Spin.id(),
-        2_000,
-        b"x".to_vec(),
-        stop.clone(),
-    );
+    let hot = spin_callers(&addr, stop.clone());
     let first = until(&mut probe, [None, None, Some(spin), Some(spin)]);
     stop.store(true, Ordering::Relaxed);
     let spun: Vec<_> = hot.into_iter().map(|h| h.join().unwrap()).collect();
@@ -278,8 +247,17 @@ shrink_periods = 2000
 }
 
 /// A node with one `first` slot and two spare ones, the autoscaler growing
-/// after one busy period and all but never shrinking, and tenant 1.
-fn tenant_node(first: &str) -> offrac_node::NodeHandle {
+/// after one busy period and shrinking after `shrink_periods` calm ones;
+/// with tenant 1 (and fuel for its modules) if `tenant`.
+fn spare_node(first: &str, shrink_periods: u64, tenant: bool) -> offrac_node::NodeHandle {
+    let control = if tenant {
+        format!(
+            "[control]\nfuel = 200000000\n[[control.tenants]]\nid = 1\nkey = \"{}\"\n",
+            hex::encode(KEY)
+        )
+    } else {
+        String::new()
+    };
     let cfg = NodeConfig::parse(&format!(
         r#"
 [metrics]
@@ -296,14 +274,8 @@ spare = true
 [autoscale]
 period_ms = 50
 grow_periods = 1
-shrink_periods = 100000
-[control]
-fuel = 200000000
-[[control.tenants]]
-id = 1
-key = "{}"
-"#,
-        hex::encode(KEY)
+shrink_periods = {shrink_periods}
+{control}"#
     ))
     .expect("config");
     start(cfg, "127.0.0.1:0").expect("node starts")
@@ -315,7 +287,7 @@ key = "{}"
 /// decision failed (`failed` counted, the slots stayed spare).
 #[test]
 fn a_hot_module_gets_replicas_of_itself() {
-    let node = tenant_node("echo");
+    let node = spare_node("echo", 100_000, true);
     let addr = node.addr.to_string();
     let mut ctl = Client::connect(&addr).unwrap();
     let up = control(&mut ctl, 1, &Op::Upload(compile_wat(LOOP_WAT).unwrap()));
@@ -366,7 +338,7 @@ fn a_hot_module_gets_replicas_of_itself() {
 /// swapped slot keeps serving what the operator put there.
 #[test]
 fn an_operators_swap_of_a_spare_slot_stays_the_operators() {
-    let node = tenant_node("spin");
+    let node = spare_node("spin", 100_000, true);
     let addr = node.addr.to_string();
     let mut ctl = Client::connect(&addr).unwrap();
     let minmax = Target::Builtin(FunctionId::MinMax.id());
@@ -381,14 +353,7 @@ fn an_operators_swap_of_a_spare_slot_stays_the_operators() {
     let mut probe = Client::connect(&addr).unwrap();
     assert_eq!(roles(&mut probe), ["fixed", "spare", "fixed"]);
     let stop = Arc::new(AtomicBool::new(false));
-    let workers = callers(
-        &addr,
-        4,
-        FunctionId::Spin.id(),
-        2_000,
-        b"x".to_vec(),
-        stop.clone(),
-    );
+    let workers = spin_callers(&addr, stop.clone());
     let grown = wait_for(
         &mut probe,
         &["fixed", "replica", "fixed"],

@@ -5,13 +5,16 @@
 //! statuses; tenants' names apart; a collective's output kept on every rank
 //! and read back by chains and by the next collective.
 
+mod common;
+
+use common::control::envelope;
+
 use offrac_client::{Client, ClientError, Hop, RetryPolicy, Status};
 use offrac_collective::{Algorithm, Descriptor, Dtype, Kind, Members, Op, RedOp};
-use offrac_control::{wire, Op as ControlOp};
-use offrac_node::{start, NodeConfig, NodeHandle};
+use offrac_control::Op as ControlOp;
+use offrac_node::NodeHandle;
 use offrac_proto::{buffer_param, BufferOp, FunctionId, FN_BUFFER, FN_COLLECTIVE};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 const GEMV: u8 = FunctionId::Gemv as u8;
 const ECHO: u8 = FunctionId::Echo as u8;
@@ -56,46 +59,12 @@ fn refusal<T: std::fmt::Debug>(r: Result<T, ClientError>) -> (Status, u64, u8, S
     }
 }
 
-fn free_ports(n: usize) -> Vec<std::net::SocketAddr> {
-    (0..n)
-        .map(|_| {
-            std::net::TcpListener::bind("127.0.0.1:0")
-                .and_then(|l| l.local_addr())
-                .expect("a free port")
-        })
-        .collect()
-}
-
 /// `n` nodes, each with gemv and echo slots and every other in its device table.
 fn cluster(n: usize, extra: &str) -> Vec<NodeHandle> {
-    let ports = free_ports(n);
-    let nodes: Vec<NodeHandle> = (0..n)
-        .map(|me| {
-            let devices: String = (0..n)
-                .filter(|&j| j != me)
-                .map(|j| format!("[[devices]]\nid = {j}\naddr = \"{}\"\n", ports[j]))
-                .collect();
-            let text = format!(
-                "device_id = {me}\n{extra}\n[metrics]\nlisten = \"\"\n[[slots]]\nfunction = \"gemv\"\n[[slots]]\nfunction = \"echo\"\n{devices}"
-            );
-            start(NodeConfig::parse(&text).expect("config"), &ports[me].to_string())
-                .expect("node starts")
-        })
-        .collect();
-    for node in &nodes {
-        let mut c = client(&node.addr.to_string());
-        let t = Instant::now();
-        while !c.describe().unwrap()["peers"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|p| p["up"] == true)
-        {
-            assert!(t.elapsed() < Duration::from_secs(5), "links never came up");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-    nodes
+    common::linked_nodes(
+        n,
+        &format!("{extra}\n[metrics]\nlisten = \"\"\n[[slots]]\nfunction = \"gemv\"\n[[slots]]\nfunction = \"echo\""),
+    )
 }
 
 #[test]
@@ -187,20 +156,9 @@ fn kept_matrix_feeds_gemv_and_refusals_are_clear() {
 
 const KEY1: &[u8] = b"0123456789abcdef";
 const KEY2: &[u8] = b"fedcba9876543210";
-static NONCE: AtomicU64 = AtomicU64::new(1);
 
 fn tenant_client(addr: &str, tenant: u16, key: &[u8]) -> Client {
-    let now_ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64;
-    let env = wire::encode(
-        tenant,
-        now_ms,
-        NONCE.fetch_add(1, Ordering::Relaxed),
-        &ControlOp::Hello,
-        key,
-    );
+    let env = envelope(tenant, key, &ControlOp::Hello);
     let mut c = client(addr);
     c.hello(tenant, &env).expect("hello accepted");
     c

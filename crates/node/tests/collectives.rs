@@ -2,9 +2,11 @@
 //! rank (docs/collectives.md): results against a plain sum, a mismatched
 //! call, a node that shuts down while the others wait for it.
 
+mod common;
+
 use offrac_client::{Client, ClientError, RetryPolicy, Status};
 use offrac_collective::{Algorithm, Descriptor, Dtype, Kind, Members, Op, RedOp};
-use offrac_node::{start, NodeConfig, NodeHandle};
+use offrac_node::NodeHandle;
 use offrac_proto::{RequestHeader, ResponseHeader, FN_COLLECTIVE, HEADER_LEN};
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
@@ -12,41 +14,11 @@ use std::time::{Duration, Instant};
 const N: usize = 3;
 
 fn cluster() -> Vec<NodeHandle> {
-    let ports: Vec<std::net::SocketAddr> = (0..N)
-        .map(|_| {
-            std::net::TcpListener::bind("127.0.0.1:0")
-                .and_then(|l| l.local_addr())
-                .expect("a free port")
-        })
-        .collect();
-    let nodes: Vec<NodeHandle> = (0..N)
-        .map(|me| {
-            let devices: String = (0..N)
-                .filter(|&j| j != me)
-                .map(|j| format!("[[devices]]\nid = {j}\naddr = \"{}\"\n", ports[j]))
-                .collect();
-            // Small thresholds: the test sizes take both protocols and several segments.
-            let text = format!(
-                "device_id = {me}\n[metrics]\nlisten = \"\"\n[collectives]\neager_max_bytes = 1024\nsegment_bytes = 16384\n{devices}"
-            );
-            start(NodeConfig::parse(&text).expect("config"), &ports[me].to_string())
-                .expect("node starts")
-        })
-        .collect();
-    for n in &nodes {
-        let mut c = Client::connect(&n.addr.to_string()).unwrap();
-        let t = Instant::now();
-        loop {
-            let d = c.describe().unwrap();
-            let peers = d["peers"].as_array().unwrap();
-            if peers.iter().all(|p| p["up"] == true) {
-                break;
-            }
-            assert!(t.elapsed() < Duration::from_secs(5), "links never came up");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-    nodes
+    // Small thresholds: the test sizes take both protocols and several segments.
+    common::linked_nodes(
+        N,
+        "[metrics]\nlisten = \"\"\n[collectives]\neager_max_bytes = 1024\nsegment_bytes = 16384",
+    )
 }
 
 fn call(

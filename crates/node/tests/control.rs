@@ -4,13 +4,16 @@
 //! the library and the slot assignment surviving a restart; uploads compiled
 //! off the I/O thread, so a large one does not stall other connections.
 
+mod common;
+
+use common::control::{now_ms, Ctl};
 use offrac_client::{Client, ClientError, FunctionId, RetryPolicy, Status};
 use offrac_control::examples::{compile_wat, large_wat, ADD_WAT, BAD_WAT};
 use offrac_control::{wire, Op, Target, FN_CONTROL};
 use offrac_node::{start, NodeConfig, NodeHandle};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 const KEY: &[u8] = b"0123456789abcdef";
 
@@ -40,56 +43,24 @@ key = "{}"
     start(cfg, "127.0.0.1:0").expect("node starts")
 }
 
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
-}
-
-struct Ctl {
-    c: Client,
-    nonce: u64,
-}
-
-impl Ctl {
-    fn new(n: &NodeHandle) -> Ctl {
-        let c = Client::connect(&n.addr.to_string())
-            .unwrap()
-            .with_retry_policy(RetryPolicy::with_max_retries(0));
-        Ctl { c, nonce: 0 }
-    }
-    fn send(&mut self, op: &Op) -> Result<Vec<u8>, ClientError> {
-        self.nonce += 1;
-        let env = wire::encode(1, now_ms(), self.nonce, op, KEY);
-        self.c.call(FN_CONTROL, 0, &env).map(|r| r.payload)
-    }
-    fn json(&mut self, op: &Op) -> serde_json::Value {
-        serde_json::from_slice(&self.send(op).expect("control request")).expect("JSON answer")
-    }
+/// Tenant 1's control connection.
+fn ctl_of(n: &NodeHandle) -> Ctl {
+    Ctl::new(n, 1, KEY, 0)
 }
 
 fn status(r: Result<impl std::fmt::Debug, ClientError>) -> Status {
     r.expect_err("a refusal").status().expect("a status")
 }
 
-fn upload(ctl: &mut Ctl, wat: &str) -> [u8; 32] {
-    let v = ctl.json(&Op::Upload(compile_wat(wat).unwrap()));
-    hex::decode(v["digest"].as_str().unwrap())
-        .unwrap()
-        .try_into()
-        .unwrap()
-}
-
 #[test]
 fn upload_swap_call_list_and_bad_modules() {
     let n = node_in(None);
-    let mut ctl = Ctl::new(&n);
+    let mut ctl = ctl_of(&n);
     // Tenant 1's modules are for tenant 1's connections (a hello first).
     let mut c = Client::connect(&n.addr.to_string()).unwrap();
     c.hello(1, &wire::encode(1, now_ms(), 1 << 40, &Op::Hello, KEY))
         .unwrap();
-    let add = upload(&mut ctl, ADD_WAT);
+    let add = ctl.upload(ADD_WAT);
     // Function 130 is not served yet.
     assert_eq!(status(c.call(130, 1, b"ab")), Status::UnknownFunction);
     let v = ctl.json(&Op::Swap {
@@ -110,7 +81,7 @@ fn upload_swap_call_list_and_bad_modules() {
     assert_eq!(list["slots"][1]["kind"], "wasm");
 
     // Misbehaving module: explicit statuses, the slot keeps serving.
-    let bad = upload(&mut ctl, BAD_WAT);
+    let bad = ctl.upload(BAD_WAT);
     ctl.json(&Op::Swap {
         slot: 2,
         target: Target::Wasm {
@@ -182,7 +153,8 @@ fn upload_swap_call_list_and_bad_modules() {
             digest: add,
             force: false
         })
-        .unwrap(),
+        .unwrap()
+        .payload,
         b""
     );
     assert_eq!(status(c.call(130, 1, b"ab")), Status::UnknownFunction);
@@ -217,8 +189,8 @@ fn forged_stale_and_replayed_requests_are_refused() {
 #[test]
 fn swaps_under_load_answer_every_request() {
     let n = node_in(None);
-    let mut ctl = Ctl::new(&n);
-    let add = upload(&mut ctl, ADD_WAT);
+    let mut ctl = ctl_of(&n);
+    let add = ctl.upload(ADD_WAT);
     let stop = Arc::new(AtomicBool::new(false));
     let addr = n.addr.to_string();
     let loaders: Vec<_> = (0..3)
@@ -276,8 +248,8 @@ fn the_library_and_slot_assignment_survive_a_restart() {
     std::fs::create_dir_all(&dir).unwrap();
     let add = {
         let n = node_in(Some(&dir));
-        let mut ctl = Ctl::new(&n);
-        let add = upload(&mut ctl, ADD_WAT);
+        let mut ctl = ctl_of(&n);
+        let add = ctl.upload(ADD_WAT);
         ctl.json(&Op::Swap {
             slot: 2,
             target: Target::Wasm {
@@ -295,7 +267,7 @@ fn the_library_and_slot_assignment_survive_a_restart() {
     c.hello(1, &wire::encode(1, now_ms(), 1 << 41, &Op::Hello, KEY))
         .unwrap();
     assert_eq!(c.call(150, 2, &[1, 2]).unwrap().payload, [3, 4]);
-    let list = Ctl::new(&n).json(&Op::List);
+    let list = ctl_of(&n).json(&Op::List);
     assert_eq!(list["slots"][2]["digest"], hex::encode(add));
     n.shutdown().unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
@@ -323,7 +295,7 @@ fn a_large_upload_does_not_stall_other_connections() {
         })
     };
     std::thread::sleep(Duration::from_millis(50));
-    let mut ctl = Ctl::new(&n);
+    let mut ctl = ctl_of(&n);
     let t0 = Instant::now();
     let v = ctl.json(&Op::Upload(module.clone()));
     let t1 = Instant::now();
@@ -357,7 +329,7 @@ fn uploads_beyond_the_compile_queue_are_refused_busy() {
     // All at once, each on its own connection: one more than the queue holds.
     let ctls: Vec<Ctl> = (0..modules.len())
         .map(|i| {
-            let mut c = Ctl::new(&n);
+            let mut c = ctl_of(&n);
             c.nonce = 1000 * (i as u64 + 1); // a tenant's nonces are never reused
             c
         })
@@ -371,7 +343,7 @@ fn uploads_beyond_the_compile_queue_are_refused_busy() {
                 let barrier = barrier.clone();
                 s.spawn(move || {
                     barrier.wait();
-                    ctl.send(&Op::Upload(m.clone()))
+                    ctl.send(&Op::Upload(m.clone())).map(|r| r.payload)
                 })
             })
             .collect();
@@ -382,7 +354,7 @@ fn uploads_beyond_the_compile_queue_are_refused_busy() {
     assert_eq!(busy[0].status(), Some(Status::Busy));
     // The queue frees as compiles finish: the refused one goes through now.
     let refused = answers.iter().position(|a| a.is_err()).unwrap();
-    let mut ctl = Ctl::new(&n);
+    let mut ctl = ctl_of(&n);
     ctl.nonce = 10_000;
     assert_eq!(
         ctl.json(&Op::Upload(modules[refused].clone()))["size"],

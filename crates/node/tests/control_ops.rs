@@ -6,13 +6,16 @@
 //! tenant's module, an unknown digest, a wrong key, too few spares) are
 //! refused with their documented status and change nothing.
 
+mod common;
+
+use common::control::{now_ms, Ctl};
 use offrac_client::{Client, ClientError, FunctionId, RetryPolicy, Status};
-use offrac_control::examples::{compile_wat, large_wat, ADD_WAT};
-use offrac_control::{wire, Op, Target, FN_CONTROL};
+use offrac_control::examples::{large_wat, ADD_WAT};
+use offrac_control::{wire, Op, Target};
 use offrac_node::{start, NodeConfig, NodeHandle};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 const KEYS: [&[u8]; 2] = [b"0123456789abcdef", b"fedcba9876543210"];
 
@@ -41,41 +44,14 @@ key = "{}"
     start(cfg, "127.0.0.1:0").expect("node starts")
 }
 
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
-}
-
-struct Ctl {
-    c: Client,
-    tenant: u16,
-    key: Vec<u8>,
-    nonce: u64,
-}
-
-impl Ctl {
-    fn new(n: &NodeHandle, tenant: u16) -> Ctl {
-        let c = Client::connect(&n.addr.to_string())
-            .unwrap()
-            .with_retry_policy(RetryPolicy::with_max_retries(0));
-        Ctl {
-            c,
-            tenant,
-            key: KEYS[tenant as usize - 1].to_vec(),
-            nonce: tenant as u64 * 1_000_000,
-        }
-    }
-    fn send(&mut self, op: &Op) -> Result<offrac_client::Reply, ClientError> {
-        self.nonce += 1;
-        let env = wire::encode(self.tenant, now_ms(), self.nonce, op, &self.key);
-        self.c.call(FN_CONTROL, 0, &env)
-    }
-    fn json(&mut self, op: &Op) -> serde_json::Value {
-        serde_json::from_slice(&self.send(op).expect("control request").payload)
-            .expect("JSON answer")
-    }
+/// Tenant `tenant`'s control connection (tenant 1 or 2, with its key).
+fn ctl_of(n: &NodeHandle, tenant: u16) -> Ctl {
+    Ctl::new(
+        n,
+        tenant,
+        KEYS[tenant as usize - 1],
+        tenant as u64 * 1_000_000,
+    )
 }
 
 /// The refusal's status and detail.
@@ -85,14 +61,6 @@ fn refusal(r: Result<offrac_client::Reply, ClientError>) -> (Status, u64) {
         Err(ClientError::Status { status, detail, .. }) => (status, detail),
         Err(e) => panic!("no answer: {e}"),
     }
-}
-
-fn upload(ctl: &mut Ctl, wat: &str) -> [u8; 32] {
-    let v = ctl.json(&Op::Upload(compile_wat(wat).unwrap()));
-    hex::decode(v["digest"].as_str().unwrap())
-        .unwrap()
-        .try_into()
-        .unwrap()
 }
 
 fn tenant_client(n: &NodeHandle, nonce: u64) -> Client {
@@ -115,8 +83,8 @@ fn a_forced_unload_under_load_swaps_the_module_out_and_answers_every_call() {
         "[[slots]]\nfunction = \"echo\"\n[[slots]]\nfunction = \"echo\"\n[[slots]]\nfunction = \"logit\"",
         "",
     );
-    let mut ctl = Ctl::new(&n, 1);
-    let add = upload(&mut ctl, ADD_WAT);
+    let mut ctl = ctl_of(&n, 1);
+    let add = ctl.upload(ADD_WAT);
     let module = Target::Wasm {
         function: 130,
         digest: add,
@@ -158,7 +126,7 @@ fn a_forced_unload_under_load_swaps_the_module_out_and_answers_every_call() {
         Status::BadInput,
         "in use, no force"
     );
-    let mut other = Ctl::new(&n, 2);
+    let mut other = ctl_of(&n, 2);
     assert_eq!(
         refusal(other.send(&unload(add, true))).0,
         Status::UnknownFunction,
@@ -169,7 +137,7 @@ fn a_forced_unload_under_load_swaps_the_module_out_and_answers_every_call() {
         Status::UnknownFunction,
         "unknown digest"
     );
-    let mut forged = Ctl::new(&n, 1);
+    let mut forged = ctl_of(&n, 1);
     forged.key = b"not the key at all".to_vec();
     assert_eq!(
         refusal(forged.send(&unload(add, true))).0,
@@ -232,15 +200,15 @@ fn replicate_takes_spares_all_or_nothing_within_the_quota() {
     let mut probe = Client::connect(&n.addr.to_string()).unwrap();
     let spin = Target::Builtin(FunctionId::Spin.id());
     let replicate = |n: u16, target: Target| Op::Replicate { n, target };
-    let mut ctl = Ctl::new(&n, 1);
-    let add = upload(&mut ctl, ADD_WAT);
+    let mut ctl = ctl_of(&n, 1);
+    let add = ctl.upload(ADD_WAT);
     let module = Target::Wasm {
         function: 131,
         digest: add,
     };
-    let mut other = Ctl::new(&n, 2);
-    let theirs = upload(&mut other, &large_wat(3));
-    let mut forged = Ctl::new(&n, 1);
+    let mut other = ctl_of(&n, 2);
+    let theirs = other.upload(&large_wat(3));
+    let mut forged = ctl_of(&n, 1);
     forged.key = b"not the key at all".to_vec();
     assert_eq!(
         refusal(forged.send(&replicate(1, spin))).0,
@@ -352,14 +320,14 @@ slots = ["echo", "echo", "logit"]
     ))
     .expect("config");
     let n = start(cfg, "127.0.0.1:0").expect("node starts");
-    let mut ctl = Ctl::new(&n, 1);
+    let mut ctl = ctl_of(&n, 1);
     let resize = |name: &str| Op::Resize(name.into());
     assert_eq!(
         refusal(ctl.send(&resize("nope"))).0,
         Status::BadInput,
         "unknown template"
     );
-    let mut forged = Ctl::new(&n, 1);
+    let mut forged = ctl_of(&n, 1);
     forged.key = b"not the key at all".to_vec();
     assert_eq!(
         refusal(forged.send(&resize("sorting"))).0,
@@ -386,8 +354,8 @@ slots = ["echo", "echo", "logit"]
     // Already there: nothing to swap.
     assert_eq!(ctl.json(&resize("sorting"))["slots"], serde_json::json!([]));
     // Tenant 2's module in slot 2: tenant 1 may not resize it away.
-    let mut other = Ctl::new(&n, 2);
-    let add = upload(&mut other, ADD_WAT);
+    let mut other = ctl_of(&n, 2);
+    let add = other.upload(ADD_WAT);
     other.json(&Op::Swap {
         slot: 2,
         target: Target::Wasm {
@@ -429,8 +397,8 @@ key = "{}"
     ))
     .expect("config");
     let n = start(cfg, "127.0.0.1:0").expect("node starts");
-    let mut ctl = Ctl::new(&n, 1);
-    let bad = upload(&mut ctl, offrac_control::examples::BAD_WAT);
+    let mut ctl = ctl_of(&n, 1);
+    let bad = ctl.upload(offrac_control::examples::BAD_WAT);
     ctl.json(&Op::Swap {
         slot: 1,
         target: Target::Wasm {

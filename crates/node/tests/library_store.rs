@@ -5,18 +5,19 @@
 //! slot of another. Needs the `etcd` server binary (CI installs Debian's
 //! etcd-server); `OFFRAC_ALLOW_NO_ETCD=1` skips instead of failing.
 
+mod common;
+
+use common::control::envelope;
 use offrac_client::{Client, ClientError, RetryPolicy, Status};
 use offrac_control::examples::{compile_wat, ADD_WAT};
-use offrac_control::{wire, Op, Target, FN_CONTROL};
+use offrac_control::{Op, Target, FN_CONTROL};
 use offrac_node::{start, NodeConfig, NodeHandle};
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 const KEY1: &[u8] = b"0123456789abcdef";
 const KEY2: &[u8] = b"fedcba9876543210";
-static NONCE: AtomicU64 = AtomicU64::new(1);
 
 struct Etcd {
     child: Child,
@@ -110,23 +111,6 @@ key = "{}"
     ))
     .expect("config");
     start(cfg, "127.0.0.1:0").expect("node starts")
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
-}
-
-fn envelope(tenant: u16, key: &[u8], op: &Op) -> Vec<u8> {
-    wire::encode(
-        tenant,
-        now_ms(),
-        NONCE.fetch_add(1, Ordering::Relaxed),
-        op,
-        key,
-    )
 }
 
 fn tenant(n: &NodeHandle, tenant: u16, key: &[u8]) -> Client {

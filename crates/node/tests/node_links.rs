@@ -5,18 +5,19 @@
 //! the tenant that sent it (its quota there applies); a connection that
 //! did not say the node's hello cannot pass a hop off as forwarded.
 
+mod common;
+
+use common::control::envelope;
 use offrac_client::{Client, ClientError, FunctionId, Hop, RetryPolicy, Status};
-use offrac_control::{wire, Op};
+use offrac_control::Op;
 use offrac_node::{start, NodeConfig, NodeHandle};
 use offrac_proto::{RequestHeader, ResponseHeader, FLAG_FORWARDED, HEADER_LEN, TENANT_NODE};
 use std::io::{Read, Write};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 const KEY1: &[u8] = b"0123456789abcdef";
 const KEY2: &[u8] = b"fedcba9876543210";
 const NODE_KEY: &[u8] = b"the cluster's node key";
-static NONCE: AtomicU64 = AtomicU64::new(1);
 
 fn free() -> std::net::SocketAddr {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -71,14 +72,6 @@ key = "{}"
         &listen.to_string(),
     )
     .expect("node starts")
-}
-
-fn envelope(tenant: u16, key: &[u8], op: &Op) -> Vec<u8> {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64;
-    wire::encode(tenant, now, NONCE.fetch_add(1, Ordering::Relaxed), op, key)
 }
 
 fn client(n: &NodeHandle) -> Client {

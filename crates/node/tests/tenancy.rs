@@ -3,16 +3,17 @@
 //! hidden from the others, quotas (requests, pool bytes, slots) answered
 //! `QUOTA_EXCEEDED`, and the DRR share of a slot two tenants flood.
 
+mod common;
+
+use common::control::envelope;
 use offrac_client::{Client, ClientError, FunctionId, RetryPolicy, Status};
 use offrac_control::examples::{compile_wat, large_wat, ADD_WAT};
-use offrac_control::{wire, Op, Target, FN_CONTROL};
+use offrac_control::{Op, Target, FN_CONTROL};
 use offrac_node::{start, NodeConfig, NodeHandle};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 const KEY1: &[u8] = b"0123456789abcdef";
 const KEY2: &[u8] = b"fedcba9876543210";
-static NONCE: AtomicU64 = AtomicU64::new(1);
 
 fn node(extra: &str, tenants: &str) -> NodeHandle {
     let cfg = NodeConfig::parse(&format!(
@@ -38,23 +39,6 @@ key = "{}"
     ))
     .expect("config");
     start(cfg, "127.0.0.1:0").expect("node starts")
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
-}
-
-fn envelope(tenant: u16, key: &[u8], op: &Op) -> Vec<u8> {
-    wire::encode(
-        tenant,
-        now_ms(),
-        NONCE.fetch_add(1, Ordering::Relaxed),
-        op,
-        key,
-    )
 }
 
 fn client(n: &NodeHandle) -> Client {

@@ -8,38 +8,20 @@ mod common;
 
 use common::for_seeds;
 use offrac_collective::{Algorithm, Descriptor, Dtype, Kind, Members, Op, RedOp};
-use offrac_core::EngineConfig;
-use offrac_node::PeerConfig;
 use offrac_proto::{RequestHeader, Status, FN_COLLECTIVE};
-use offrac_sim::world::{node_addr, World, WorldConfig};
+use offrac_sim::world::World;
 
 const US: u64 = 1_000;
 const MS: u64 = 1_000_000;
 const LINK_NS: u64 = 5 * US;
 const WRITE_NS: u64 = 50 * US;
 
+/// `n` nodes, every write taking `WRITE_NS` and every link `LINK_NS`.
 fn cluster(seed: u64, n: usize) -> World {
-    let cfgs = (0..n)
-        .map(|i| {
-            let mut e = EngineConfig {
-                device_id: i as u8,
-                ..EngineConfig::default()
-            };
-            e.peers = (0..n).filter(|&j| j != i).map(|j| j as u8).collect();
-            let mut c = WorldConfig::new(e, seed);
-            c.driver.peers = (0..n)
-                .filter(|&j| j != i)
-                .map(|j| PeerConfig {
-                    device: j as u8,
-                    addr: node_addr(j),
-                })
-                .collect();
-            c.link_ns = LINK_NS;
-            c.write_ns = WRITE_NS;
-            c
-        })
-        .collect();
-    World::cluster(cfgs).expect("valid configuration")
+    common::cluster(seed, n, |_, c| {
+        c.link_ns = LINK_NS;
+        c.write_ns = WRITE_NS;
+    })
 }
 
 /// A client's call: broadcast of `count` i32 from rank 0 of `n` ranks

@@ -56,6 +56,53 @@ fn slots(c: &mut WorldConfig, functions: &[u8], max_slots: Option<u32>) {
     c.tenant_keys = HashMap::from([(1, KEY.to_vec())]);
 }
 
+/// The autoscaler over the `spare` slots, looking every 10 ms.
+fn autoscale(c: &mut WorldConfig, policy: AutoscaleConfig, spare: Vec<usize>) {
+    c.driver.autoscale = Some(AutoscaleSettings {
+        policy,
+        period: Duration::from_millis(10),
+        spare,
+    });
+}
+
+/// A policy that never acts (its grow streak is too long): the spare slots
+/// are the operator's ops' alone.
+fn never_acts() -> AutoscaleConfig {
+    AutoscaleConfig {
+        grow_periods: 1_000_000,
+        shrink_periods: 1_000_000,
+        ..AutoscaleConfig::default()
+    }
+}
+
+/// A policy that grows after two busy periods over ρ = 0.7, two slots at a
+/// step, and all but never shrinks.
+fn grows_only() -> AutoscaleConfig {
+    AutoscaleConfig {
+        target_utilisation: 0.7,
+        grow_periods: 2,
+        shrink_periods: 1_000_000,
+        max_step: 2,
+    }
+}
+
+/// Every answer `clients` got has a request id no other has and a status
+/// in `allowed`; how many there were.
+fn answered_once(w: &mut World, clients: &[usize], allowed: &[Status], seed: u64) -> u64 {
+    let mut seen = HashSet::new();
+    for &c in clients {
+        for a in w.drain_answers(c) {
+            assert!(seen.insert(a.header.request_id), "seed {seed}: twice");
+            assert!(
+                allowed.contains(&a.header.status),
+                "seed {seed}: {:?}",
+                a.header.status
+            );
+        }
+    }
+    seen.len() as u64
+}
+
 /// Send `op` signed by tenant 1 on `client`, as request `id`.
 fn control(w: &mut World, client: usize, op: &Op, id: u64) {
     let env = w.control_envelope(1, KEY, id, op);
@@ -200,16 +247,7 @@ fn replicate_takes_spare_slots_all_or_nothing_within_the_quota() {
     for_seeds(|seed| {
         let mut w = world(seed, |c| {
             slots(c, &[SPIN, ECHO, ECHO, ECHO], Some(1));
-            // The policy itself never acts here (its grow streak is too long).
-            c.driver.autoscale = Some(AutoscaleSettings {
-                policy: AutoscaleConfig {
-                    grow_periods: 1_000_000,
-                    shrink_periods: 1_000_000,
-                    ..AutoscaleConfig::default()
-                },
-                period: Duration::from_millis(10),
-                spare: vec![1, 2, 3],
-            });
+            autoscale(c, never_acts(), vec![1, 2, 3]);
             c.exec.fixed = vec![(SPIN, 200 * US), (140, 200 * US)];
         });
         let ctl = w.connect();
@@ -328,15 +366,7 @@ fn repeated_replicates_and_forced_unloads_never_run_a_job_on_the_wrong_function(
     for_seeds(|seed| {
         let mut w = world(seed, |c| {
             slots(c, &[SPIN, ECHO, ECHO], None);
-            c.driver.autoscale = Some(AutoscaleSettings {
-                policy: AutoscaleConfig {
-                    grow_periods: 1_000_000,
-                    shrink_periods: 1_000_000,
-                    ..AutoscaleConfig::default()
-                },
-                period: Duration::from_millis(10),
-                spare: vec![1, 2],
-            });
+            autoscale(c, never_acts(), vec![1, 2]);
             c.exec.base_ns = 20 * US;
             c.exec.per_kib_ns = 100 * US;
         });
@@ -393,22 +423,9 @@ fn repeated_replicates_and_forced_unloads_never_run_a_job_on_the_wrong_function(
                 eprintln!("{}", String::from_utf8_lossy(&a.payload));
             }
         }
-        let mut seen = HashSet::new();
-        for &l in &loaders {
-            for a in w.drain_answers(l) {
-                assert!(seen.insert(a.header.request_id), "seed {seed}: twice");
-                assert!(
-                    matches!(
-                        a.header.status,
-                        Status::Ok | Status::Busy | Status::UnknownFunction
-                    ),
-                    "seed {seed}: {:?}",
-                    a.header.status
-                );
-            }
-        }
+        let allowed = [Status::Ok, Status::Busy, Status::UnknownFunction];
         assert_eq!(
-            seen.len() as u64,
+            answered_once(&mut w, &loaders, &allowed, seed),
             sent,
             "seed {seed}: every call answered once"
         );
@@ -492,19 +509,8 @@ fn resize_moves_the_slots_to_a_template_under_load() {
             ],
             "seed {seed}"
         );
-        let mut seen = HashSet::new();
-        for &l in &loaders {
-            for a in w.drain_answers(l) {
-                assert!(seen.insert(a.header.request_id), "seed {seed}: twice");
-                assert!(
-                    matches!(a.header.status, Status::Ok | Status::Busy),
-                    "seed {seed}: {:?}",
-                    a.header.status
-                );
-            }
-        }
         assert_eq!(
-            seen.len() as u64,
+            answered_once(&mut w, &loaders, &[Status::Ok, Status::Busy], seed),
             sent,
             "seed {seed}: every call answered once"
         );
@@ -543,16 +549,7 @@ fn the_autoscaler_replicates_a_module_within_its_tenants_quota() {
         for_seeds(|seed| {
             let mut w = world(seed, |c| {
                 slots(c, &[SPIN, ECHO, ECHO, ECHO], max_slots);
-                c.driver.autoscale = Some(AutoscaleSettings {
-                    policy: AutoscaleConfig {
-                        target_utilisation: 0.7,
-                        grow_periods: 2,
-                        shrink_periods: 1_000_000,
-                        max_step: 2,
-                    },
-                    period: Duration::from_millis(10),
-                    spare: vec![1, 2, 3],
-                });
+                autoscale(c, grows_only(), vec![1, 2, 3]);
                 c.exec.fixed = vec![(SPIN, 200 * US), (140, 200 * US)];
             });
             let ctl = w.connect();
@@ -596,18 +593,12 @@ fn the_autoscaler_replicates_a_module_within_its_tenants_quota() {
                 );
             }
             // Every call answered once, OK or BUSY (a full queue).
-            let mut seen = HashSet::new();
-            for &l in &loaders {
-                for a in w.drain_answers(l) {
-                    assert!(seen.insert(a.header.request_id), "seed {seed}: twice");
-                    assert!(
-                        matches!(a.header.status, Status::Ok | Status::Busy),
-                        "seed {seed}: {:?}",
-                        a.header.status
-                    );
-                }
-            }
-            assert_eq!(seen.len() as u64, id, "seed {seed}");
+            let allowed = [Status::Ok, Status::Busy];
+            assert_eq!(
+                answered_once(&mut w, &loaders, &allowed, seed),
+                id,
+                "seed {seed}"
+            );
         });
     }
 }
@@ -621,16 +612,7 @@ fn an_operators_swap_of_a_spare_slot_is_not_taken_back_as_spare() {
     for_seeds(|seed| {
         let mut w = world(seed, |c| {
             slots(c, &[SPIN, ECHO, ECHO], None);
-            c.driver.autoscale = Some(AutoscaleSettings {
-                policy: AutoscaleConfig {
-                    target_utilisation: 0.7,
-                    grow_periods: 2,
-                    shrink_periods: 1_000_000,
-                    max_step: 2,
-                },
-                period: Duration::from_millis(10),
-                spare: vec![1, 2],
-            });
+            autoscale(c, grows_only(), vec![1, 2]);
             c.exec.fixed = vec![(SPIN, 200 * US), (ECHO, 10 * US)];
         });
         let ctl = w.connect();

@@ -6,35 +6,10 @@
 
 mod common;
 
-use common::{floats, for_seeds, one_by_one, ECHO, LOGIT, MINMAX, MS, SPIN, TOPK};
-use offrac_core::EngineConfig;
+use common::{cluster, floats, for_seeds, one_by_one, ECHO, LOGIT, MINMAX, MS, SPIN, TOPK};
 use offrac_node::{LinkState, PeerConfig};
 use offrac_proto::{Hop, RequestHeader, Status};
-use offrac_sim::world::{node_addr, World, WorldConfig};
-
-/// `n` nodes, node `i` being device `i`, each with every other in its device table.
-fn cluster(seed: u64, n: usize, tweak: impl Fn(usize, &mut WorldConfig)) -> World {
-    let cfgs = (0..n)
-        .map(|i| {
-            let mut e = EngineConfig {
-                device_id: i as u8,
-                ..EngineConfig::default()
-            };
-            e.peers = (0..n).filter(|&j| j != i).map(|j| j as u8).collect();
-            let mut c = WorldConfig::new(e, seed);
-            c.driver.peers = (0..n)
-                .filter(|&j| j != i)
-                .map(|j| PeerConfig {
-                    device: j as u8,
-                    addr: node_addr(j),
-                })
-                .collect();
-            tweak(i, &mut c);
-            c
-        })
-        .collect();
-    World::cluster(cfgs).expect("valid configuration")
-}
+use offrac_sim::world::{node_addr, World};
 
 /// A chain of (function, device, param) hops.
 fn chain(id: u64, hops: &[(u8, u8, u64)], payload: &[u8]) -> Vec<u8> {

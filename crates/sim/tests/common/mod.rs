@@ -11,7 +11,8 @@ pub const TOPK: u8 = FunctionId::TopK as u8;
 pub const LOGIT: u8 = FunctionId::Logit as u8;
 pub const MINMAX: u8 = FunctionId::MinMax as u8;
 pub const SPIN: u8 = FunctionId::Spin as u8;
-use offrac_sim::world::{World, WorldConfig};
+use offrac_node::PeerConfig;
+use offrac_sim::world::{node_addr, World, WorldConfig};
 
 /// The seeds to run: 0..24, or the one in `OFFRAC_SIM_SEED` to replay a failure.
 pub fn seeds() -> Vec<u64> {
@@ -36,6 +37,31 @@ pub fn world(seed: u64, tweak: impl FnOnce(&mut WorldConfig)) -> World {
     let mut cfg = WorldConfig::new(EngineConfig::default(), seed);
     tweak(&mut cfg);
     World::new(cfg).expect("valid configuration")
+}
+
+/// `n` nodes, node `i` being device `i`, each with every other in its device
+/// table (engine and driver), node `i`'s configuration adjusted by `tweak`.
+pub fn cluster(seed: u64, n: usize, tweak: impl Fn(usize, &mut WorldConfig)) -> World {
+    let cfgs = (0..n)
+        .map(|i| {
+            let mut e = EngineConfig {
+                device_id: i as u8,
+                ..EngineConfig::default()
+            };
+            e.peers = (0..n).filter(|&j| j != i).map(|j| j as u8).collect();
+            let mut c = WorldConfig::new(e, seed);
+            c.driver.peers = (0..n)
+                .filter(|&j| j != i)
+                .map(|j| PeerConfig {
+                    device: j as u8,
+                    addr: node_addr(j),
+                })
+                .collect();
+            tweak(i, &mut c);
+            c
+        })
+        .collect();
+    World::cluster(cfgs).expect("valid configuration")
 }
 
 /// The functions run one after another, outside any node.

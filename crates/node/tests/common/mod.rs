@@ -1,0 +1,86 @@
+//! Helpers shared by the node's integration tests (each test crate uses a
+//! part of it): free ports, waiting for a listener, a node with one
+//! `[[attach]]` function, nodes linked to each other, signed control
+//! requests, and a real memcached.
+#![allow(dead_code)]
+
+pub mod control;
+pub mod memcached;
+
+use offrac_client::Client;
+use offrac_node::{start, NodeConfig, NodeHandle};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+/// A loopback port that was free a moment ago.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port()
+}
+
+/// Waits until something accepts TCP connections on loopback `port`; panics
+/// naming `what` after `within`.
+pub fn wait_listening(port: u16, within: Duration, what: &str) {
+    let deadline = Instant::now() + within;
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "{what} did not listen on {port}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A node (metrics off) with one attached `function` in front of loopback
+/// port `backend`; `extra` is added to the `[[attach]]` table. Returns the
+/// node and the attached listener's address.
+pub fn attach_node(function: &str, backend: u16, extra: &str) -> (NodeHandle, SocketAddr) {
+    let text = format!(
+        "[metrics]\nlisten = \"\"\n[[attach]]\nlisten = \"127.0.0.1:0\"\nfunction = \"{function}\"\n\
+         backend = \"127.0.0.1:{backend}\"\n{extra}"
+    );
+    let n = start(NodeConfig::parse(&text).expect("config"), "127.0.0.1:0").expect("node starts");
+    let a = n.attached[0];
+    (n, a)
+}
+
+/// `n` nodes on free loopback ports, node `me` being device `me` with every
+/// other in its device table, each configured by `body` (after its
+/// `device_id`, before its `[[devices]]`); returned once every node sees all
+/// its links up (panics after 5 s).
+pub fn linked_nodes(n: usize, body: &str) -> Vec<NodeHandle> {
+    let ports: Vec<SocketAddr> = (0..n)
+        .map(|_| {
+            TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .expect("a free port")
+        })
+        .collect();
+    let nodes: Vec<NodeHandle> = (0..n)
+        .map(|me| {
+            let devices: String = (0..n)
+                .filter(|&j| j != me)
+                .map(|j| format!("[[devices]]\nid = {j}\naddr = \"{}\"\n", ports[j]))
+                .collect();
+            let text = format!("device_id = {me}\n{body}\n{devices}");
+            start(
+                NodeConfig::parse(&text).expect("config"),
+                &ports[me].to_string(),
+            )
+            .expect("node starts")
+        })
+        .collect();
+    for node in &nodes {
+        let mut c = Client::connect(&node.addr.to_string()).expect("connect");
+        let t = Instant::now();
+        while !c.describe().expect("describe")["peers"]
+            .as_array()
+            .expect("peers")
+            .iter()
+            .all(|p| p["up"] == true)
+        {
+            assert!(t.elapsed() < Duration::from_secs(5), "links never came up");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    nodes
+}
