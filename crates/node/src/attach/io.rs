@@ -596,8 +596,12 @@ impl<M: InlineMachine> Driver<M> {
             return;
         }
         if let Some(Some(p)) = self.pairs.get_mut(id) {
-            if let Some(b) = p.backend.as_mut() {
-                interest(&self.poll, b, Token(2 * id + 1), &mut p.backend_w, want_b);
+            match p.backend.as_mut() {
+                Some(b) => interest(&self.poll, b, Token(2 * id + 1), &mut p.backend_w, want_b),
+                // Bytes for a backend not connected yet: no socket event will
+                // ever call for the turn that connects it, so take it now.
+                None if want_b => self.again.push(id),
+                None => {}
             }
             if let Some(c) = p.client.as_mut() {
                 interest(&self.poll, c, Token(2 * id), &mut p.client_w, want_c);
@@ -615,17 +619,15 @@ impl<M: InlineMachine> Driver<M> {
             || (p.backend_readable && p.backend.is_some() && g.machine.wants_backend_input(id))
     }
 
-    /// Whether bytes wait to be written to the pair's client or backend. Bytes
-    /// for a backend not connected yet count: the next turn connects it, and
-    /// no socket event would ever call for that turn.
+    /// Whether bytes wait to be written to the pair's client or backend.
     fn output_waits(&mut self, id: usize) -> bool {
         let Some(Some(p)) = self.pairs.get(id) else {
             return false;
         };
-        let client = p.client.is_some();
+        let (client, backend) = (p.client.is_some(), p.backend.is_some());
         let mut g = self.shared.lock();
         (client && g.machine.client_out(id).is_some_and(|o| !o.is_empty()))
-            || g.machine.backend_out(id).is_some_and(|o| !o.is_empty())
+            || (backend && g.machine.backend_out(id).is_some_and(|o| !o.is_empty()))
     }
 
     fn drop_client(&mut self, id: usize) {
