@@ -94,6 +94,8 @@ pub struct Metrics {
     slots: Vec<SlotMetrics>,
     functions: Vec<FunctionMetrics>,
     engine: Mutex<EngineSnapshot>,
+    /// The attached addresses' counters: (`listen="…",function="…"`, source).
+    attach: Mutex<Vec<(String, crate::attach::CounterSource)>>,
 }
 
 impl Metrics {
@@ -107,6 +109,7 @@ impl Metrics {
                 .collect(),
             functions: (0..256).map(|_| FunctionMetrics::default()).collect(),
             engine: Mutex::new(EngineSnapshot::default()),
+            attach: Mutex::new(Vec::new()),
         }
     }
 
@@ -141,6 +144,54 @@ impl Metrics {
         self.provision.record_answer();
         let node = h.reassembly_ns + h.queue_ns + h.exec_ns;
         self.functions[function as usize].node.observe(node);
+    }
+
+    /// An attached address whose counters /metrics shows (`offrac_attach_*`).
+    pub fn add_attach(
+        &self,
+        listen: std::net::SocketAddr,
+        function: &str,
+        source: crate::attach::CounterSource,
+    ) {
+        let labels = format!("listen=\"{listen}\",function=\"{function}\"");
+        self.attach
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((labels, source));
+    }
+
+    /// The attached addresses' counters, each name's samples together under one HELP/TYPE.
+    fn render_attach(&self, o: &mut String) {
+        let sources = self
+            .attach
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let read: Vec<(String, Vec<crate::attach::inline::Counter>)> =
+            sources.iter().map(|(l, f)| (l.clone(), f())).collect();
+        let mut names: Vec<&'static str> = Vec::new();
+        for c in read.iter().flat_map(|(_, cs)| cs) {
+            if !names.contains(&c.name) {
+                names.push(c.name);
+            }
+        }
+        for name in names {
+            let mut head = false;
+            for (labels, cs) in &read {
+                for c in cs.iter().filter(|c| c.name == name) {
+                    if !head {
+                        let kind = if c.gauge { "gauge" } else { "counter" };
+                        let _ = writeln!(o, "# HELP {name} {}\n# TYPE {name} {kind}", c.help);
+                        head = true;
+                    }
+                    let extra = c
+                        .label
+                        .map(|(k, v)| format!(",{k}=\"{v}\""))
+                        .unwrap_or_default();
+                    let _ = writeln!(o, "{name}{{{labels}{extra}}} {}", c.value);
+                }
+            }
+        }
     }
 
     /// Copy the engine's counters and gauges (called by the I/O thread).
@@ -436,6 +487,7 @@ impl Metrics {
                 a.t_acc_ns / 1e9
             );
         }
+        self.render_attach(&mut o);
         o
     }
 }
