@@ -223,7 +223,11 @@ fn udp_gets_miss_then_hit_and_see_a_tcp_write() {
     // Several requests in one datagram: one message per answer, in order.
     assert_eq!(
         u.messages(b"delete k\r\nget k\r\nbogus\r\n", 3),
-        vec![b"DELETED\r\n".to_vec(), b"END\r\n".to_vec(), b"ERROR\r\n".to_vec()]
+        vec![
+            b"DELETED\r\n".to_vec(),
+            b"END\r\n".to_vec(),
+            b"ERROR\r\n".to_vec()
+        ]
     );
     node.shutdown().unwrap();
 }
@@ -475,7 +479,10 @@ fn udp_misses_and_writes_reuse_pooled_backend_connections() {
     }
     // This test's own stat connection is one of them.
     let opened = memcached_stat(mc.port, "total_connections") - before;
-    assert!(opened <= 4, "150 UDP requests opened {opened} backend connections");
+    assert!(
+        opened <= 4,
+        "150 UDP requests opened {opened} backend connections"
+    );
     let labels = format!("listen=\"{addr}\",function=\"memcached_cache\"");
     let m = |name: &str| metric(&node, &format!("{name}{{{labels}}}"));
     assert!(m("offrac_attach_udp_backend_reused_total") >= 146);
@@ -522,7 +529,10 @@ fn pooled_connections_are_dropped_when_memcached_restarts() {
     assert_eq!(u.ask(b"set n 0 0 1\r\n1\r\n"), b"STORED\r\n");
     assert_eq!(u.ask(b"get n\r\n"), b"VALUE n 0 1\r\n1\r\nEND\r\n");
     let labels = format!("listen=\"{addr}\",function=\"memcached_cache\"");
-    let stale = metric(&node, &format!("offrac_attach_udp_backend_stale_total{{{labels}}}"));
+    let stale = metric(
+        &node,
+        &format!("offrac_attach_udp_backend_stale_total{{{labels}}}"),
+    );
     assert!(stale >= 1, "no pooled connection was found closed");
     assert!(u.silent(Duration::from_millis(200)), "an extra answer");
     node.shutdown().unwrap();

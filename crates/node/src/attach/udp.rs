@@ -467,7 +467,11 @@ mod tests {
         assert_eq!(cut(b""), Vec::<Vec<u8>>::new());
         assert_eq!(
             cut(b"STORED\r\nNOT_FOUND\r\nERROR\r\n"),
-            vec![b"STORED\r\n".to_vec(), b"NOT_FOUND\r\n".to_vec(), b"ERROR\r\n".to_vec()]
+            vec![
+                b"STORED\r\n".to_vec(),
+                b"NOT_FOUND\r\n".to_vec(),
+                b"ERROR\r\n".to_vec()
+            ]
         );
         // A multi-key get: one message per item, END with the last; a miss is END alone.
         assert_eq!(
