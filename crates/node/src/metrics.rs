@@ -539,6 +539,52 @@ fn render_process(o: &mut String) {
 mod tests {
     use super::*;
 
+    /// Two attached addresses: each name gets one HELP/TYPE and all its
+    /// samples together (Prometheus text needs a name's samples grouped),
+    /// each sample labelled with its address, function and own label.
+    #[test]
+    fn attach_counters_are_grouped_by_name_with_their_labels() {
+        use crate::attach::inline::Counter;
+        let m = Metrics::new(&[]);
+        let source = |v: u64| -> crate::attach::CounterSource {
+            std::sync::Arc::new(move || {
+                vec![
+                    Counter::total("offrac_attach_x_total", "X.", v),
+                    Counter::total("offrac_attach_d_total", "D.", v + 1).with("reason", "short"),
+                    Counter::gauge("offrac_attach_g", "G.", v + 2),
+                ]
+            })
+        };
+        m.add_attach(
+            "127.0.0.1:1".parse().unwrap(),
+            "memcached_cache",
+            source(10),
+        );
+        m.add_attach("127.0.0.1:2".parse().unwrap(), "jwt", source(20));
+        let text = m.render();
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("offrac_attach_"))
+            .collect();
+        let a = "listen=\"127.0.0.1:1\",function=\"memcached_cache\"";
+        let b = "listen=\"127.0.0.1:2\",function=\"jwt\"";
+        let want = [
+            "# HELP offrac_attach_x_total X.".to_string(),
+            "# TYPE offrac_attach_x_total counter".to_string(),
+            format!("offrac_attach_x_total{{{a}}} 10"),
+            format!("offrac_attach_x_total{{{b}}} 20"),
+            "# HELP offrac_attach_d_total D.".to_string(),
+            "# TYPE offrac_attach_d_total counter".to_string(),
+            format!("offrac_attach_d_total{{{a},reason=\"short\"}} 11"),
+            format!("offrac_attach_d_total{{{b},reason=\"short\"}} 21"),
+            "# HELP offrac_attach_g G.".to_string(),
+            "# TYPE offrac_attach_g gauge".to_string(),
+            format!("offrac_attach_g{{{a}}} 12"),
+            format!("offrac_attach_g{{{b}}} 22"),
+        ];
+        assert_eq!(lines, want);
+    }
+
     #[test]
     fn an_observation_equal_to_a_bound_lands_in_that_bucket() {
         let h = Histogram::default();

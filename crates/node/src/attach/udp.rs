@@ -176,7 +176,7 @@ pub struct UdpStats {
     pub datagrams_sent: u64,
     /// Datagrams the socket would not take (full send buffer or an error): lost, as UDP may lose them.
     pub send_failed: u64,
-    /// Backend connections opened for UDP requests (a miss or an update with no idle pooled one).
+    /// Backend connects tried for UDP requests (a miss or an update with no idle pooled one).
     pub backend_connects: u64,
     /// UDP requests given an idle pooled backend connection instead.
     pub backend_reused: u64,
@@ -230,7 +230,7 @@ pub fn counters(s: &UdpStats, in_flight: usize) -> Vec<Counter> {
         ),
         Counter::total(
             "offrac_attach_udp_backend_connects_total",
-            "Backend connections opened for UDP requests (no idle pooled one).",
+            "Backend connects tried for UDP requests (no idle pooled one).",
             s.backend_connects,
         ),
         Counter::total(
