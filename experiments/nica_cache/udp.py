@@ -8,7 +8,9 @@ UDP, the node over TCP and over UDP. 16 B keys and values, 99.8 % GETs / 0.2 % S
 gets only keys it has set, so nearly every GET is a hit at the node), 1 thread with 4
 concurrent clients. Per path: memaslap's ops/s, its GET misses and UDP timeouts/drops, and the
 CPU time memcached spends per operation. Medians over rounds; ``--quick`` runs one short round.
-Writes udp_results.csv and udp_summary.md here.
+``--sets F`` makes a share F of the operations SETs (default 0.002), each of which the node
+forwards to memcached (over its backend connections: the UDP pool). Writes udp_results.csv and
+udp_summary.md here (udp_sets_results.csv and udp_sets_summary.md with ``--sets``).
 """
 
 from __future__ import annotations
@@ -35,7 +37,10 @@ ROUNDS = 1 if QUICK else 3
 SECONDS = 2 if QUICK else 4
 PATHS = ("direct_tcp", "direct_udp", "node_tcp", "node_udp")
 FIELDS = ["path", "round", "ops_per_s", "gets", "get_misses", "udp_timeouts", "memcached_cpu_us_per_op"]
-CMDS = "key\n16 16 1\nvalue\n16 16 1\ncmd\n0 0.002\n1 0.998\n"
+SETS = float(sys.argv[sys.argv.index("--sets") + 1]) if "--sets" in sys.argv else 0.002
+CMDS = f"key\n16 16 1\nvalue\n16 16 1\ncmd\n0 {SETS}\n1 {1 - SETS}\n"
+STEM = "udp_sets" if "--sets" in sys.argv else "udp"
+COMMAND_ARGS = f" --sets {SETS}" if STEM != "udp" else ""
 
 
 def cpu_seconds(pid: int) -> float:
@@ -147,20 +152,23 @@ def summarize(rows: list[dict[str, Any]]) -> str:
     return (
         "# The look-through cache over UDP vs TCP (memaslap)\n\n"
         f"Machine: {machine()}. memaslap 1 thread, 4 concurrent, 16 B keys and values, "
-        f"99.8 % GETs / 0.2 % SETs; medians of {ROUNDS} rounds of {SECONDS} s per path, alternating; "
+        f"{100 - 100 * SETS:g} % GETs / {100 * SETS:g} % SETs; "
+        f"medians of {ROUNDS} rounds of {SECONDS} s per path, alternating; "
         f"load average {LOAD_BEFORE[0]:.1f} before, {os.getloadavg()[0]:.1f} after. "
-        "Command: `python3 experiments/nica_cache/udp.py`.\n\n" + md_table(header, table) + "\n"
+        f"Command: `python3 experiments/nica_cache/udp.py{COMMAND_ARGS}`.\n\n"
+        + md_table(header, table)
+        + "\n"
     )
 
 
 def main() -> None:
     rows = measure()
-    with (HERE / "udp_results.csv").open("w", newline="") as f:
+    with (HERE / f"{STEM}_results.csv").open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=FIELDS)
         w.writeheader()
         w.writerows(rows)
     text = summarize(rows)
-    (HERE / "udp_summary.md").write_text(text)
+    (HERE / f"{STEM}_summary.md").write_text(text)
     print(text)
 
 

@@ -250,6 +250,9 @@ pub fn start(cfg: NodeConfig, listen: &str) -> Result<NodeHandle, NodeError> {
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
+    for a in &attach {
+        metrics.add_attach(a.addr, a.function, a.counters.clone());
+    }
     let exited = Arc::new(AtomicBool::new(false));
     let (http, metrics_addr) = match &cfg.metrics_listen {
         Some(m) => {

@@ -94,6 +94,8 @@ pub struct Metrics {
     slots: Vec<SlotMetrics>,
     functions: Vec<FunctionMetrics>,
     engine: Mutex<EngineSnapshot>,
+    /// The attached addresses' counters: (`listen="…",function="…"`, source).
+    attach: Mutex<Vec<(String, crate::attach::CounterSource)>>,
 }
 
 impl Metrics {
@@ -107,6 +109,7 @@ impl Metrics {
                 .collect(),
             functions: (0..256).map(|_| FunctionMetrics::default()).collect(),
             engine: Mutex::new(EngineSnapshot::default()),
+            attach: Mutex::new(Vec::new()),
         }
     }
 
@@ -141,6 +144,54 @@ impl Metrics {
         self.provision.record_answer();
         let node = h.reassembly_ns + h.queue_ns + h.exec_ns;
         self.functions[function as usize].node.observe(node);
+    }
+
+    /// An attached address whose counters /metrics shows (`offrac_attach_*`).
+    pub fn add_attach(
+        &self,
+        listen: std::net::SocketAddr,
+        function: &str,
+        source: crate::attach::CounterSource,
+    ) {
+        let labels = format!("listen=\"{listen}\",function=\"{function}\"");
+        self.attach
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((labels, source));
+    }
+
+    /// The attached addresses' counters, each name's samples together under one HELP/TYPE.
+    fn render_attach(&self, o: &mut String) {
+        let sources = self
+            .attach
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let read: Vec<(String, Vec<crate::attach::inline::Counter>)> =
+            sources.iter().map(|(l, f)| (l.clone(), f())).collect();
+        let mut names: Vec<&'static str> = Vec::new();
+        for c in read.iter().flat_map(|(_, cs)| cs) {
+            if !names.contains(&c.name) {
+                names.push(c.name);
+            }
+        }
+        for name in names {
+            let mut head = false;
+            for (labels, cs) in &read {
+                for c in cs.iter().filter(|c| c.name == name) {
+                    if !head {
+                        let kind = if c.gauge { "gauge" } else { "counter" };
+                        let _ = writeln!(o, "# HELP {name} {}\n# TYPE {name} {kind}", c.help);
+                        head = true;
+                    }
+                    let extra = c
+                        .label
+                        .map(|(k, v)| format!(",{k}=\"{v}\""))
+                        .unwrap_or_default();
+                    let _ = writeln!(o, "{name}{{{labels}{extra}}} {}", c.value);
+                }
+            }
+        }
     }
 
     /// Copy the engine's counters and gauges (called by the I/O thread).
@@ -436,6 +487,7 @@ impl Metrics {
                 a.t_acc_ns / 1e9
             );
         }
+        self.render_attach(&mut o);
         o
     }
 }
@@ -486,6 +538,52 @@ fn render_process(o: &mut String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Two attached addresses: each name gets one HELP/TYPE and all its
+    /// samples together (Prometheus text needs a name's samples grouped),
+    /// each sample labelled with its address, function and own label.
+    #[test]
+    fn attach_counters_are_grouped_by_name_with_their_labels() {
+        use crate::attach::inline::Counter;
+        let m = Metrics::new(&[]);
+        let source = |v: u64| -> crate::attach::CounterSource {
+            std::sync::Arc::new(move || {
+                vec![
+                    Counter::total("offrac_attach_x_total", "X.", v),
+                    Counter::total("offrac_attach_d_total", "D.", v + 1).with("reason", "short"),
+                    Counter::gauge("offrac_attach_g", "G.", v + 2),
+                ]
+            })
+        };
+        m.add_attach(
+            "127.0.0.1:1".parse().unwrap(),
+            "memcached_cache",
+            source(10),
+        );
+        m.add_attach("127.0.0.1:2".parse().unwrap(), "jwt", source(20));
+        let text = m.render();
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("offrac_attach_"))
+            .collect();
+        let a = "listen=\"127.0.0.1:1\",function=\"memcached_cache\"";
+        let b = "listen=\"127.0.0.1:2\",function=\"jwt\"";
+        let want = [
+            "# HELP offrac_attach_x_total X.".to_string(),
+            "# TYPE offrac_attach_x_total counter".to_string(),
+            format!("offrac_attach_x_total{{{a}}} 10"),
+            format!("offrac_attach_x_total{{{b}}} 20"),
+            "# HELP offrac_attach_d_total D.".to_string(),
+            "# TYPE offrac_attach_d_total counter".to_string(),
+            format!("offrac_attach_d_total{{{a},reason=\"short\"}} 11"),
+            format!("offrac_attach_d_total{{{b},reason=\"short\"}} 21"),
+            "# HELP offrac_attach_g G.".to_string(),
+            "# TYPE offrac_attach_g gauge".to_string(),
+            format!("offrac_attach_g{{{a}}} 12"),
+            format!("offrac_attach_g{{{b}}} 22"),
+        ];
+        assert_eq!(lines, want);
+    }
 
     #[test]
     fn an_observation_equal_to_a_bound_lands_in_that_bucket() {

@@ -245,7 +245,9 @@ fn hostile_clients_do_not_hold_up_others() {
 #[test]
 fn a_backend_that_goes_away_gets_server_errors_then_recovers() {
     let port = free_port();
-    let Some(mc) = memcached_on(port) else { return };
+    let Some(mc) = memcached_on(port, false) else {
+        return;
+    };
     let (node, addr) = node_for(port, "backend_timeout_ms = 500\n");
     let mut r = BufReader::new(connect(addr));
     assert_eq!(ask(&mut r, b"set k 0 0 1\r\nv\r\n", |_| true), ["STORED"]);
@@ -265,7 +267,7 @@ fn a_backend_that_goes_away_gets_server_errors_then_recovers() {
     gone(&mut r);
     gone(&mut BufReader::new(connect(addr)));
     // memcached back (empty): new connections reach it; nothing stale is served.
-    let _mc = memcached_on(port).expect("memcached restarts");
+    let _mc = memcached_on(port, false).expect("memcached restarts");
     let mut r = BufReader::new(connect(addr));
     assert_eq!(ask(&mut r, b"get k\r\n", is_end), ["END"]);
     node.shutdown().unwrap();

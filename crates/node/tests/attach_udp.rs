@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::memcached::{memcached, memcached_stat};
+use common::memcached::{memcached, memcached_on, memcached_stat};
 use common::{attach_node, free_port};
 use offrac_node::NodeHandle;
 use std::io::{BufRead, BufReader, Write};
@@ -74,6 +74,31 @@ impl UdpClient {
         }
     }
 
+    /// Sends `req` in one datagram and collects `count` answer messages in
+    /// arrival order, each one reassembled from its datagrams (sequence
+    /// numbers from 0 and a total of its own, as memcached frames each response).
+    fn messages(&mut self, req: &[u8], count: usize) -> Vec<Vec<u8>> {
+        let id = self.next_id;
+        self.next_id = self.next_id.wrapping_add(1);
+        self.send_raw(&[Self::header(id, 0, 1), req.to_vec()].concat());
+        (0..count).map(|_| self.receive(id)).collect()
+    }
+
+    /// Every datagram arriving within `wait` of the last one: (request id, seq, total, payload).
+    fn drain(&self, wait: Duration) -> Vec<(u16, u16, u16, Vec<u8>)> {
+        self.s.set_read_timeout(Some(wait)).unwrap();
+        let mut buf = vec![0; 65536];
+        let mut got = Vec::new();
+        while let Ok((n, _)) = self.s.recv_from(&mut buf) {
+            let w = |i: usize| u16::from_be_bytes([buf[i], buf[i + 1]]);
+            got.push((w(0), w(2), w(4), buf[8..n].to_vec()));
+        }
+        self.s
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        got
+    }
+
     /// Nothing arrives within `wait`.
     fn silent(&self, wait: Duration) -> bool {
         self.s.set_read_timeout(Some(wait)).unwrap();
@@ -134,10 +159,14 @@ fn udp_gets_miss_then_hit_and_see_a_tcp_write() {
     assert_eq!(tcp_get(addr, b"get k\r\n"), "VALUE k 7 2\r\nv3\r\nEND\r\n");
     assert!(u.ask(b"gets k\r\n").starts_with(b"VALUE k 7 2 "));
     assert!(u.ask(b"get k\r\n").ends_with(b"\r\nv3\r\nEND\r\n"));
-    // Several requests in one datagram are answered in order, in one answer.
+    // Several requests in one datagram: one message per answer, in order.
     assert_eq!(
-        u.ask(b"delete k\r\nget k\r\nbogus\r\n"),
-        b"DELETED\r\nEND\r\nERROR\r\n"
+        u.messages(b"delete k\r\nget k\r\nbogus\r\n", 3),
+        vec![
+            b"DELETED\r\n".to_vec(),
+            b"END\r\n".to_vec(),
+            b"ERROR\r\n".to_vec()
+        ]
     );
     node.shutdown().unwrap();
 }
@@ -301,5 +330,146 @@ fn at_the_cap_and_on_retransmission_datagrams_are_dropped() {
     other.send_raw(&req(3));
     assert_eq!(other.receive(3), b"SERVER_ERROR backend unavailable\r\n");
     drop(silent);
+    node.shutdown().unwrap();
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port()
+}
+
+/// One sample of the node's /metrics (`name{labels}` as written there).
+fn metric(node: &NodeHandle, sample: &str) -> u64 {
+    let at = node.metrics_addr.expect("metrics on");
+    let mut s = TcpStream::connect(at).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut body = String::new();
+    std::io::Read::read_to_string(&mut s, &mut body).unwrap();
+    body.lines()
+        .find_map(|l| l.strip_prefix(sample)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no {sample} in /metrics:\n{body}"))
+}
+
+fn node_with_metrics(backend: u16, extra: &str) -> (NodeHandle, SocketAddr) {
+    let text = format!(
+        "[metrics]\nlisten = \"127.0.0.1:0\"\n[[attach]]\nlisten = \"127.0.0.1:0\"\n\
+         function = \"memcached_cache\"\nbackend = \"127.0.0.1:{backend}\"\nudp = true\n{extra}"
+    );
+    let n = start(NodeConfig::parse(&text).expect("config"), "127.0.0.1:0").expect("node starts");
+    let a = n.attached[0];
+    (n, a)
+}
+
+/// The same datagram of several requests sent to memcached's own UDP port
+/// and to the node in front of it gets the same datagrams back: one message
+/// per response (a multi-key get: one per item, END with the last), each
+/// framed from sequence 0, a large value spanning datagrams.
+#[test]
+fn a_datagram_of_several_requests_is_answered_as_memcached_answers_it() {
+    let Some(mc) = memcached_on(free_port(), true) else {
+        return;
+    };
+    let (node, addr) = node_for(mc.port, "");
+    let direct: SocketAddr = ([127, 0, 0, 1], mc.port).into();
+    let big = "v".repeat(3000);
+    let set = format!("set a 0 0 1\r\nx\r\nset b 0 0 2\r\nyy\r\nset big 0 0 3000\r\n{big}\r\n");
+    assert_eq!(tcp_ask(direct, set.as_bytes()), "STORED\r\n");
+    let req: &[u8] = b"get a b\r\nget nope\r\ndelete nope\r\nbogus\r\ngets a\r\n\
+                      get big a\r\nget a nope b\r\nset c 0 0 1\r\nz\r\nget big\r\n";
+    // Twice through the node: misses fetched from memcached, then hits from the cache.
+    for round in 0..2 {
+        let mut answers = Vec::new();
+        for to in [direct, addr] {
+            let u = UdpClient::new(to);
+            u.send_raw(&[UdpClient::header(7, 0, 1), req.to_vec()].concat());
+            answers.push(u.drain(Duration::from_millis(1000)));
+        }
+        let (mc_says, node_says) = (&answers[0], &answers[1]);
+        assert!(mc_says.len() >= 12, "memcached sent {}", mc_says.len());
+        assert!(
+            mc_says == node_says,
+            "round {round}: memcached sent {mc_says:?}\nthe node sent {node_says:?}"
+        );
+    }
+    node.shutdown().unwrap();
+}
+
+/// UDP misses and writes share a pool of backend connections instead of
+/// opening one each: 150 of them in a row cost memcached a handful of
+/// connections, and /metrics counts the reuse and the UDP traffic.
+#[test]
+fn udp_misses_and_writes_reuse_pooled_backend_connections() {
+    let Some(mc) = memcached() else { return };
+    let (node, addr) = node_with_metrics(mc.port, "");
+    let mut u = UdpClient::new(addr);
+    let before = memcached_stat(mc.port, "total_connections");
+    for i in 0..100 {
+        assert_eq!(u.ask(format!("get miss{i}\r\n").as_bytes()), b"END\r\n");
+    }
+    for i in 0..50 {
+        let set = format!("set k{i} 0 0 1\r\nx\r\n");
+        assert_eq!(u.ask(set.as_bytes()), b"STORED\r\n");
+    }
+    // This test's own stat connection is one of them.
+    let opened = memcached_stat(mc.port, "total_connections") - before;
+    assert!(
+        opened <= 4,
+        "150 UDP requests opened {opened} backend connections"
+    );
+    let labels = format!("listen=\"{addr}\",function=\"memcached_cache\"");
+    let m = |name: &str| metric(&node, &format!("{name}{{{labels}}}"));
+    assert!(m("offrac_attach_udp_backend_reused_total") >= 146);
+    assert!(m("offrac_attach_udp_backend_connects_total") <= 4);
+    assert_eq!(m("offrac_attach_udp_requests_total"), 150);
+    assert_eq!(m("offrac_attach_udp_answers_total"), 150);
+    assert_eq!(m("offrac_attach_cache_misses_total"), 100);
+    u.send_raw(b"\x00\x01");
+    assert!(u.silent(Duration::from_millis(200)));
+    let short = format!("offrac_attach_udp_dropped_total{{{labels},reason=\"short\"}}");
+    assert_eq!(metric(&node, &short), 1);
+    assert_eq!(m("offrac_attach_udp_datagrams_received_total"), 151);
+    node.shutdown().unwrap();
+}
+
+/// memcached restarts under the pool: the idle pooled connections to the
+/// old process are found closed and dropped, so a request after the restart
+/// is answered by the new memcached (not `SERVER_ERROR`); while it is down,
+/// every request is answered once with `SERVER_ERROR backend unavailable`.
+#[test]
+fn pooled_connections_are_dropped_when_memcached_restarts() {
+    let port = free_port();
+    let Some(mc) = memcached_on(port, false) else {
+        return;
+    };
+    let (node, addr) = node_with_metrics(port, "");
+    let mut u = UdpClient::new(addr);
+    for i in 0..5 {
+        let set = format!("set k{i} 0 0 2\r\nv{i}\r\n");
+        assert_eq!(u.ask(set.as_bytes()), b"STORED\r\n");
+    }
+    drop(mc);
+    std::thread::sleep(Duration::from_millis(200));
+    for i in 5..8 {
+        assert_eq!(
+            u.ask(format!("get k{i}\r\n").as_bytes()),
+            b"SERVER_ERROR backend unavailable\r\n"
+        );
+    }
+    let Some(_mc) = memcached_on(port, false) else {
+        return;
+    };
+    assert_eq!(u.ask(b"get fresh\r\n"), b"END\r\n");
+    assert_eq!(u.ask(b"set n 0 0 1\r\n1\r\n"), b"STORED\r\n");
+    assert_eq!(u.ask(b"get n\r\n"), b"VALUE n 0 1\r\n1\r\nEND\r\n");
+    let labels = format!("listen=\"{addr}\",function=\"memcached_cache\"");
+    let stale = metric(
+        &node,
+        &format!("offrac_attach_udp_backend_stale_total{{{labels}}}"),
+    );
+    assert!(stale >= 1, "no pooled connection was found closed");
+    assert!(u.silent(Duration::from_millis(200)), "an extra answer");
     node.shutdown().unwrap();
 }

@@ -24,6 +24,44 @@ impl Now {
     }
 }
 
+/// One sample for /metrics: `offrac_attach_*` names, labelled there with the
+/// attached address and function (and `label`, when set, such as a drop reason).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Counter {
+    pub name: &'static str,
+    pub help: &'static str,
+    /// A gauge (a level) rather than a counter (a running total).
+    pub gauge: bool,
+    pub label: Option<(&'static str, &'static str)>,
+    pub value: u64,
+}
+
+impl Counter {
+    pub fn total(name: &'static str, help: &'static str, value: u64) -> Counter {
+        Counter {
+            name,
+            help,
+            gauge: false,
+            label: None,
+            value,
+        }
+    }
+
+    pub fn gauge(name: &'static str, help: &'static str, value: u64) -> Counter {
+        Counter {
+            gauge: true,
+            ..Counter::total(name, help, value)
+        }
+    }
+
+    pub fn with(self, key: &'static str, value: &'static str) -> Counter {
+        Counter {
+            label: Some((key, value)),
+            ..self
+        }
+    }
+}
+
 /// A sans-IO machine for the connections of one attached address. Each
 /// client connection has one backend connection at a time, which the
 /// driver opens when the machine has bytes for it and no socket is open.
@@ -57,4 +95,8 @@ pub trait InlineMachine {
     /// Timeouts; returns the connections changed.
     fn tick(&mut self, now: Now) -> Vec<usize>;
     fn remove(&mut self, id: usize, now: Now);
+    /// The machine's counters, for /metrics.
+    fn counters(&self) -> Vec<Counter> {
+        Vec::new()
+    }
 }

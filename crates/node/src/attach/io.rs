@@ -8,7 +8,7 @@
 //! Every machine call is made under the lock and no socket call is, so the
 //! machine sees one sequence of calls, as a single loop could have made them.
 
-use super::inline::{InlineMachine, Now};
+use super::inline::{Counter, InlineMachine, Now};
 use super::udp::{self, UdpTable, MAX_ANSWER_BYTES};
 use mio::net::{TcpListener, TcpStream, UdpSocket};
 use mio::{Events, Interest, Poll, Token, Waker};
@@ -55,10 +55,17 @@ struct UdpReq {
     overflow: bool,
 }
 
-/// Loop 0's UDP socket (when the address also serves UDP) and its requests in flight.
+/// Idle backend connections a loop keeps for its UDP requests: a miss or an
+/// update takes one (or connects when none is idle) and gives it back when
+/// its request is answered; more than this many idle ones are closed.
+pub const UDP_POOL_IDLE: usize = 16;
+
+/// Loop 0's UDP socket (when the address also serves UDP) and the idle
+/// backend connections of its UDP requests (the table of requests in
+/// flight is in the shared state, where /metrics reads its counters).
 pub struct UdpSide {
     pub socket: UdpSocket,
-    pub table: UdpTable,
+    pool: Vec<TcpStream>,
 }
 
 /// Asks for writability exactly while `want` (bytes are waiting).
@@ -95,6 +102,8 @@ struct State<M> {
     open: usize,
     /// The loop the next accepted connection goes to.
     next: usize,
+    /// The UDP requests in flight (when the address serves UDP).
+    udp: Option<UdpTable>,
 }
 
 impl<M> Shared<M> {
@@ -109,6 +118,7 @@ impl<M> Shared<M> {
                 last_tick: None,
                 open: 0,
                 next: 0,
+                udp: None,
             }),
             wakers,
         }
@@ -122,6 +132,29 @@ impl<M> Shared<M> {
 
     fn loops(&self) -> usize {
         self.wakers.len()
+    }
+
+    /// The address serves UDP: requests in flight are held here (at most `max_requests`).
+    pub fn serve_udp(&self, max_requests: usize) {
+        self.lock().udp = Some(UdpTable::new(max_requests));
+    }
+}
+
+impl<M: InlineMachine> Shared<M> {
+    /// The address's counters for /metrics: the machine's, the client
+    /// connections open, and the UDP side's when it serves UDP.
+    pub fn counters(&self) -> Vec<Counter> {
+        let g = self.lock();
+        let mut c = g.machine.counters();
+        c.push(Counter::gauge(
+            "offrac_attach_connections",
+            "Client connections open (TCP).",
+            g.open as u64,
+        ));
+        if let Some(t) = &g.udp {
+            c.extend(udp::counters(&t.stats, t.in_flight()));
+        }
+        c
     }
 }
 
@@ -410,7 +443,15 @@ impl<M: InlineMachine> Driver<M> {
         let Some(Some(p)) = self.pairs.get_mut(id) else {
             return false;
         };
-        let Ok(mut b) = TcpStream::connect(self.backend) else {
+        let pooled = match (&p.udp, self.udp.as_mut()) {
+            (Some(_), Some(side)) => Some(take_pooled(side, &self.shared, &mut self.buf)),
+            _ => None,
+        };
+        let b = match pooled {
+            Some(Some(b)) => Ok(b),
+            _ => TcpStream::connect(self.backend),
+        };
+        let Ok(mut b) = b else {
             return false;
         };
         let _ = b.set_nodelay(true);
@@ -650,6 +691,15 @@ impl<M: InlineMachine> Driver<M> {
             }
             if let Some(mut b) = p.backend.take() {
                 let _ = self.poll.registry().deregister(&mut b);
+                let clean = p.udp.is_some()
+                    && !p.backend_hup
+                    && !self.shared.lock().machine.take_backend_reset(id);
+                // A UDP request answered in full leaves its backend connection idle: pooled.
+                if let Some(side) = self.udp.as_mut().filter(|_| clean) {
+                    if side.pool.len() < UDP_POOL_IDLE {
+                        side.pool.push(b);
+                    }
+                }
             }
             if let Some(r) = p.udp.take() {
                 self.send_udp_answer(r);
@@ -683,17 +733,20 @@ impl<M: InlineMachine> Driver<M> {
                     continue;
                 }
             };
-            let admitted = match side.table.admit(peer, &self.buf[..n]) {
+            let mut g = self.shared.lock();
+            let st = &mut *g;
+            let Some(table) = st.udp.as_mut() else {
+                return;
+            };
+            let admitted = match table.admit(peer, &self.buf[..n]) {
                 Ok(a) => a,
                 Err(why) => {
-                    tracing::debug!(%peer, %why, stats = ?side.table.stats, "attach: UDP datagram dropped");
+                    tracing::debug!(%peer, %why, stats = ?table.stats, "attach: UDP datagram dropped");
                     continue;
                 }
             };
             let (request_id, payload) = (admitted.request_id, admitted.payload);
             let id = {
-                let mut g = self.shared.lock();
-                let st = &mut *g;
                 let id = udp::open_request(&mut st.machine, payload, now);
                 if st.owner.len() <= id {
                     st.owner.resize(id + 1, 0);
@@ -701,6 +754,7 @@ impl<M: InlineMachine> Driver<M> {
                 st.owner[id] = self.me;
                 id
             };
+            drop(g);
             if self.pairs.len() <= id {
                 self.pairs.resize_with(id + 1, || None);
             }
@@ -749,28 +803,64 @@ impl<M: InlineMachine> Driver<M> {
         let Some(side) = self.udp.as_mut() else {
             return;
         };
-        side.table.done(r.peer, r.request_id);
         let answer = (!r.overflow).then_some(&r.answer[..]);
-        for d in side.table.answer(r.request_id, answer) {
+        let datagrams = match self.shared.lock().udp.as_mut() {
+            Some(t) => {
+                t.done(r.peer, r.request_id);
+                t.answer(r.request_id, answer)
+            }
+            None => return,
+        };
+        let (mut sent, mut failed) = (0, 0);
+        for d in datagrams {
             match side.socket.send_to(&d, r.peer) {
-                Ok(_) => side.table.stats.datagrams_sent += 1,
+                Ok(_) => sent += 1,
                 Err(e) => {
-                    side.table.stats.send_failed += 1;
+                    failed += 1;
                     tracing::debug!(peer = %r.peer, error = %e, "attach: UDP answer datagram lost");
                 }
             }
         }
+        if let Some(t) = self.shared.lock().udp.as_mut() {
+            t.stats.datagrams_sent += sent;
+            t.stats.send_failed += failed;
+        }
     }
 }
 
+/// An idle pooled backend connection for a UDP request, if one is still
+/// good: one that reads anything (memcached closed it, as on a restart, or
+/// sent bytes nobody asked for) is dropped and the next one tried.
+fn take_pooled<M>(side: &mut UdpSide, shared: &Shared<M>, buf: &mut [u8]) -> Option<TcpStream> {
+    let mut stale = 0;
+    let got = loop {
+        let Some(mut b) = side.pool.pop() else {
+            break None;
+        };
+        match read_once(&mut b, buf) {
+            Got::Empty => break Some(b),
+            _ => stale += 1,
+        }
+    };
+    if let Some(t) = shared.lock().udp.as_mut() {
+        t.stats.backend_stale += stale;
+        if got.is_some() {
+            t.stats.backend_reused += 1;
+        } else {
+            t.stats.backend_connects += 1;
+        }
+    }
+    got
+}
+
 /// Binds the UDP socket of an address that also serves UDP.
-pub fn bind_udp(poll: &Poll, addr: SocketAddr, max_requests: usize) -> std::io::Result<UdpSide> {
+pub fn bind_udp(poll: &Poll, addr: SocketAddr) -> std::io::Result<UdpSide> {
     let mut socket = UdpSocket::bind(addr)?;
     poll.registry()
         .register(&mut socket, UDP, Interest::READABLE)?;
     Ok(UdpSide {
         socket,
-        table: UdpTable::new(max_requests),
+        pool: Vec::new(),
     })
 }
 

@@ -15,7 +15,7 @@
 //! was forwarded or answered while the miss was in flight.
 
 use super::cache::{Cache, Item};
-use super::inline::Now;
+use super::inline::{Counter, Now};
 use super::reply::{frame_len, parse_get, write_value, Frame, GetReply, ReplyError};
 use super::text::{Key, Request, RequestParser};
 use slab::Slab;
@@ -769,6 +769,46 @@ impl super::inline::InlineMachine for Machine {
     }
     fn remove(&mut self, id: usize, now: Now) {
         Machine::remove(self, id, now.mono)
+    }
+    fn counters(&self) -> Vec<Counter> {
+        let s = self.stats;
+        vec![
+            Counter::total(
+                "offrac_attach_cache_hits_total",
+                "Keys answered from the cache.",
+                s.hits,
+            ),
+            Counter::total(
+                "offrac_attach_cache_misses_total",
+                "Keys fetched from memcached.",
+                s.misses,
+            ),
+            Counter::total(
+                "offrac_attach_cache_fills_total",
+                "Items put into the cache.",
+                s.fills,
+            ),
+            Counter::total(
+                "offrac_attach_cache_fills_refused_total",
+                "Fetched items not cached (a write raced them, too large, or a flush).",
+                s.fills_refused,
+            ),
+            Counter::total(
+                "offrac_attach_cache_invalidations_total",
+                "Cached items dropped by a write through the node.",
+                s.invalidations,
+            ),
+            Counter::total(
+                "offrac_attach_backend_failures_total",
+                "Backend connections that failed or timed out with requests in flight.",
+                s.backend_failures,
+            ),
+            Counter::gauge(
+                "offrac_attach_cache_bytes",
+                "Bytes held by the cache.",
+                self.cache.bytes() as u64,
+            ),
+        ]
     }
 }
 

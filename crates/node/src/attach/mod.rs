@@ -338,9 +338,15 @@ impl AttachConfig {
     }
 }
 
+/// Reads an attached address's counters (for /metrics).
+pub type CounterSource = Arc<dyn Fn() -> Vec<inline::Counter> + Send + Sync>;
+
 /// A running attached address; stopping (or dropping) it closes its connections.
 pub struct AttachHandle {
     pub addr: SocketAddr,
+    pub function: &'static str,
+    /// Its counters now.
+    pub counters: CounterSource,
     stop: Arc<AtomicBool>,
     wakers: Vec<Arc<mio::Waker>>,
     threads: Vec<JoinHandle<()>>,
@@ -396,7 +402,7 @@ fn spawn<M: inline::InlineMachine + Send + 'static>(
     let addr = listener.local_addr()?;
     // UDP on the port the TCP listener got (so port 0 gives one port for both).
     let mut udp = if cfg.udp {
-        Some(io::bind_udp(&poll, addr, cfg.udp_max_requests)?)
+        Some(io::bind_udp(&poll, addr)?)
     } else {
         None
     };
@@ -408,10 +414,16 @@ fn spawn<M: inline::InlineMachine + Send + 'static>(
         wakers.push(w);
     }
     let shared = Arc::new(io::Shared::new(machine, wakers.clone()));
+    if cfg.udp {
+        shared.serve_udp(cfg.udp_max_requests);
+    }
     let stop = Arc::new(AtomicBool::new(false));
     let mut listener = Some(listener);
+    let source = shared.clone();
     let mut handle = AttachHandle {
         addr,
+        function: cfg.function.name(),
+        counters: Arc::new(move || source.counters()),
         stop: stop.clone(),
         wakers,
         threads: Vec::new(),

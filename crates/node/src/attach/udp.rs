@@ -9,8 +9,15 @@
 //! TCP clients use): opened, fed the payload, half-closed, and when it is
 //! finished its answer is framed back to the peer. [`UdpTable`] holds the
 //! requests in flight, keyed by (peer, request id), under a cap.
+//!
+//! Framing of answers follows stock memcached (checked against memcached
+//! 1.6 side by side, `crates/node/tests/attach_udp.rs`): every response is a
+//! message of its own with sequence numbers from 0 and its own total, all
+//! under the request id; a datagram with several requests gets one message
+//! per request, and a multi-key get one message per `VALUE` item, `END`
+//! going with the last item (or alone when nothing was found).
 
-use super::inline::{InlineMachine, Now};
+use super::inline::{Counter, InlineMachine, Now};
 use std::collections::HashSet;
 use std::net::SocketAddr;
 
@@ -76,6 +83,59 @@ pub enum Dropped {
 #[error("an answer of {0} bytes needs more than 65535 datagrams")]
 pub struct AnswerTooLarge(pub usize);
 
+/// Cuts an answer stream into memcached's UDP messages (one per response,
+/// see the module doc): a `VALUE` item with its data block (and a directly
+/// following `END`), a run of `STAT` lines with their `END`, or one line.
+/// Bytes that do not parse (a cut-off stream) are one last message, so no
+/// byte is lost.
+pub fn responses(answer: &[u8]) -> Vec<&[u8]> {
+    let line_end = |from: usize| {
+        answer[from..]
+            .windows(2)
+            .position(|w| w == b"\r\n")
+            .map(|p| from + p + 2)
+    };
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < answer.len() {
+        let Some(mut end) = line_end(at) else {
+            out.push(&answer[at..]);
+            break;
+        };
+        let line = &answer[at..end];
+        if line.starts_with(b"VALUE ") {
+            let bytes = std::str::from_utf8(line)
+                .ok()
+                .and_then(|l| l.split_ascii_whitespace().nth(3))
+                .and_then(|n| n.parse::<usize>().ok());
+            let Some(n) = bytes.filter(|n| end + n + 2 <= answer.len()) else {
+                out.push(&answer[at..]);
+                break;
+            };
+            end += n + 2;
+            if answer[end..].starts_with(b"END\r\n") {
+                end += 5;
+            }
+        } else if line.starts_with(b"STAT ") {
+            while answer[end..].starts_with(b"STAT ") {
+                match line_end(end) {
+                    Some(e) => end = e,
+                    None => {
+                        end = answer.len();
+                        break;
+                    }
+                }
+            }
+            if answer[end..].starts_with(b"END\r\n") {
+                end += 5;
+            }
+        }
+        out.push(&answer[at..end]);
+        at = end;
+    }
+    out
+}
+
 /// Splits `answer` into datagrams with `request_id`, sequence numbers 0.. and
 /// the total in each header. An empty answer (a `noreply` write) is no datagram.
 pub fn frame(request_id: u16, answer: &[u8]) -> Result<Vec<Vec<u8>>, AnswerTooLarge> {
@@ -109,9 +169,86 @@ pub struct UdpStats {
     pub dropped_duplicate: u64,
     pub dropped_full: u64,
     pub answers_too_large: u64,
+    /// Admitted requests whose answer was sent (a `noreply` write's empty answer included).
+    pub answered: u64,
+    /// memcached UDP messages sent (one per response, each one datagram or more).
+    pub messages_sent: u64,
     pub datagrams_sent: u64,
     /// Datagrams the socket would not take (full send buffer or an error): lost, as UDP may lose them.
     pub send_failed: u64,
+    /// Backend connects tried for UDP requests (a miss or an update with no idle pooled one).
+    pub backend_connects: u64,
+    /// UDP requests given an idle pooled backend connection instead.
+    pub backend_reused: u64,
+    /// Pooled connections found closed or with stray bytes when taken (dropped, not used).
+    pub backend_stale: u64,
+}
+
+/// The UDP side's counters for /metrics (docs/inline.md lists them).
+pub fn counters(s: &UdpStats, in_flight: usize) -> Vec<Counter> {
+    const DROPPED: &str = "offrac_attach_udp_dropped_total";
+    const DROPPED_HELP: &str = "UDP datagrams dropped unanswered, by reason.";
+    vec![
+        Counter::total(
+            "offrac_attach_udp_datagrams_received_total",
+            "UDP datagrams read.",
+            s.received,
+        ),
+        Counter::total(
+            "offrac_attach_udp_requests_total",
+            "UDP datagrams admitted as requests.",
+            s.admitted,
+        ),
+        Counter::total(DROPPED, DROPPED_HELP, s.dropped_short).with("reason", "short"),
+        Counter::total(DROPPED, DROPPED_HELP, s.dropped_multi).with("reason", "multi_datagram"),
+        Counter::total(DROPPED, DROPPED_HELP, s.dropped_duplicate).with("reason", "duplicate"),
+        Counter::total(DROPPED, DROPPED_HELP, s.dropped_full).with("reason", "full"),
+        Counter::total(
+            "offrac_attach_udp_answers_total",
+            "UDP requests answered (an empty noreply answer included).",
+            s.answered,
+        ),
+        Counter::total(
+            "offrac_attach_udp_answers_too_large_total",
+            "UDP answers over the size bound, replaced by SERVER_ERROR.",
+            s.answers_too_large,
+        ),
+        Counter::total(
+            "offrac_attach_udp_messages_sent_total",
+            "UDP answer messages sent (one per response).",
+            s.messages_sent,
+        ),
+        Counter::total(
+            "offrac_attach_udp_datagrams_sent_total",
+            "UDP answer datagrams sent.",
+            s.datagrams_sent,
+        ),
+        Counter::total(
+            "offrac_attach_udp_send_failed_total",
+            "UDP answer datagrams the socket did not take (lost).",
+            s.send_failed,
+        ),
+        Counter::total(
+            "offrac_attach_udp_backend_connects_total",
+            "Backend connects tried for UDP requests (no idle pooled one).",
+            s.backend_connects,
+        ),
+        Counter::total(
+            "offrac_attach_udp_backend_reused_total",
+            "UDP requests served on an idle pooled backend connection.",
+            s.backend_reused,
+        ),
+        Counter::total(
+            "offrac_attach_udp_backend_stale_total",
+            "Pooled backend connections found closed when taken (dropped).",
+            s.backend_stale,
+        ),
+        Counter::gauge(
+            "offrac_attach_udp_in_flight",
+            "UDP requests in flight.",
+            in_flight as u64,
+        ),
+    ]
 }
 
 /// The UDP requests in flight, keyed by (peer, request id), at most `cap`.
@@ -191,19 +328,27 @@ impl UdpTable {
     }
 
     /// The datagrams for a finished request's answer (its answer bytes as the
-    /// machine produced them, or `None` when they went over [`MAX_ANSWER_BYTES`]).
+    /// machine produced them, or `None` when they went over [`MAX_ANSWER_BYTES`]):
+    /// one message per response ([`responses`]), each framed from sequence 0.
     pub fn answer(&mut self, request_id: u16, answer: Option<&[u8]>) -> Vec<Vec<u8>> {
+        self.stats.answered += 1;
         let framed = match answer {
-            Some(a) if a.len() <= MAX_ANSWER_BYTES => frame(request_id, a).ok(),
+            Some(a) if a.len() <= MAX_ANSWER_BYTES => responses(a)
+                .into_iter()
+                .map(|r| frame(request_id, r))
+                .collect::<Result<Vec<_>, _>>()
+                .ok(),
             _ => None,
         };
-        match framed {
-            Some(d) => d,
+        let messages = match framed {
+            Some(m) => m,
             None => {
                 self.stats.answers_too_large += 1;
-                frame(request_id, TOO_LARGE).unwrap_or_default()
+                vec![frame(request_id, TOO_LARGE).unwrap_or_default()]
             }
-        }
+        };
+        self.stats.messages_sent += messages.len() as u64;
+        messages.into_iter().flatten().collect()
     }
 }
 
@@ -314,6 +459,62 @@ mod tests {
             frame(1, &vec![0; 65536 * MAX_PAYLOAD_BYTES]),
             Err(AnswerTooLarge(65536 * MAX_PAYLOAD_BYTES))
         );
+    }
+
+    #[test]
+    fn answers_are_cut_into_memcacheds_messages() {
+        let cut = |a: &[u8]| -> Vec<Vec<u8>> { responses(a).iter().map(|r| r.to_vec()).collect() };
+        assert_eq!(cut(b""), Vec::<Vec<u8>>::new());
+        assert_eq!(
+            cut(b"STORED\r\nNOT_FOUND\r\nERROR\r\n"),
+            vec![
+                b"STORED\r\n".to_vec(),
+                b"NOT_FOUND\r\n".to_vec(),
+                b"ERROR\r\n".to_vec()
+            ]
+        );
+        // A multi-key get: one message per item, END with the last; a miss is END alone.
+        assert_eq!(
+            cut(b"VALUE a 0 1\r\nx\r\nVALUE b 0 4 7\r\ny\r\nz\r\nEND\r\nEND\r\n"),
+            vec![
+                b"VALUE a 0 1\r\nx\r\n".to_vec(),
+                b"VALUE b 0 4 7\r\ny\r\nz\r\nEND\r\n".to_vec(),
+                b"END\r\n".to_vec()
+            ]
+        );
+        assert_eq!(
+            cut(b"STAT pid 1\r\nSTAT uptime 2\r\nEND\r\nVERSION 1.6\r\n"),
+            vec![
+                b"STAT pid 1\r\nSTAT uptime 2\r\nEND\r\n".to_vec(),
+                b"VERSION 1.6\r\n".to_vec()
+            ]
+        );
+        // What does not parse is kept whole, never lost.
+        assert_eq!(
+            cut(b"DELETED\r\nVALUE a 0 10\r\nab"),
+            vec![b"DELETED\r\n".to_vec(), b"VALUE a 0 10\r\nab".to_vec()]
+        );
+        assert_eq!(cut(b"VALUE a 0 x\r\n\r\n").len(), 1);
+        assert_eq!(cut(b"STORED"), vec![b"STORED".to_vec()]);
+        // Each message is framed from sequence 0 with its own total.
+        let mut t = UdpTable::new(1);
+        let big: Vec<u8> = [
+            &b"VALUE a 0 1\r\nx\r\n"[..],
+            format!("VALUE b 0 {}\r\n", 2 * MAX_PAYLOAD_BYTES).as_bytes(),
+            &vec![b'v'; 2 * MAX_PAYLOAD_BYTES],
+            b"\r\nEND\r\n",
+        ]
+        .concat();
+        let ds = t.answer(3, Some(&big));
+        let heads: Vec<(u16, u16)> = ds
+            .iter()
+            .map(|d| Header::parse(d).map(|h| (h.seq, h.total)).unwrap())
+            .collect();
+        assert_eq!(heads, vec![(0, 1), (0, 3), (1, 3), (2, 3)]);
+        assert_eq!(ds[0], datagram(3, 1, b"VALUE a 0 1\r\nx\r\n"));
+        let body: Vec<u8> = ds.iter().flat_map(|d| d[HEADER_BYTES..].to_vec()).collect();
+        assert_eq!(body, big);
+        assert_eq!((t.stats.answered, t.stats.messages_sent), (1, 2));
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! A real memcached (Debian's package; `.ci/run` installs it) on loopback,
-//! TCP only (`-U 0`, as Debian ships it), stopped when dropped.
+//! TCP only (`-U 0`, as Debian ships it) unless asked for UDP too, stopped
+//! when dropped.
 
 use super::{free_port, wait_listening};
 use std::io::{BufRead, BufReader, Write};
@@ -19,15 +20,16 @@ impl Drop for Memcached {
     }
 }
 
-/// A fresh memcached on `port`, or None (with the reason printed) where it is
-/// not installed.
-pub fn memcached_on(port: u16) -> Option<Memcached> {
+/// A fresh memcached on `port` (TCP, and UDP on the same port when `udp`),
+/// or None (with the reason printed) where it is not installed.
+pub fn memcached_on(port: u16, udp: bool) -> Option<Memcached> {
     if Command::new("memcached").arg("--version").output().is_err() {
         eprintln!("SKIP: memcached is not installed (apt-get install memcached)");
         return None;
     }
+    let udp_port = if udp { port.to_string() } else { "0".into() };
     let child = Command::new("memcached")
-        .args(["-l", "127.0.0.1", "-p", &port.to_string(), "-U", "0"])
+        .args(["-l", "127.0.0.1", "-p", &port.to_string(), "-U", &udp_port])
         .args(["-t", "2", "-m", "64", "-u", "nobody"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -39,7 +41,7 @@ pub fn memcached_on(port: u16) -> Option<Memcached> {
 
 /// A fresh memcached on a free port (see [`memcached_on`]).
 pub fn memcached() -> Option<Memcached> {
-    memcached_on(free_port())
+    memcached_on(free_port(), false)
 }
 
 /// One counter of memcached's `stats` on loopback `port`, asked directly.

@@ -11,7 +11,7 @@
 use super::request::{self, Auth, HeadError, RequestHead};
 use super::response::{self, Chunks, Framing, ResponseError};
 use super::token::{self, Policy};
-use crate::attach::inline::{InlineMachine, Now};
+use crate::attach::inline::{Counter, InlineMachine, Now};
 use slab::Slab;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -708,6 +708,36 @@ impl InlineMachine for Gate {
         if self.conns.contains(id) {
             self.conns.remove(id);
         }
+    }
+    fn counters(&self) -> Vec<Counter> {
+        let s = self.stats;
+        vec![
+            Counter::total(
+                "offrac_attach_jwt_forwarded_total",
+                "Requests sent to the backend.",
+                s.forwarded,
+            ),
+            Counter::total(
+                "offrac_attach_jwt_unauthorized_total",
+                "Requests answered 401 at the node.",
+                s.unauthorized,
+            ),
+            Counter::total(
+                "offrac_attach_jwt_bad_requests_total",
+                "Requests answered 4xx at the node (malformed or oversized HTTP).",
+                s.bad_requests,
+            ),
+            Counter::total(
+                "offrac_attach_jwt_backend_errors_total",
+                "Requests answered 502/504 at the node.",
+                s.backend_errors,
+            ),
+            Counter::total(
+                "offrac_attach_jwt_aborted_total",
+                "Client connections closed mid-answer.",
+                s.aborted,
+            ),
+        ]
     }
 }
 
