@@ -172,6 +172,8 @@ def idle(dut: Any) -> None:
     dut.release_valid.value = 0
     dut.release_buffer.value = 0
     dut.release_size.value = 0
+    dut.abort_valid.value = 0
+    dut.abort_conn.value = 0
 
 
 def kept(h: Any, n: int) -> bytes:
