@@ -513,12 +513,12 @@ def engine_answers(traces: list[list[tuple[int, bytes | None]]]) -> list[list[di
 
 
 def with_closes(rng: random.Random, trace: list[tuple[int, bytes]]) -> list[tuple[int, bytes | None]]:
-    """The trace with one to three connections closed at random points (a beat without bytes): the
-    connection's partial request, if any, is dropped, and its later bytes are a new connection's
-    (mostly the rest of a request, so a bad magic: MALFORMED, and closed again)."""
+    """The trace with one to three connections closed at random points of its second half (a beat
+    without bytes): the connection's partial request, if any, is dropped, and its later bytes are a
+    new connection's (mostly the rest of a request, so a bad magic: MALFORMED, and closed again)."""
     out: list[tuple[int, bytes | None]] = list(trace)
     for _ in range(rng.randint(1, 3)):
-        out.insert(rng.randrange(1, len(out) + 1), (rng.randrange(CONNS), None))
+        out.insert(rng.randrange(len(out) // 2, len(out) + 1), (rng.randrange(CONNS), None))
     return out
 
 
