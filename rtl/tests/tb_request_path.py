@@ -673,7 +673,9 @@ async def chains(dut: Any) -> None:
     assert total["chains"] >= 30 and total["forwarded"] >= 3, total
 
 
-async def feed(dut: Any, beats: list[tuple[int, bytes]], out: list[tuple[int, bytes]], limit: int = 20_000) -> None:
+async def feed(
+    dut: Any, beats: list[tuple[int, bytes]], out: list[tuple[int, bytes]], limit: int = 20_000
+) -> None:
     """Feed the beats in order (output always ready), then clock until the path is idle; every output
     beat is appended to `out` as (connection, its bytes)."""
     bi, quiet = 0, 0
