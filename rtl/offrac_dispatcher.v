@@ -38,6 +38,12 @@
  * request id, tenant, hop index, current function, payload length) as the
  * pool is told `finish`. The pool's `release` comes from outside (the drain,
  * when a request leaves its buffer for a slot queue).
+ * A connection's close (abort_*, the engine's handle_close) is taken between
+ * beats with no payload beat or complete request waiting to go out: a
+ * partial request of it is abandoned (the pool's `abort` of its whole
+ * reservation; m_abort_* names the buffer, for the top's buffer memory), the
+ * connection's held bytes are forgotten and it starts again between
+ * requests, a closed one too.
  *
  * One connection is worked on at a time: a beat is taken only when the last
  * is used up, and each cycle does one step (a header into the parser, one

@@ -59,6 +59,13 @@
  * - The dispatcher's refusals (one header beat each) and the router's
  *   responses are merged frame by frame (alternating when both wait) into
  *   one output register stage.
+ * - A connection's close (s_abort_*, the core's handle_close) goes to the
+ *   dispatcher between input beats: its partial request, if any, is
+ *   dropped (the pool's abort), and the next cycle that buffer's ring write
+ *   pointer goes back to where its complete requests end, its packing
+ *   residue cleared; nothing is answered. It waits while the dispatcher's
+ *   payload beat or complete request, or a tail write here, is pending, so
+ *   that no request of the buffer is still to be described.
  *
  * A request's current hop must be local (the dispatcher answers a peer
  * UNREACHABLE: forwarding at admission is not built). MapId's dictionary
