@@ -38,6 +38,12 @@
  * request id, tenant, hop index, current function, payload length) as the
  * pool is told `finish`. The pool's `release` comes from outside (the drain,
  * when a request leaves its buffer for a slot queue).
+ * A connection's close (abort_*, the engine's handle_close) is taken between
+ * beats with no payload beat or complete request waiting to go out: a
+ * partial request of it is abandoned (the pool's `abort` of its whole
+ * reservation; m_abort_* names the buffer, for the top's buffer memory), the
+ * connection's held bytes are forgotten and it starts again between
+ * requests, a closed one too.
  *
  * One connection is worked on at a time: a beat is taken only when the last
  * is used up, and each cycle does one step (a header into the parser, one
@@ -111,6 +117,15 @@ module offrac_dispatcher #(
     input  wire [31:0]            release_size,
     output wire [BUF_COUNT*32-1:0] buf_used,
     output wire [BUF_COUNT-1:0]   buf_reassembling,
+    // a connection closed (the core's handle_close): its partial request, if any, is abandoned
+    // (the pool's abort) and the connection starts again between requests. Taken when the
+    // dispatcher is between beats with no payload beat or complete request waiting to go out, in
+    // place of an input beat; m_abort_* says which buffer lost its partial request (one cycle).
+    input  wire                   abort_valid,
+    input  wire [CONN_WIDTH-1:0]  abort_conn,
+    output wire                   abort_ready,
+    output reg                    m_abort_valid = 1'b0,
+    output reg  [BUF_WIDTH-1:0]   m_abort_buffer = {BUF_WIDTH{1'b0}},
     // per connection: between requests with no bytes held (its index may be given to a new client)
     output wire [CONN_COUNT-1:0]  conn_clean,
     output wire                   busy             // working on a beat, or an output waiting
@@ -200,6 +215,8 @@ offrac_req_header_parse parse_inst (
 );
 
 // ---- the pool ----------------------------------------------------------
+wire        abort_take = abort_valid && abort_ready;
+wire        pool_abort = abort_take && c_rx[abort_conn] == RX_PAYLOAD;
 reg         a_tvalid;
 wire        a_tready;
 wire        a_ok;
@@ -218,7 +235,7 @@ offrac_pool_admit #(
     .m_admit_ok(a_ok), .m_admit_buffer(a_buffer), .m_admit_size(a_size),
     .m_admit_tvalid(a_out_valid), .m_admit_tready(a_out_ready),
     .finish_valid(fin_valid), .finish_buffer(buf_id),
-    .abort_valid(1'b0), .abort_buffer({BUF_WIDTH{1'b0}}), .abort_size(32'd0),
+    .abort_valid(pool_abort), .abort_buffer(c_buf[abort_conn]), .abort_size(c_len[abort_conn]),
     .release_valid(release_valid), .release_buffer(release_buffer), .release_size(release_size),
     .buf_used(buf_used), .buf_reassembling(buf_reassembling)
 );
@@ -330,7 +347,8 @@ reg [BUF_WIDTH-1:0] buf_tuser = {BUF_WIDTH{1'b0}};
 reg         buf_tvalid = 1'b0;
 reg         req_tvalid = 1'b0;
 
-assign s_axis_tready     = state == S_IDLE;
+assign abort_ready       = state == S_IDLE && !buf_tvalid && !req_tvalid;
+assign s_axis_tready     = state == S_IDLE && !abort_valid;
 assign busy = state != S_IDLE || buf_tvalid || req_tvalid || m_resp_axis_tvalid;
 genvar gc;
 generate
@@ -425,9 +443,16 @@ always @(posedge clk) begin
     if (m_buf_axis_tready) begin
         buf_tvalid <= 1'b0;
     end
+    m_abort_valid <= pool_abort;
+    m_abort_buffer <= c_buf[abort_conn];
     case (state)
         S_IDLE: begin
-            if (s_axis_tvalid) begin
+            if (abort_take) begin
+                // the connection is gone: forget its bytes (a partial request's buffer is aborted above)
+                c_rx[abort_conn]   <= RX_HEADER;
+                c_rlen[abort_conn] <= 7'd0;
+                c_res[abort_conn]  <= 512'd0;
+            end else if (s_axis_tvalid) begin
                 conn       <= s_axis_tuser;
                 w          <= w_in;
                 wlen       <= c_rlen[s_axis_tuser] + in_bytes;
@@ -623,6 +648,7 @@ always @(posedge clk) begin
         probing    <= 1'b0;
         req_tvalid <= 1'b0;
         buf_tvalid <= 1'b0;
+        m_abort_valid <= 1'b0;
         for (c = 0; c < CONN_COUNT; c = c + 1) begin
             c_rx[c]   <= RX_HEADER;
             c_rlen[c] <= 7'd0;

@@ -59,6 +59,13 @@
  * - The dispatcher's refusals (one header beat each) and the router's
  *   responses are merged frame by frame (alternating when both wait) into
  *   one output register stage.
+ * - A connection's close (s_abort_*, the core's handle_close) goes to the
+ *   dispatcher between input beats: its partial request, if any, is
+ *   dropped (the pool's abort), and the next cycle that buffer's ring write
+ *   pointer goes back to where its complete requests end, its packing
+ *   residue cleared; nothing is answered. It waits while the dispatcher's
+ *   payload beat or complete request, or a tail write here, is pending, so
+ *   that no request of the buffer is still to be described.
  *
  * A request's current hop must be local (the dispatcher answers a peer
  * UNREACHABLE: forwarding at admission is not built). MapId's dictionary
@@ -132,6 +139,12 @@ module offrac_request_path #(
     output wire [7:0]             bcfg_sets,
     output wire                   bcfg_error,
 
+    // a connection closed (the reactor saw it go): its partial request, if any, is dropped and its
+    // buffer's bytes freed (the core's handle_close); taken between input beats
+    input  wire                   s_abort_valid,
+    input  wire [CONN_WIDTH-1:0]  s_abort_conn,
+    output wire                   s_abort_ready,
+
     output wire [63:0]            cycles,         // free-running cycle count
     // for the driver: connections between requests, and nothing in flight anywhere
     output wire [CONN_COUNT-1:0]  conn_clean,
@@ -179,6 +192,11 @@ wire                  d_tvalid;
 wire                  d_tready;
 
 wire                  d_busy;
+wire                  d_abort_ready;
+reg                   fl_valid = 1'b0;  // a request's tail still to write (the buffer memory's packing)
+assign s_abort_ready = d_abort_ready && !fl_valid;
+wire                  ab_valid;        // a buffer lost its partial request: its ring goes back
+wire [BUF_WIDTH-1:0]  ab_buffer;
 reg                   rel_valid = 1'b0;
 reg  [BUF_WIDTH-1:0]  rel_buffer = {BUF_WIDTH{1'b0}};
 reg  [31:0]           rel_size = 32'd0;
@@ -202,6 +220,8 @@ offrac_dispatcher #(
     .m_resp_axis_tlast(d_tlast), .m_resp_axis_tvalid(d_tvalid), .m_resp_axis_tready(d_tready),
     .release_valid(rel_valid), .release_buffer(rel_buffer), .release_size(rel_size),
     .buf_used(), .buf_reassembling(),
+    .abort_valid(s_abort_valid && !fl_valid), .abort_conn(s_abort_conn), .abort_ready(d_abort_ready),
+    .m_abort_valid(ab_valid), .m_abort_buffer(ab_buffer),
     .conn_clean(conn_clean), .busy(d_busy)
 );
 
@@ -230,7 +250,6 @@ wire [31:0] q_beats = (q_len + 32'd63) >> 6;
 // packing: per buffer the bytes not yet a whole beat
 reg [511:0]         pend [0:BUF_COUNT-1];
 reg [5:0]           pend_n [0:BUF_COUNT-1];
-reg                 fl_valid = 1'b0;        // a request's tail still to write
 reg [BUF_WIDTH-1:0] fl_buf = {BUF_WIDTH{1'b0}};
 reg [511:0]         fl_data = 512'd0;
 assign b_tready = !fl_valid;
@@ -291,6 +310,13 @@ always @(posedge clk) begin
     end
     f_count <= f_count + q_take - f_pop;
     rd_data <= mem[{rd_buf, rd_addr}];
+    if (ab_valid) begin
+        // the abandoned request's beats and residue are dropped: the buffer's ring ends where its
+        // complete requests end (the dispatcher took the abort with none of them still to describe)
+        wp[ab_buffer]     <= hp[ab_buffer];
+        pend[ab_buffer]   <= 512'd0;
+        pend_n[ab_buffer] <= 6'd0;
+    end
     if (rst) begin
         f_count <= 0;
         f_wr <= 0;
@@ -728,7 +754,7 @@ always @(posedge clk) begin
     end
 end
 
-assign idle = !d_busy && f_count == 0 && e_state == E_IDLE && !fl_valid && !m_axis_tvalid && !locked
+assign idle = !d_busy && !ab_valid && f_count == 0 && e_state == E_IDLE && !fl_valid && !m_axis_tvalid && !locked
             && !rt_busy && c_st == C_HDR;
 
 offrac_axis_reg #(.WIDTH(512 + 64 + CONN_WIDTH + 1)) out_reg (

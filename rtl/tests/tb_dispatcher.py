@@ -172,6 +172,8 @@ def idle(dut: Any) -> None:
     dut.release_valid.value = 0
     dut.release_buffer.value = 0
     dut.release_size.value = 0
+    dut.abort_valid.value = 0
+    dut.abort_conn.value = 0
 
 
 def kept(h: Any, n: int) -> bytes:
@@ -489,8 +491,9 @@ LATENCY = {
 }
 
 
-def engine_answers(traces: list[list[tuple[int, bytes]]]) -> list[list[dict[str, Any]]]:
-    """What `Engine` itself does with each beat (crates/core/examples/engine_replay.rs)."""
+def engine_answers(traces: list[list[tuple[int, bytes | None]]]) -> list[list[dict[str, Any]]]:
+    """What `Engine` itself does with each beat (crates/core/examples/engine_replay.rs); a beat
+    without bytes is the connection's close."""
     config = {
         "buffers": BUF_COUNT,
         "buffer_bytes": BUF_BYTES,
@@ -499,7 +502,9 @@ def engine_answers(traces: list[list[tuple[int, bytes]]]) -> list[list[dict[str,
         "device_id": DEVICE_ID,
         "hosted": sorted(HOSTED),
     }
-    text = json.dumps({"config": config, "traces": [[[c, d.hex()] for c, d in t] for t in traces]})
+    text = json.dumps(
+        {"config": config, "traces": [[[c, None if d is None else d.hex()] for c, d in t] for t in traces]}
+    )
     out = subprocess.run(
         [os.environ["OFFRAC_ENGINE_REPLAY"]], input=text, capture_output=True, text=True, check=True
     )
@@ -507,10 +512,21 @@ def engine_answers(traces: list[list[tuple[int, bytes]]]) -> list[list[dict[str,
     return answers
 
 
+def with_closes(rng: random.Random, trace: list[tuple[int, bytes]]) -> list[tuple[int, bytes | None]]:
+    """The trace with one to three connections closed at random points of its second half (a beat
+    without bytes): the connection's partial request, if any, is dropped, and its later bytes are a
+    new connection's (mostly the rest of a request, so a bad magic: MALFORMED, and closed again)."""
+    out: list[tuple[int, bytes | None]] = list(trace)
+    for _ in range(rng.randint(1, 3)):
+        out.insert(rng.randrange(len(out) // 2, len(out) + 1), (rng.randrange(CONNS), None))
+    return out
+
+
 async def replay_beat(
-    dut: Any, rng: random.Random, conn: int, data: bytes, p_out: float
+    dut: Any, rng: random.Random, conn: int, data: bytes | None, p_out: float
 ) -> tuple[list[tuple[int, bytes]], list[tuple[int, int, int]], list[tuple[int, int]]]:
-    """One beat in; every output it causes, taken with the sinks stalled at random; then quiet.
+    """One beat in (or the connection's close, when `data` is None: abort_* until taken); every
+    output it causes, taken with the sinks stalled at random; then quiet.
 
     Returns the answers (connection, header with `payload_len` zeroed), the complete requests
     (connection, request id, length) and their buffers (buffer, length), in the order they came."""
@@ -520,7 +536,10 @@ async def replay_beat(
     offered, quiet = True, 0
     for _ in range(2_000):
         idle(dut)
-        if offered:
+        if offered and data is None:
+            dut.abort_valid.value = 1
+            dut.abort_conn.value = conn
+        elif offered:
             dut.s_axis_tvalid.value = 1
             dut.s_axis_tuser.value = conn
             dut.s_axis_tkeep.value = (1 << len(data)) - 1
@@ -533,7 +552,7 @@ async def replay_beat(
         busy = offered or any(
             sig(s) for s in (dut.m_buf_axis_tvalid, dut.m_req_tvalid, dut.m_resp_axis_tvalid)
         )
-        if offered and sig(dut.s_axis_tready):
+        if offered and sig(dut.abort_ready if data is None else dut.s_axis_tready):
             offered = False
         if ready and sig(dut.m_req_tvalid):
             done.append((sig(dut.m_req_conn), sig(dut.m_req_request_id), sig(dut.m_req_len)))
@@ -554,7 +573,8 @@ async def engine_replay(dut: Any) -> None:
     """The dispatcher against `Engine` itself: the same beats, the same answers, admissions and buffers.
 
     Each trace: four connections' requests of every kind (tb traffic), cut and interleaved at random,
-    fed one beat at a time. After each beat, as the engine drains a complete request out of the pool at
+    fed one beat at a time, with one to three connection closes among the beats (abort_*, the
+    engine's handle_close). After each beat, as the engine drains a complete request out of the pool at
     the end of the segment that completed it, the replay releases the buffers of the requests that
     came out; then it compares, for that beat, every answer (connection, the whole 64-byte header
     except `payload_len`: the RTL sends no message text), every complete request (connection, request
@@ -564,9 +584,11 @@ async def engine_replay(dut: Any) -> None:
     await fresh(dut)
     rng = random.Random(seed)
     streams = [traffic(rng, rng.randint(3, 12), 1 + 1000 * t) for t in range(traces)]
-    cut = [beats(rng, s) for s in streams]
+    # closes drawn apart, so that the traces' beats stay those of the replay without them
+    crng = random.Random(seed + 7919)
+    cut = [with_closes(crng, beats(rng, s)) for s in streams]
     expected = engine_answers(cut)
-    diverged, totals = 0, {"beats": 0, "answers": 0, "admitted": 0, "busy": 0}
+    diverged, totals = 0, {"beats": 0, "answers": 0, "admitted": 0, "busy": 0, "closes": 0, "dropped": 0}
     for t, (trace, want) in enumerate(zip(cut, expected, strict=True)):
         await reset(dut)
         p_out = rng.choice([1.0, 0.6, 0.2])
@@ -598,6 +620,10 @@ async def engine_replay(dut: Any) -> None:
                 dut._log.error("trace %d beat %d (connection %d): rtl %s, engine %s", t, k, conn, got, exp)
                 break
             totals["beats"] += 1
+            if data is None:
+                totals["closes"] += 1
+                # a close that dropped a partial request in a buffer (the engine's pool abort)
+                totals["dropped"] += int(k > 0 and sorted(want[k - 1]["reassembling"]) != w["reassembling"])
             totals["answers"] += len(replies)
             totals["admitted"] += len(done)
             totals["busy"] += sum(int.from_bytes(h[4:6], "little") == BUSY for _, h in replies)

@@ -269,6 +269,8 @@ def idle(dut: Any) -> None:
     dut.s_bcfg_tvalid.value = 0
     dut.s_bcfg_tdata.value = 0
     dut.s_bcfg_tlast.value = 0
+    dut.s_abort_valid.value = 0
+    dut.s_abort_conn.value = 0
 
 
 async def load_dictionary(dut: Any) -> None:
@@ -669,3 +671,108 @@ async def chains(dut: Any) -> None:
         total["forwarded"] += counts["forwarded"]
     dut._log.info("chains: %s", total)
     assert total["chains"] >= 30 and total["forwarded"] >= 3, total
+
+
+async def feed(
+    dut: Any, beats: list[tuple[int, bytes]], out: list[tuple[int, bytes]], limit: int = 20_000
+) -> None:
+    """Feed the beats in order (output always ready), then clock until the path is idle; every output
+    beat is appended to `out` as (connection, its bytes)."""
+    bi, quiet = 0, 0
+    dut.m_axis_tready.value = 1
+    for _ in range(limit):
+        dut.s_axis_tvalid.value = int(bi < len(beats))
+        if bi < len(beats):
+            conn, data = beats[bi]
+            dut.s_axis_tdata.value = int.from_bytes(data, "little")
+            dut.s_axis_tkeep.value = (1 << len(data)) - 1
+            dut.s_axis_tuser.value = conn
+        await ReadOnly()
+        if bi < len(beats) and sig(dut.s_axis_tready):
+            bi += 1
+        if sig(dut.m_axis_tvalid):
+            n = bin(sig(dut.m_axis_tkeep)).count("1")
+            out.append((sig(dut.m_axis_tuser), sig(dut.m_axis_tdata).to_bytes(64, "little")[:n]))
+        quiet = quiet + 1 if bi == len(beats) and sig(dut.idle) else 0
+        await FallingEdge(dut.clk)
+        if quiet >= 3:
+            dut.s_axis_tvalid.value = 0
+            return
+    raise AssertionError("the path did not go idle")
+
+
+async def abort(dut: Any, conn: int) -> None:
+    """The connection closed: s_abort_* until taken."""
+    dut.s_abort_valid.value = 1
+    dut.s_abort_conn.value = conn
+    for _ in range(1_000):
+        await ReadOnly()
+        taken = sig(dut.s_abort_ready)
+        await FallingEdge(dut.clk)
+        if taken:
+            dut.s_abort_valid.value = 0
+            return
+    raise AssertionError(f"the abort of connection {conn} was not taken")
+
+
+def responses(out: list[tuple[int, bytes]]) -> dict[int, list[bytes]]:
+    """The output split per connection into whole responses (a response ends where its payload does)."""
+    per: dict[int, bytes] = {}
+    for c, b in out:
+        per[c] = per.get(c, b"") + b
+    answers: dict[int, list[bytes]] = {}
+    for c, b in per.items():
+        while b:
+            n = 64 + parse_response(b)["payload_len"]
+            answers.setdefault(c, []).append(b[:n])
+            b = b[n:]
+    return answers
+
+
+@cocotb.test()
+async def close_mid_request(dut: Any) -> None:
+    """Connections that send part of a request (a piece of the header, the header and part of the
+    payload) and close, twice as many times as there are buffers: each close (s_abort_*) frees what the
+    request held, as the core's handle_close does, with no answer to the gone client. A request
+    complete on another connection in the same buffer keeps its bytes; afterwards every connection,
+    the closed ones too, is served whole and nothing is refused BUSY."""
+    idle(dut)
+    await start(dut)
+    await load_dictionary(dut)
+    rng = random.Random(78)
+    buffers = 4
+    out: list[tuple[int, bytes]] = []
+    rid = 0x6000
+    for i in range(2 * buffers + 2):
+        conn = 1 + i % (CONNS - 1)
+        wire = Req(conn, rid, 0, 0, rng.randbytes(rng.randrange(100, 500))).wire()
+        cut_at = rng.randrange(1, 63) if i % 3 == 2 else rng.randrange(70, len(wire) - 1)
+        part = wire[:cut_at]
+        beats = [(conn, part[k : k + 64]) for k in range(0, len(part), 64)]
+        # connection 0 sends a whole request meanwhile: it is answered, the abandoned one is not
+        whole = Req(0, rid + 1, 0, 0, rng.randbytes(rng.randrange(0, 300)))
+        w0 = whole.wire()
+        beats += [(0, w0[k : k + 64]) for k in range(0, len(w0), 64)]
+        await feed(dut, beats, out)
+        assert not sig(dut.conn_clean) >> conn & 1, f"connection {conn} holds no bytes of its partial request"
+        await abort(dut, conn)
+        await feed(dut, [], out)
+        assert sig(dut.conn_clean) >> conn & 1, f"connection {conn} not clean after its close"
+        got = responses(out)
+        assert set(got) == {0}, f"an answer went to a closed connection: {sorted(got)}"
+        f = parse_response(got[0][-1])
+        assert (f["status"], f["request_id"]) == (ST_OK, whole.rid), f
+        assert got[0][-1][64:] == whole.payload, "connection 0's request lost bytes"
+        out.clear()
+        rid += 2
+    # every connection served: the buffers are all free again (4 requests of 400 bytes at once each
+    # take one), the closed connections' indices too
+    reqs = [Req(c, rid + c, 0, 0, rng.randbytes(400)) for c in range(CONNS)]
+    order = [(r.conn, r.wire()[k : k + 64]) for k in range(0, 464, 64) for r in reqs]
+    await feed(dut, order, out)
+    got = responses(out)
+    for r in reqs:
+        assert len(got.get(r.conn, [])) == 1, (r.conn, got.get(r.conn))
+        f = parse_response(got[r.conn][0])
+        assert (f["status"], f["request_id"]) == (ST_OK, r.rid), f
+        assert got[r.conn][0][64:] == r.payload, f"connection {r.conn}: the echo came back changed"

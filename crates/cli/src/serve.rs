@@ -132,7 +132,7 @@ fn run_rtl(a: &Args) -> Result<(), CliError> {
         connections = stats.connections,
         responses = stats.responses,
         cycles = stats.busy_cycles,
-        resets = stats.resets,
+        closes = stats.closes,
         "RTL datapath stopped"
     );
     stop.store(true, Ordering::Relaxed);

@@ -10,7 +10,8 @@
 //! the configuration the RTL was built with (`buffers`, `buffer_bytes`,
 //! `policy` spelled as in the node's TOML, `max_payload`, `device_id`, `hosted` function ids) and, per
 //! trace, the beats in arrival order. Each beat is one `handle_bytes` call
-//! of a fresh engine per trace, with the small-request queue off (the RTL
+//! (a beat whose bytes are `null` is the connection's close: `handle_close`,
+//! after which its later bytes are a new connection's) of a fresh engine per trace, with the small-request queue off (the RTL
 //! has none) and a slot per hosted function that finishes every job at once
 //! (so a complete request leaves the pool at the end of the beat it
 //! completed in, as the engine drains it).
@@ -84,8 +85,12 @@ fn replay(cfg: &EngineConfig, beats: &Value) -> Result<Value, String> {
     let mut out = Vec::new();
     for beat in beats.as_array().ok_or("a trace is a list of beats")? {
         let conn = beat[0].as_u64().ok_or("a beat's connection")?;
-        let data = unhex(beat[1].as_str().ok_or("a beat's bytes")?)?;
-        engine.handle_bytes(now, conn, &data);
+        if beat[1].is_null() {
+            engine.handle_close(now, conn);
+        } else {
+            let data = unhex(beat[1].as_str().ok_or("a beat's bytes")?)?;
+            engine.handle_bytes(now, conn, &data);
+        }
         let mut events = Vec::new();
         while let Some(action) = engine.poll_action() {
             match action {

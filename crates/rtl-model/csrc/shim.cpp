@@ -21,6 +21,8 @@ struct RpIn {
     uint8_t bcfg_valid;
     uint32_t bcfg_data;
     uint8_t bcfg_last;
+    uint8_t abort_valid;
+    uint8_t abort_conn;
     uint8_t rst;
 };
 
@@ -29,6 +31,7 @@ struct RpOut {
     uint8_t out_taken;
     uint8_t cfg_taken;
     uint8_t bcfg_taken;
+    uint8_t abort_taken;
     uint8_t conn;
     uint8_t last;
     uint64_t keep;
@@ -78,11 +81,14 @@ void rp_cycle(void* p, const RpIn* in, RpOut* out) {
     t->s_bcfg_tdata = in->bcfg_data;
     t->s_bcfg_tvalid = in->bcfg_valid;
     t->s_bcfg_tlast = in->bcfg_last;
+    t->s_abort_valid = in->abort_valid;
+    t->s_abort_conn = in->abort_conn;
     t->clk = 0;
     t->eval();
     out->in_taken = in->valid && t->s_axis_tready && !in->rst;
     out->cfg_taken = in->cfg_valid && t->s_cfg_tready && !in->rst;
     out->bcfg_taken = in->bcfg_valid && t->s_bcfg_tready && !in->rst;
+    out->abort_taken = in->abort_valid && t->s_abort_ready && !in->rst;
     out->out_taken = in->out_ready && t->m_axis_tvalid && !in->rst;
     if (out->out_taken) {
         for (int w = 0; w < 16; w++) {

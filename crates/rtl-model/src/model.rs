@@ -23,6 +23,8 @@ struct RpIn {
     bcfg_valid: u8,
     bcfg_data: u32,
     bcfg_last: u8,
+    abort_valid: u8,
+    abort_conn: u8,
     rst: u8,
 }
 
@@ -32,6 +34,7 @@ struct RpOut {
     out_taken: u8,
     cfg_taken: u8,
     bcfg_taken: u8,
+    abort_taken: u8,
     conn: u8,
     last: u8,
     keep: u64,
@@ -67,12 +70,21 @@ impl OutBeat {
     }
 }
 
-/// The request path, clocked by the caller. Input beats wait in a queue and
-/// go in as the RTL takes them (a beat once offered stays offered until
-/// taken, as AXI-Stream requires); output beats are collected as they come.
+/// What waits to go into the RTL, in order.
+enum Input {
+    /// Bytes of a connection, one beat.
+    Beat(u8, Vec<u8>),
+    /// The connection closed (s_abort_*).
+    Close(u8),
+}
+
+/// The request path, clocked by the caller. Input beats and closes wait in
+/// one queue and go in, in order, as the RTL takes them (a beat once offered
+/// stays offered until taken, as AXI-Stream requires); output beats are
+/// collected as they come.
 pub struct Model {
     raw: *mut c_void,
-    input: VecDeque<(u8, Vec<u8>)>,
+    input: VecDeque<Input>,
     output: VecDeque<OutBeat>,
     /// Whether the sink takes output beats (backpressure when false).
     pub out_ready: bool,
@@ -110,6 +122,7 @@ impl Model {
             out_taken: 0,
             cfg_taken: 0,
             bcfg_taken: 0,
+            abort_taken: 0,
             conn: 0,
             last: 0,
             keep: 0,
@@ -133,6 +146,8 @@ impl Model {
             bcfg_valid: 0,
             bcfg_data: 0,
             bcfg_last: 0,
+            abort_valid: 0,
+            abort_conn: 0,
             rst: 0,
         }
     }
@@ -155,7 +170,7 @@ impl Model {
             "connection {conn} out of range"
         );
         for chunk in bytes.chunks(64) {
-            self.input.push_back((conn, chunk.to_vec()));
+            self.input.push_back(Input::Beat(conn, chunk.to_vec()));
         }
     }
 
@@ -169,10 +184,22 @@ impl Model {
             !beat.is_empty() && beat.len() <= 64,
             "a beat has 1..=64 bytes"
         );
-        self.input.push_back((conn, beat.to_vec()));
+        self.input.push_back(Input::Beat(conn, beat.to_vec()));
     }
 
-    /// Beats queued and not yet taken.
+    /// Queue the close of connection `conn` (< CONNECTIONS), after its beats
+    /// queued before: the RTL drops its partial request, if any, and frees
+    /// what that held (the core's `handle_close`); the connection is then
+    /// between requests with no bytes held ([`Model::conn_clean`]).
+    pub fn close(&mut self, conn: u8) {
+        assert!(
+            (conn as usize) < CONNECTIONS,
+            "connection {conn} out of range"
+        );
+        self.input.push_back(Input::Close(conn));
+    }
+
+    /// Beats and closes queued and not yet taken.
     pub fn queued(&self) -> usize {
         self.input.len()
     }
@@ -182,17 +209,27 @@ impl Model {
         let mut taken = 0;
         for _ in 0..n {
             let mut i = self.idle_input();
-            if let Some((conn, bytes)) = self.input.front() {
-                i.data[..bytes.len()].copy_from_slice(bytes);
-                i.keep = if bytes.len() == 64 {
-                    u64::MAX
-                } else {
-                    (1u64 << bytes.len()) - 1
-                };
-                i.conn = *conn;
-                i.valid = 1;
+            match self.input.front() {
+                Some(Input::Beat(conn, bytes)) => {
+                    i.data[..bytes.len()].copy_from_slice(bytes);
+                    i.keep = if bytes.len() == 64 {
+                        u64::MAX
+                    } else {
+                        (1u64 << bytes.len()) - 1
+                    };
+                    i.conn = *conn;
+                    i.valid = 1;
+                }
+                Some(Input::Close(conn)) => {
+                    i.abort_conn = *conn;
+                    i.abort_valid = 1;
+                }
+                None => {}
             }
             let o = self.cycle_raw(&i);
+            if o.abort_taken != 0 {
+                self.input.pop_front();
+            }
             if o.in_taken != 0 {
                 self.input.pop_front();
                 taken += 1;

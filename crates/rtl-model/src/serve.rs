@@ -6,9 +6,10 @@
 //!
 //! A connection index is given back when its client has gone and the model
 //! is idle: at once when the RTL holds no bytes of it (it closed between
-//! requests), else after a reset of the model once no client is connected
-//! (the RTL has no per-connection close yet; MapId's dictionary survives).
-//! With all indices taken, new clients wait in the listen backlog.
+//! requests), else once the RTL has taken its close (s_abort_*: the partial
+//! request is dropped and its reassembly buffer freed, as the core's
+//! `handle_close` does). With all indices taken, new clients wait in the
+//! listen backlog.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -33,7 +34,8 @@ pub struct ServeStats {
     pub connections: u64,
     pub responses: u64,
     pub busy_cycles: u64,
-    pub resets: u64,
+    /// Clients gone in the middle of a request, whose close the RTL took.
+    pub closes: u64,
 }
 
 enum Slot {
@@ -41,8 +43,9 @@ enum Slot {
     Active(Conn),
     /// The client has gone; responses still to come are dropped.
     Gone,
-    /// Gone, and the RTL still held bytes of it: free after the next reset.
-    Dirty,
+    /// Gone, and the RTL still held bytes of it: its close is queued, free
+    /// once the model has taken it.
+    Closing,
 }
 
 struct Conn {
@@ -196,24 +199,22 @@ pub fn serve(
                 *slot = if model.conn_clean(i as u8) {
                     Slot::Free
                 } else {
-                    Slot::Dirty
+                    model.close(i as u8);
+                    stats.closes += 1;
+                    tracing::debug!(
+                        conn = i,
+                        "client gone mid-request: its close goes to the RTL"
+                    );
+                    Slot::Closing
                 };
                 progress = true;
-            }
-        }
-        let dirty = slots.iter().any(|s| matches!(s, Slot::Dirty));
-        let active = slots.iter().any(|s| matches!(s, Slot::Active(_)));
-        if dirty && !active && model.idle() {
-            model.reset(4);
-            stats.resets += 1;
-            tracing::info!(
-                resets = stats.resets,
-                "RTL reset: connection indices left in the middle of a request are free again"
-            );
-            for s in slots.iter_mut() {
-                if matches!(s, Slot::Dirty) {
-                    *s = Slot::Free;
+            } else if matches!(slot, Slot::Closing) && model.idle() {
+                // the close was taken (idle: nothing queued); the RTL holds no bytes of it now
+                if !model.conn_clean(i as u8) {
+                    tracing::warn!(conn = i, "the RTL still holds bytes of a closed connection");
                 }
+                *slot = Slot::Free;
+                progress = true;
             }
         }
         if !progress {
