@@ -5,7 +5,7 @@
 mod common;
 
 use common::memcached::{memcached, memcached_on, memcached_stat};
-use common::{attach_node, free_port};
+use common::{attach_node, attach_node_with_metrics, free_port};
 use offrac_node::NodeHandle;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
@@ -333,13 +333,6 @@ fn at_the_cap_and_on_retransmission_datagrams_are_dropped() {
     node.shutdown().unwrap();
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port()
-}
-
 /// One sample of the node's /metrics (`name{labels}` as written there).
 fn metric(node: &NodeHandle, sample: &str) -> u64 {
     let at = node.metrics_addr.expect("metrics on");
@@ -354,13 +347,12 @@ fn metric(node: &NodeHandle, sample: &str) -> u64 {
 }
 
 fn node_with_metrics(backend: u16, extra: &str) -> (NodeHandle, SocketAddr) {
-    let text = format!(
-        "[metrics]\nlisten = \"127.0.0.1:0\"\n[[attach]]\nlisten = \"127.0.0.1:0\"\n\
-         function = \"memcached_cache\"\nbackend = \"127.0.0.1:{backend}\"\nudp = true\n{extra}"
-    );
-    let n = start(NodeConfig::parse(&text).expect("config"), "127.0.0.1:0").expect("node starts");
-    let a = n.attached[0];
-    (n, a)
+    attach_node_with_metrics(
+        "memcached_cache",
+        backend,
+        &format!("udp = true\n{extra}"),
+        "127.0.0.1:0",
+    )
 }
 
 /// The same datagram of several requests sent to memcached's own UDP port

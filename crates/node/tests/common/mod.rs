@@ -34,8 +34,18 @@ pub fn wait_listening(port: u16, within: Duration, what: &str) {
 /// port `backend`; `extra` is added to the `[[attach]]` table. Returns the
 /// node and the attached listener's address.
 pub fn attach_node(function: &str, backend: u16, extra: &str) -> (NodeHandle, SocketAddr) {
+    attach_node_with_metrics(function, backend, extra, "")
+}
+
+/// [`attach_node`], serving /metrics on `metrics` (empty: off).
+pub fn attach_node_with_metrics(
+    function: &str,
+    backend: u16,
+    extra: &str,
+    metrics: &str,
+) -> (NodeHandle, SocketAddr) {
     let text = format!(
-        "[metrics]\nlisten = \"\"\n[[attach]]\nlisten = \"127.0.0.1:0\"\nfunction = \"{function}\"\n\
+        "[metrics]\nlisten = \"{metrics}\"\n[[attach]]\nlisten = \"127.0.0.1:0\"\nfunction = \"{function}\"\n\
          backend = \"127.0.0.1:{backend}\"\n{extra}"
     );
     let n = start(NodeConfig::parse(&text).expect("config"), "127.0.0.1:0").expect("node starts");
