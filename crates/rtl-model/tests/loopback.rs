@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use offrac_accel::dlrm::state::{default_dictionary_key, DEFAULT_DICTIONARY_KEYS};
 use offrac_proto::{FunctionId, RequestHeader, ResponseHeader, Status};
-use offrac_rtl_model::Model;
+use offrac_rtl_model::{Model, OutBeat};
 
 /// A read that waits longer has lost an answer: fail instead of hanging.
 const TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
@@ -147,6 +147,20 @@ fn keys() -> Vec<u32> {
         .collect()
 }
 
+/// Steps the model (64 cycles at a time, at least once) until it is idle,
+/// handing every output beat to `beat`.
+fn run_until_idle(m: &mut Model, mut beat: impl FnMut(OutBeat)) {
+    let mut n = 0;
+    while !m.idle() || n == 0 {
+        m.step(64);
+        n += 1;
+        assert!(n < 100_000, "the model never went idle");
+        while let Some(b) = m.pop() {
+            beat(b);
+        }
+    }
+}
+
 #[test]
 fn model_answers_as_the_software_does() {
     let mut m = Model::new();
@@ -176,15 +190,9 @@ fn model_answers_as_the_software_does() {
         }
     }
     let mut out: Vec<Vec<u8>> = vec![Vec::new(); 3];
-    let mut n = 0;
-    while !m.idle() || n == 0 {
-        m.step(64);
-        n += 1;
-        assert!(n < 100_000, "the model never went idle");
-        while let Some(b) = m.pop() {
-            out[b.conn as usize].extend_from_slice(b.payload());
-        }
-    }
+    run_until_idle(&mut m, |b| {
+        out[b.conn as usize].extend_from_slice(b.payload())
+    });
     for c in 0..3u8 {
         let mine: Vec<&Call> = all.iter().filter(|x| x.id % 3 == c as u64).collect();
         check(&out[c as usize], &mine);
@@ -262,16 +270,10 @@ fn close_mid_request_frees_its_buffer() {
         };
         m.push(0, &wire(&whole));
         let mut out = Vec::new();
-        let mut n = 0;
-        while !m.idle() || n == 0 {
-            m.step(64);
-            n += 1;
-            assert!(n < 100_000, "the model never went idle");
-            while let Some(b) = m.pop() {
-                assert_eq!(b.conn, 0, "an answer to the partial request");
-                out.extend_from_slice(b.payload());
-            }
-        }
+        run_until_idle(&mut m, |b| {
+            assert_eq!(b.conn, 0, "an answer to the partial request");
+            out.extend_from_slice(b.payload());
+        });
         assert!(!m.conn_clean(1), "connection 1 holds its partial request");
         m.close(1);
         while !m.idle() {
