@@ -57,4 +57,10 @@ pub trait InlineMachine {
     /// Timeouts; returns the connections changed.
     fn tick(&mut self, now: Now) -> Vec<usize>;
     fn remove(&mut self, id: usize, now: Now);
+    /// An answer is owed by the backend on this connection (a request was
+    /// forwarded and its answer is not all in): the driver may poll for it a
+    /// little while instead of sleeping. False for machines that do not say.
+    fn awaits_backend(&self, _id: usize) -> bool {
+        false
+    }
 }

@@ -134,6 +134,11 @@ pub struct LoopSettings {
     /// blocking (0: never): the next message is seen without a wake-up, at
     /// the price of a busy CPU meanwhile.
     pub spin: Duration,
+    /// While the backend owes an answer on one of the loop's connections
+    /// (the machine says so), poll without sleeping for up to this long
+    /// after the turn that forwarded or read (0: never): a miss's answer is
+    /// then seen without a wake-up, and an idle or all-hits loop never spins.
+    pub backend_spin: Duration,
 }
 
 pub struct Driver<M> {
@@ -146,6 +151,9 @@ pub struct Driver<M> {
     backend: SocketAddr,
     max_connections: usize,
     spin: Duration,
+    backend_spin: Duration,
+    /// This loop's connections the backend owes an answer (as of their last service).
+    awaiting: Vec<usize>,
     stop: Arc<AtomicBool>,
     pairs: Vec<Option<Pair>>,
     buf: Vec<u8>,
@@ -231,6 +239,8 @@ impl<M: InlineMachine> Driver<M> {
             backend: settings.backend,
             max_connections: settings.max_connections,
             spin: settings.spin,
+            backend_spin: settings.backend_spin,
+            awaiting: Vec::new(),
             stop,
             pairs: Vec::new(),
             buf: vec![0; READ_CHUNK],
@@ -245,8 +255,12 @@ impl<M: InlineMachine> Driver<M> {
         let mut touched = Vec::new();
         let mut wake = Vec::new();
         let mut spin_until: Option<Instant> = None;
+        let mut backend_spin_until: Option<Instant> = None;
         while !self.stop.load(Ordering::SeqCst) {
-            let spinning = spin_until.is_some_and(|t| Instant::now() < t);
+            let spinning = {
+                let until = |t: Option<Instant>| t.is_some_and(|t| Instant::now() < t);
+                until(spin_until) || (!self.awaiting.is_empty() && until(backend_spin_until))
+            };
             let wait = if self.again.is_empty() && !spinning && !self.udp_again {
                 Duration::from_millis(50)
             } else {
@@ -325,7 +339,30 @@ impl<M: InlineMachine> Driver<M> {
             for &id in &touched {
                 self.service(id, now);
             }
+            if !self.backend_spin.is_zero() && self.note_awaiting(&touched) {
+                backend_spin_until = Some(now.mono + self.backend_spin);
+            }
         }
+    }
+
+    /// Updates `awaiting` for the connections just served; true if one of
+    /// them waits for the backend.
+    fn note_awaiting(&mut self, served: &[usize]) -> bool {
+        let g = self.shared.lock();
+        let mut any = false;
+        for &id in served {
+            let has_backend = matches!(self.pairs.get(id), Some(Some(p)) if p.backend.is_some());
+            let waits = has_backend && g.machine.awaits_backend(id);
+            any |= waits;
+            match (self.awaiting.iter().position(|&a| a == id), waits) {
+                (Some(i), false) => {
+                    self.awaiting.swap_remove(i);
+                }
+                (None, true) => self.awaiting.push(id),
+                _ => {}
+            }
+        }
+        any
     }
 
     /// Loop 0 accepts and deals the connections out round-robin.
@@ -637,6 +674,7 @@ impl<M: InlineMachine> Driver<M> {
     }
 
     fn close(&mut self, id: usize, now: Now) {
+        self.awaiting.retain(|&a| a != id);
         let mut was_open = false;
         if let Some(mut p) = self.pairs.get_mut(id).and_then(Option::take) {
             // Pseudo-connections count against the UDP cap, not `max_connections`.
@@ -874,6 +912,7 @@ mod tests {
             backend,
             max_connections: 4,
             spin: Duration::ZERO,
+            backend_spin: Duration::ZERO,
         };
         let driver = Driver::new(
             poll,
