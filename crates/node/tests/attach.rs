@@ -403,7 +403,8 @@ fn a_client_that_sends_and_half_closes_gets_its_answers_then_a_close() {
     let Some(mc) = memcached() else { return };
     for extra in [
         "loops = 1\n",
-        "loops = 1\nbackend_spin_us = 0\n",
+        "loops = 1\nbackend_spin_us = 100\n",
+        "loops = 2\nbackend_spin_us = 100\n",
         "loops = 2\n",
         "loops = 2\nspin_us = 300\n",
     ] {

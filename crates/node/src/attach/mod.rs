@@ -157,9 +157,10 @@ pub const DEFAULT_UDP_MAX_REQUESTS: usize = 1024;
 fn default_loops() -> usize {
     DEFAULT_LOOPS
 }
-/// Polling this long for memcached's answer to a miss saves the node's
-/// wake-up on most misses (docs/inline.md, "Where a miss's time goes").
-pub const DEFAULT_BACKEND_SPIN_US: u64 = 100;
+/// Off: on the shared, loaded 2-CPU machine polling for memcached's answer
+/// did not measurably shorten a miss (docs/results.md, "Polling for
+/// memcached's answer"); worth trying where the node has a core to itself.
+pub const DEFAULT_BACKEND_SPIN_US: u64 = 0;
 fn default_backend_spin_us() -> u64 {
     DEFAULT_BACKEND_SPIN_US
 }
