@@ -44,6 +44,8 @@ struct Pair {
     backend_w: bool,
     /// A UDP request's pseudo-connection (no client socket): where its answer goes.
     udp: Option<UdpReq>,
+    /// The backend owed an answer when the pair was last served (counted in `Driver::awaiting`).
+    awaits: bool,
 }
 
 struct UdpReq {
@@ -152,8 +154,8 @@ pub struct Driver<M> {
     max_connections: usize,
     spin: Duration,
     backend_spin: Duration,
-    /// This loop's connections the backend owes an answer (as of their last service).
-    awaiting: Vec<usize>,
+    /// This loop's pairs the backend owes an answer (as of their last service).
+    awaiting: usize,
     stop: Arc<AtomicBool>,
     pairs: Vec<Option<Pair>>,
     buf: Vec<u8>,
@@ -240,7 +242,7 @@ impl<M: InlineMachine> Driver<M> {
             max_connections: settings.max_connections,
             spin: settings.spin,
             backend_spin: settings.backend_spin,
-            awaiting: Vec::new(),
+            awaiting: 0,
             stop,
             pairs: Vec::new(),
             buf: vec![0; READ_CHUNK],
@@ -259,7 +261,7 @@ impl<M: InlineMachine> Driver<M> {
         while !self.stop.load(Ordering::SeqCst) {
             let spinning = {
                 let until = |t: Option<Instant>| t.is_some_and(|t| Instant::now() < t);
-                until(spin_until) || (!self.awaiting.is_empty() && until(backend_spin_until))
+                until(spin_until) || (self.awaiting > 0 && until(backend_spin_until))
             };
             let wait = if self.again.is_empty() && !spinning && !self.udp_again {
                 Duration::from_millis(50)
@@ -351,15 +353,18 @@ impl<M: InlineMachine> Driver<M> {
         let g = self.shared.lock();
         let mut any = false;
         for &id in served {
-            let has_backend = matches!(self.pairs.get(id), Some(Some(p)) if p.backend.is_some());
-            let waits = has_backend && g.machine.awaits_backend(id);
+            let Some(Some(p)) = self.pairs.get_mut(id) else {
+                continue;
+            };
+            let waits = p.backend.is_some() && g.machine.awaits_backend(id);
             any |= waits;
-            match (self.awaiting.iter().position(|&a| a == id), waits) {
-                (Some(i), false) => {
-                    self.awaiting.swap_remove(i);
+            if p.awaits != waits {
+                p.awaits = waits;
+                if waits {
+                    self.awaiting += 1;
+                } else {
+                    self.awaiting -= 1;
                 }
-                (None, true) => self.awaiting.push(id),
-                _ => {}
             }
         }
         any
@@ -438,6 +443,7 @@ impl<M: InlineMachine> Driver<M> {
             client_w: true,
             backend_w: false,
             udp: None,
+            awaits: false,
         });
     }
 
@@ -674,9 +680,11 @@ impl<M: InlineMachine> Driver<M> {
     }
 
     fn close(&mut self, id: usize, now: Now) {
-        self.awaiting.retain(|&a| a != id);
         let mut was_open = false;
         if let Some(mut p) = self.pairs.get_mut(id).and_then(Option::take) {
+            if p.awaits {
+                self.awaiting -= 1;
+            }
             // Pseudo-connections count against the UDP cap, not `max_connections`.
             was_open = p.udp.is_none();
             if let Some(mut c) = p.client.take() {
@@ -753,6 +761,7 @@ impl<M: InlineMachine> Driver<M> {
                     answer: Vec::new(),
                     overflow: false,
                 }),
+                awaits: false,
             });
             touched.push(id);
         }
