@@ -158,8 +158,9 @@ fn default_loops() -> usize {
     DEFAULT_LOOPS
 }
 /// Off: on the shared, loaded 2-CPU machine polling for memcached's answer
-/// did not measurably shorten a miss (docs/results.md, "Polling for
-/// memcached's answer"); worth trying where the node has a core to itself.
+/// did not measurably shorten a miss (docs/results.md, "Syscalls per hit and
+/// per miss, and polling for memcached's answer"); worth trying where the
+/// node has a core to itself.
 pub const DEFAULT_BACKEND_SPIN_US: u64 = 0;
 fn default_backend_spin_us() -> u64 {
     DEFAULT_BACKEND_SPIN_US
