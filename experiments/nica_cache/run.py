@@ -16,8 +16,9 @@ For each: requests/s, p50 and p99 (µs), and the CPU time memcached spends per r
 utime + stime from /proc/PID/stat over the run), beside the node's own. Medians over rounds.
 Here the node shares the machine's cores with memcached and the clients, standing in for NICA's
 FPGA NIC. ``--quick`` runs one short round; ``--loops N`` sets the attached address's event
-loops (``loops`` in ``[[attach]]``; the node's default otherwise) and ``--spin-us N`` their
-busy-polling (``spin_us``).
+loops (``loops`` in ``[[attach]]``; the node's default otherwise), ``--spin-us N`` their
+busy-polling (``spin_us``) and ``--backend-spin-us N`` their polling while memcached owes an
+answer (``backend_spin_us``).
 """
 
 from __future__ import annotations
@@ -49,8 +50,13 @@ CLIENTS = 4
 WORKLOADS = ("hits", "zipf", "misses", "misses_1client")
 LOOPS = int(sys.argv[sys.argv.index("--loops") + 1]) if "--loops" in sys.argv else None
 SPIN_US = int(sys.argv[sys.argv.index("--spin-us") + 1]) if "--spin-us" in sys.argv else None
-ARGS = (f" --loops {LOOPS}" if LOOPS is not None else "") + (
-    f" --spin-us {SPIN_US}" if SPIN_US is not None else ""
+BACKEND_SPIN_US = (
+    int(sys.argv[sys.argv.index("--backend-spin-us") + 1]) if "--backend-spin-us" in sys.argv else None
+)
+ARGS = (
+    (f" --loops {LOOPS}" if LOOPS is not None else "")
+    + (f" --spin-us {SPIN_US}" if SPIN_US is not None else "")
+    + (f" --backend-spin-us {BACKEND_SPIN_US}" if BACKEND_SPIN_US is not None else "")
 )
 PATHS = ("direct", "node")
 LOAD_DEFAULT = REPO / "target" / "release" / "examples" / "memcached_load"
@@ -110,6 +116,7 @@ def measure() -> list[dict[str, Any]]:
         f'backend = "127.0.0.1:{mport}"\ncapacity_bytes = 67108864\n'
         + (f"loops = {LOOPS}\n" if LOOPS is not None else "")
         + (f"spin_us = {SPIN_US}\n" if SPIN_US is not None else "")
+        + (f"backend_spin_us = {BACKEND_SPIN_US}\n" if BACKEND_SPIN_US is not None else "")
     )
     rows: list[dict[str, Any]] = []
     try:
@@ -207,7 +214,8 @@ def summarize(rows: list[dict[str, Any]]) -> str:
         f"{KEYS} keys, 16 B keys and values, memcached -t 2; medians of {ROUNDS} rounds of "
         f"{SECONDS:g} s per workload and path, alternating; the node's attach loops: "
         f"{LOOPS if LOOPS is not None else 'default'}, "
-        f"spin_us: {SPIN_US if SPIN_US is not None else 'default'}; "
+        f"spin_us: {SPIN_US if SPIN_US is not None else 'default'}, "
+        f"backend_spin_us: {BACKEND_SPIN_US if BACKEND_SPIN_US is not None else 'default'}; "
         f"load average {LOAD_BEFORE[0]:.1f} before, "
         f"{os.getloadavg()[0]:.1f} after. Command: "
         f"`python3 experiments/nica_cache/run.py{ARGS}`.\n\n" + md_table(header, table) + "\n"

@@ -329,11 +329,17 @@ fn on_several_loops_every_connection_gets_its_timeout_and_its_answers() {
 /// bytes and the end of stream often arrive together, and the driver (which
 /// takes a short read as having emptied the socket) must still see the end
 /// and close after answering, on one loop and on several, sleeping in
-/// epoll or busy-polling (`spin_us`).
+/// epoll or busy-polling (`spin_us`, and `backend_spin_us` on or off).
 #[test]
 fn a_client_that_sends_and_half_closes_gets_its_answers_then_a_close() {
     let Some(mc) = memcached() else { return };
-    for extra in ["loops = 1\n", "loops = 2\n", "loops = 2\nspin_us = 300\n"] {
+    for extra in [
+        "loops = 1\n",
+        "loops = 1\nbackend_spin_us = 100\n",
+        "loops = 2\nbackend_spin_us = 100\n",
+        "loops = 2\n",
+        "loops = 2\nspin_us = 300\n",
+    ] {
         let (node, addr) = node_for(mc.port, extra);
         let mut r = BufReader::new(connect(addr));
         assert_eq!(ask(&mut r, b"set h 0 0 2\r\nhi\r\n", |_| true), ["STORED"]);
@@ -382,6 +388,10 @@ fn a_bad_attach_config_is_named() {
         (
             "[[attach]]\nlisten = \"127.0.0.1:0\"\nfunction = \"memcached_cache\"\nbackend = \"a:1\"\nspin_us = 20000",
             "spin_us must be at most 10000",
+        ),
+        (
+            "[[attach]]\nlisten = \"127.0.0.1:0\"\nfunction = \"memcached_cache\"\nbackend = \"a:1\"\nbackend_spin_us = 10001",
+            "backend_spin_us must be at most 10000",
         ),
         (
             "[[attach]]\nlisten = \"127.0.0.1:0\"\nfunction = \"jwt\"\nbackend = \"a:1\"\nsecret = \"s\"\nudp = true",

@@ -99,4 +99,11 @@ pub trait InlineMachine {
     fn counters(&self) -> Vec<Counter> {
         Vec::new()
     }
+
+    /// An answer is owed by the backend on this connection (a request was
+    /// forwarded and its answer is not all in): the driver may poll for it a
+    /// little while instead of sleeping. False for machines that do not say.
+    fn awaits_backend(&self, _id: usize) -> bool {
+        false
+    }
 }

@@ -44,6 +44,8 @@ struct Pair {
     backend_w: bool,
     /// A UDP request's pseudo-connection (no client socket): where its answer goes.
     udp: Option<UdpReq>,
+    /// The backend owed an answer when the pair was last served (counted in `Driver::awaiting`).
+    awaits: bool,
 }
 
 struct UdpReq {
@@ -167,6 +169,11 @@ pub struct LoopSettings {
     /// blocking (0: never): the next message is seen without a wake-up, at
     /// the price of a busy CPU meanwhile.
     pub spin: Duration,
+    /// While the backend owes an answer on one of the loop's connections
+    /// (the machine says so), poll without sleeping for up to this long
+    /// after the turn that forwarded or read (0: never): a miss's answer is
+    /// then seen without a wake-up, and an idle or all-hits loop never spins.
+    pub backend_spin: Duration,
 }
 
 pub struct Driver<M> {
@@ -179,6 +186,9 @@ pub struct Driver<M> {
     backend: SocketAddr,
     max_connections: usize,
     spin: Duration,
+    backend_spin: Duration,
+    /// This loop's pairs the backend owes an answer (as of their last service).
+    awaiting: usize,
     stop: Arc<AtomicBool>,
     pairs: Vec<Option<Pair>>,
     buf: Vec<u8>,
@@ -264,6 +274,8 @@ impl<M: InlineMachine> Driver<M> {
             backend: settings.backend,
             max_connections: settings.max_connections,
             spin: settings.spin,
+            backend_spin: settings.backend_spin,
+            awaiting: 0,
             stop,
             pairs: Vec::new(),
             buf: vec![0; READ_CHUNK],
@@ -278,8 +290,12 @@ impl<M: InlineMachine> Driver<M> {
         let mut touched = Vec::new();
         let mut wake = Vec::new();
         let mut spin_until: Option<Instant> = None;
+        let mut backend_spin_until: Option<Instant> = None;
         while !self.stop.load(Ordering::SeqCst) {
-            let spinning = spin_until.is_some_and(|t| Instant::now() < t);
+            let spinning = {
+                let until = |t: Option<Instant>| t.is_some_and(|t| Instant::now() < t);
+                until(spin_until) || (self.awaiting > 0 && until(backend_spin_until))
+            };
             let wait = if self.again.is_empty() && !spinning && !self.udp_again {
                 Duration::from_millis(50)
             } else {
@@ -358,7 +374,33 @@ impl<M: InlineMachine> Driver<M> {
             for &id in &touched {
                 self.service(id, now);
             }
+            if !self.backend_spin.is_zero() && self.note_awaiting(&touched) {
+                backend_spin_until = Some(now.mono + self.backend_spin);
+            }
         }
+    }
+
+    /// Updates `awaiting` for the connections just served; true if one of
+    /// them waits for the backend.
+    fn note_awaiting(&mut self, served: &[usize]) -> bool {
+        let g = self.shared.lock();
+        let mut any = false;
+        for &id in served {
+            let Some(Some(p)) = self.pairs.get_mut(id) else {
+                continue;
+            };
+            let waits = p.backend.is_some() && g.machine.awaits_backend(id);
+            any |= waits;
+            if p.awaits != waits {
+                p.awaits = waits;
+                if waits {
+                    self.awaiting += 1;
+                } else {
+                    self.awaiting -= 1;
+                }
+            }
+        }
+        any
     }
 
     /// Loop 0 accepts and deals the connections out round-robin.
@@ -434,6 +476,7 @@ impl<M: InlineMachine> Driver<M> {
             client_w: true,
             backend_w: false,
             udp: None,
+            awaits: false,
         });
     }
 
@@ -684,6 +727,9 @@ impl<M: InlineMachine> Driver<M> {
     fn close(&mut self, id: usize, now: Now) {
         let mut was_open = false;
         if let Some(mut p) = self.pairs.get_mut(id).and_then(Option::take) {
+            if p.awaits {
+                self.awaiting -= 1;
+            }
             // Pseudo-connections count against the UDP cap, not `max_connections`.
             was_open = p.udp.is_none();
             if let Some(mut c) = p.client.take() {
@@ -773,6 +819,7 @@ impl<M: InlineMachine> Driver<M> {
                     answer: Vec::new(),
                     overflow: false,
                 }),
+                awaits: false,
             });
             touched.push(id);
         }
@@ -993,6 +1040,7 @@ mod tests {
             backend,
             max_connections: 4,
             spin: Duration::ZERO,
+            backend_spin: Duration::ZERO,
         };
         let driver = Driver::new(
             poll,

@@ -207,6 +207,13 @@ impl Machine {
         self.conns.get_mut(id).map(|c| &mut c.to_backend)
     }
 
+    /// An answer from memcached is awaited (the queue's front is always one).
+    pub fn awaits_backend(&self, id: usize) -> bool {
+        self.conns
+            .get(id)
+            .is_some_and(|c| !c.backend_dead && !c.queue.is_empty())
+    }
+
     /// Everything is answered (or the client is gone and nothing is awaited):
     /// the driver closes both sockets and calls `remove`.
     pub fn finished(&self, id: usize) -> bool {
@@ -810,6 +817,10 @@ impl super::inline::InlineMachine for Machine {
             ),
         ]
     }
+
+    fn awaits_backend(&self, id: usize) -> bool {
+        Machine::awaits_backend(self, id)
+    }
 }
 
 #[cfg(test)]
@@ -917,6 +928,37 @@ mod tests {
             max_pending: 8,
             ..Settings::default()
         }
+    }
+
+    /// The driver polls for memcached's answer only while the machine says
+    /// one is owed: after a forwarded miss, not after a hit, and not once the
+    /// answer is in or the backend has failed.
+    #[test]
+    fn an_answer_is_awaited_only_while_memcached_owes_one() {
+        let now = Instant::now();
+        let (mut m, mut b) = (Machine::new(small()), Backend::default());
+        let c = m.open();
+        assert!(!m.awaits_backend(c));
+        m.client_input(c, b"get k\r\n", now);
+        assert!(m.awaits_backend(c), "a miss is forwarded");
+        b.settle(&mut m, &[c], now);
+        assert!(!m.awaits_backend(c), "the miss is answered");
+        m.client_input(c, b"set k 0 0 2\r\nhi\r\n", now);
+        b.settle(&mut m, &[c], now);
+        m.client_input(c, b"get k\r\n", now);
+        b.settle(&mut m, &[c], now);
+        take(&mut m, c);
+        m.client_input(c, b"get k\r\n", now);
+        assert_eq!(take(&mut m, c), b"VALUE k 0 2\r\nhi\r\nEND\r\n");
+        assert!(!m.awaits_backend(c), "a hit owes nothing");
+        m.client_input(c, b"get nope\r\n", now);
+        assert!(m.awaits_backend(c));
+        m.backend_failed(c, now);
+        assert!(!m.awaits_backend(c), "a dead backend owes nothing");
+        assert!(
+            !m.awaits_backend(c + 1),
+            "an unknown connection owes nothing"
+        );
     }
 
     #[test]

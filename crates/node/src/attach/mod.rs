@@ -62,6 +62,9 @@ pub struct AttachConfig {
     pub loops: usize,
     /// How long a loop polls without sleeping after a turn with work (0: never).
     pub spin: Duration,
+    /// How long a loop polls without sleeping while the backend owes an
+    /// answer (a miss in flight), after the turn that forwarded it (0: never).
+    pub backend_spin: Duration,
     /// Also serve memcached's UDP framing on the same host:port (memcached_cache only).
     pub udp: bool,
     /// UDP requests in flight at once; a datagram beyond it is dropped (counted).
@@ -112,6 +115,9 @@ pub struct RawAttach {
     /// Microseconds a loop busy-polls after a turn with work before sleeping.
     #[serde(default)]
     spin_us: u64,
+    /// Microseconds a loop busy-polls while the backend owes an answer.
+    #[serde(default = "default_backend_spin_us")]
+    backend_spin_us: u64,
     // memcached_cache
     capacity_bytes: Option<usize>,
     max_value_bytes: Option<usize>,
@@ -150,6 +156,14 @@ pub const MAX_SPIN_US: u64 = 10_000;
 pub const DEFAULT_UDP_MAX_REQUESTS: usize = 1024;
 fn default_loops() -> usize {
     DEFAULT_LOOPS
+}
+/// Off: on the shared, loaded 2-CPU machine polling for memcached's answer
+/// did not measurably shorten a miss (docs/results.md, "Syscalls per hit and
+/// per miss, and polling for memcached's answer"); worth trying where the
+/// node has a core to itself.
+pub const DEFAULT_BACKEND_SPIN_US: u64 = 0;
+fn default_backend_spin_us() -> u64 {
+    DEFAULT_BACKEND_SPIN_US
 }
 
 fn host_port(field: &'static str, value: &str) -> Result<(), AttachConfigError> {
@@ -278,6 +292,12 @@ impl RawAttach {
                 max: MAX_SPIN_US as usize,
             });
         }
+        if self.backend_spin_us > MAX_SPIN_US {
+            return Err(AttachConfigError::TooLarge {
+                field: "backend_spin_us",
+                max: MAX_SPIN_US as usize,
+            });
+        }
         if self.backend_timeout_ms == 0 {
             return Err(AttachConfigError::Zero("backend_timeout_ms"));
         }
@@ -300,6 +320,7 @@ impl RawAttach {
             max_connections: self.max_connections,
             loops: self.loops,
             spin: Duration::from_micros(self.spin_us),
+            backend_spin: Duration::from_micros(self.backend_spin_us),
             udp: self.udp.unwrap_or(false),
             udp_max_requests: at_least_one(
                 "udp_max_requests",
@@ -438,6 +459,7 @@ fn spawn<M: inline::InlineMachine + Send + 'static>(
                 backend,
                 max_connections: cfg.max_connections,
                 spin: cfg.spin,
+                backend_spin: cfg.backend_spin,
             },
             stop.clone(),
             udp.take(),
