@@ -374,7 +374,7 @@ def test_config_state_loaded_into_the_rtl(node_bin: Path, start_node: Any, tmp_p
         (f"[functions.bucketize]\nborders = [{list(range(33))}]\n", "border set 0 = 33 borders"),
         ('[[slots]]\nfunction = "logit"\n', '[[slots]] function = "logit" (2)'),
         ("max_payload = 16384\n", "max_payload = 16384"),
-        ("[pool]\nbuffers = 5\n", "[pool] buffers = 5"),
+        ("[pool]\nbuffers = 17\n", "[pool] buffers = 17"),
         ("device_id = 3\n", "device_id = 3"),
     ],
 )
@@ -392,3 +392,30 @@ def test_config_the_rtl_cannot_host_is_refused(
         pytest.skip("built without the `rtl` feature")
     assert message in str(e.value), str(e.value)
     assert "--datapath rtl cannot host" in str(e.value)
+
+
+RTL_TOPK_K_MAX = 256  # the Verilated instance's TOPK_K_MAX (was 64)
+
+
+def test_topk_past_64(node: Node, rtl: Node) -> None:
+    """Top-k with K past the old 64 up to the instance's TOPK_K_MAX, bit for bit with the software
+    kernel (random, ascending, duplicates, the int32 extremes; K at n and past it); min(K, n) past
+    TOPK_K_MAX is UNSUPPORTED naming the limit (the software has none), K past it with fewer
+    elements is answered."""
+    rng = np.random.default_rng(65)
+    with Client(node.address) as sw, Client(rtl.address) as hw:
+        for n, k in [(5000, 65), (5000, 100), (5000, RTL_TOPK_K_MAX), (256, 256), (200, 1000), (3000, 255)]:
+            x = rng.integers(-(2**31), 2**31, size=n, dtype=np.int32)
+            if k == 100:
+                x = np.sort(x)  # ascending: every element enters the array
+            if k == 255:
+                x = rng.choice(np.array([-(2**31), -1, 0, 7, 2**31 - 1], dtype=np.int32), size=n)
+            np.testing.assert_array_equal(
+                hw.call("topk", x, k=k), sw.call("topk", x, k=k), err_msg=f"{n} {k}"
+            )
+    x = rng.integers(-1000, 1000, size=RTL_TOPK_K_MAX + 1, dtype=np.int32)
+    wire = encode_request(5, 1, x.tobytes(), param=RTL_TOPK_K_MAX + 1, tenant=2)
+    hw_ans = exchange(rtl.addr, wire)
+    assert struct.unpack_from("<H", hw_ans, 4)[0] == 10, hw_ans[:64].hex()  # UNSUPPORTED
+    assert struct.unpack_from("<Q", hw_ans, 48)[0] == RTL_TOPK_K_MAX
+    assert struct.unpack_from("<H", exchange(node.addr, wire), 4)[0] == 0  # the software answers it

@@ -5,8 +5,10 @@
 
 /// Connections the instance keeps (`CONN_COUNT`).
 pub const CONNECTIONS: usize = 16;
-/// Reassembly buffers (`BUF_COUNT`): the software node's default `[pool] buffers`.
-pub const BUF_COUNT: usize = 4;
+/// Reassembly buffers (`BUF_COUNT`): one per connection, as the RTL has no
+/// connection close yet (a client gone in the middle of a request holds its
+/// buffer until the driver resets the model); the software's default is 4.
+pub const BUF_COUNT: usize = 16;
 /// Bytes per reassembly buffer (`BUF_BYTES`): the software's default `[pool] buffer_bytes`.
 pub const BUF_BYTES: usize = 2 * 1024 * 1024;
 /// The largest payload admitted (`MAX_PAYLOAD`); more is TOO_LARGE with this
@@ -16,8 +18,9 @@ pub const MAX_PAYLOAD: usize = 2 * 1024 * 1024;
 pub const DESC_DEPTH: usize = 16;
 /// The device id stamped on responses (`DEVICE_ID`).
 pub const DEVICE_ID: u8 = 0;
-/// Top-k's sorted array (`TOPK_K_MAX`): min(K, n) above it is UNSUPPORTED.
-pub const TOPK_K_MAX: usize = 64;
+/// Top-k's sorted array (`TOPK_K_MAX`): min(K, n) above it is UNSUPPORTED
+/// (the software has no limit).
+pub const TOPK_K_MAX: usize = 256;
 /// MapId's hash table has 2^`MAPID_TABLE_BITS` slots and keeps at most half
 /// of them as distinct keys.
 pub const MAPID_TABLE_BITS: u32 = 16;

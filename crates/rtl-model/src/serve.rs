@@ -4,6 +4,10 @@
 //! stepped, and each connection's response bytes written back. Every
 //! decision about a request is the RTL's; this loop only moves bytes.
 //!
+//! The function state (MapId's dictionary, Bucketize's border sets) is the
+//! caller's: the built-in one, or a `--config` file's once `check_settings`
+//! has passed it.
+//!
 //! A connection index is given back when its client has gone and the model
 //! is idle: at once when the RTL holds no bytes of it (it closed between
 //! requests), else after a reset of the model once no client is connected

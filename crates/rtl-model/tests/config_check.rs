@@ -86,7 +86,7 @@ fn each_limit_is_refused_naming_setting_and_limit() {
     assert!(refused(&s).contains("without function 3"));
     let mut s = ok();
     s.buffers = BUF_COUNT + 1;
-    assert!(refused(&s).contains("[pool] buffers = 5"));
+    assert!(refused(&s).contains("[pool] buffers = 17"));
     let mut s = ok();
     s.buffer_bytes += 1;
     assert!(refused(&s).contains("BUF_BYTES 2097152"));
