@@ -92,7 +92,7 @@ module offrac_request_path #(
     parameter [7:0] DEVICE_ID = 8'd0,
     parameter TOPK_K_MAX  = 64,
     parameter MAPID_TABLE_BITS = 16,
-    parameter MAPID_MAX_BEATS  = 256,
+    parameter MAPID_MAX_BEATS  = (MAX_PAYLOAD + 63) / 64,   // MapId's result buffer takes the largest payload
     parameter BUCKET_SETS_MAX    = 4,
     parameter BUCKET_BORDERS_MAX = 32,
     parameter [255:0] PEERS = 256'h0   // devices a later hop may be forwarded to (m_net_axis_*)

@@ -25,18 +25,17 @@ const SOURCES: &[&str] = &[
     "offrac_chain_router",
 ];
 
-/// The instance the node serves with (docs/rtl.md, "The Verilated datapath").
-const PARAMETERS: &[&str] = &[
-    "-GCONN_COUNT=16",
-    "-GBUF_COUNT=16",
-    "-GBUF_BYTES=32768",
-    "-GMAX_PAYLOAD=16384",
-    "-GDESC_DEPTH=16",
-];
+/// The instance the node serves with (docs/rtl.md, "The Verilated datapath"):
+/// the same numbers the crate checks a node's configuration against.
+#[allow(dead_code)]
+mod params {
+    include!("src/params.rs");
+}
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=csrc/shim.cpp");
+    println!("cargo:rerun-if-changed=src/params.rs");
     if std::env::var_os("CARGO_FEATURE_MODEL").is_none() {
         return;
     }
@@ -56,7 +55,7 @@ fn main() {
     ])
     .args(["-Wno-style", "--prefix", "Vrp", "-Mdir"])
     .arg(&obj)
-    .args(PARAMETERS);
+    .args(params::verilator_parameters());
     for s in SOURCES {
         let f = rtl.join(format!("{s}.v"));
         println!("cargo:rerun-if-changed={}", f.display());

@@ -306,3 +306,139 @@ def test_traced_chain_reports_each_hop_as_the_software_does(node: Node, rtl: Nod
     assert ran == [(h.device, h.ran) for h in sw_info.hop_times] == [(0, True)] * 3 + [(0, False)] * 5
     assert all(h.exec_ns >= 1 for h in hw_info.hop_times[:3])
     assert sum(h.exec_ns for h in hw_info.hop_times) == hw_info.exec_ns
+
+
+RTL_MAX_PAYLOAD = (
+    2 * 1024 * 1024
+)  # the Verilated instance's MAX_PAYLOAD: the software node's default max_payload
+RTL_SLOTS = "".join(
+    f'[[slots]]\nfunction = "{f}"\n'
+    for f in ("echo", "topk", "minmax", "mapid", "sparsetransform", "bucketize")
+)
+
+
+def test_payloads_up_to_the_software_default_max_payload(node: Node, rtl: Node) -> None:
+    """Payloads past the old 16 KiB up to exactly the default max_payload (2 MiB) answered as the
+    software answers them, and one byte more refused TOO_LARGE with the maximum as detail by both."""
+    rng = np.random.default_rng(2)
+    with Client(node.address, timeout=120) as sw, Client(rtl.address, timeout=120) as hw:
+        for size in [16385, 65536 + 3, 1 << 20, RTL_MAX_PAYLOAD]:
+            data = rng.bytes(size)
+            assert hw.call("echo", data) == data, size
+        x = rng.standard_normal(RTL_MAX_PAYLOAD // 4).astype(np.float32)
+        np.testing.assert_array_equal(hw.call("minmax", x), sw.call("minmax", x))
+        ids = rng.integers(0, 2**32, size=(1 << 18) + 5, dtype=np.uint32)
+        np.testing.assert_array_equal(hw.call("mapid", ids), sw.call("mapid", ids))
+        x = rng.integers(-(2**31), 2**31, size=RTL_MAX_PAYLOAD // 4, dtype=np.int32)
+        np.testing.assert_array_equal(hw.call("topk", x, k=64), sw.call("topk", x, k=64))
+    # one byte over: the header alone is enough for both to refuse it
+    for size in (RTL_MAX_PAYLOAD + 1, 2**32 - 1):
+        wire = encode_request(77, 0, b"", tenant=5)
+        wire = wire[:16] + struct.pack("<I", size) + wire[20:]
+        sw_ans, hw_ans = exchange(node.addr, wire), exchange(rtl.addr, wire)
+        same_answer(sw_ans, hw_ans, f"too large {size}")
+        assert struct.unpack_from("<H", hw_ans, 4)[0] == 3  # TOO_LARGE
+        assert struct.unpack_from("<Q", hw_ans, 48)[0] == RTL_MAX_PAYLOAD
+
+
+def test_config_state_loaded_into_the_rtl(node_bin: Path, start_node: Any, tmp_path: Path) -> None:
+    """``--datapath rtl --config FILE``: the file's MapId dictionary (a key file, repeats and all)
+    and its Bucketize border sets, unlike the built-in ones, loaded through the RTL's configuration
+    ports; the same answers as a software node started with the same file."""
+    rng = np.random.default_rng(99)
+    keys = rng.integers(0, 2**32, size=3000, dtype=np.uint32)
+    keys[100:110] = keys[:10]  # repeats keep their first index
+    (tmp_path / "keys.txt").write_text("".join(f"{int(k):08x}\n" for k in keys))
+    borders = [
+        [-1.5, 0.0, 2.0, 3.25, 1000.0],
+        [float(b) for b in np.linspace(-50, 50, 32, dtype=np.float32)],
+        [7.0],
+    ]
+    config = (
+        RTL_SLOTS
+        + f'[functions.mapid]\ndictionary = "{tmp_path / "keys.txt"}"\n'
+        + f"[functions.bucketize]\nborders = {json.dumps(borders)}\n"
+    )
+    sw = start_node(config)
+    hw = Node(node_bin, tmp_path / "rtl", config=config, extra=["--datapath", "rtl"])
+    try:
+        ids = np.concatenate([rng.choice(keys, size=2000), rng.integers(0, 2**32, size=500, dtype=np.uint32)])
+        ids = ids.astype(np.uint32)
+        x = np.concatenate(
+            [rng.uniform(-60, 60, size=3000), [-1.5, 0.0, -0.0, 2.0, 1000.0, 1e9, -np.inf, np.inf, 7.0]]
+        ).astype(np.float32)
+        with Client(sw.address) as s, Client(hw.address) as h:
+            want = s.call("mapid", ids)
+            assert int(want.max()) == len(set(keys.tolist()))  # the file's D, not 32768
+            np.testing.assert_array_equal(h.call("mapid", ids), want)
+            for b in range(3):
+                want = s.call("bucketize", x, set=b)
+                np.testing.assert_array_equal(h.call("bucketize", x, set=b), want, err_msg=str(b))
+            with pytest.raises(BadInputError):
+                s.call("bucketize", x, set=3)
+            with pytest.raises(BadInputError):
+                h.call("bucketize", x, set=3)
+        for param in (0, 1, 3):
+            wire = encode_request(param, 8, x[:40].tobytes(), param=param, tenant=4)
+            same_answer(exchange(sw.addr, wire), exchange(hw.addr, wire), f"set {param}")
+    finally:
+        assert hw.alive(), hw.stderr_tail()
+        assert hw.stop() == 0, hw.stderr_tail()
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (
+            "[functions.mapid]\nkeys = [{}]\n".format(", ".join(str(i) for i in range(32769))),
+            "[functions.mapid] dictionary = 32769 distinct keys",
+        ),
+        ("[functions.bucketize]\nborders = [[1.0], [2.0], [3.0], [4.0], [5.0]]\n", "BUCKET_SETS_MAX 4"),
+        (f"[functions.bucketize]\nborders = [{list(range(33))}]\n", "border set 0 = 33 borders"),
+        ('[[slots]]\nfunction = "logit"\n', '[[slots]] function = "logit" (2)'),
+        ("max_payload = 16384\n", "max_payload = 16384"),
+        ("[pool]\nbuffers = 17\n", "[pool] buffers = 17"),
+        ("device_id = 3\n", "device_id = 3"),
+    ],
+)
+def test_config_the_rtl_cannot_host_is_refused(
+    node_bin: Path, tmp_path: Path, extra: str, message: str
+) -> None:
+    """A dictionary larger than MapId's table, more border sets or borders than Bucketize holds, a
+    function the RTL lacks, a payload limit or pool past its parameters: refused at start, before
+    it listens, with a message naming the setting and the limit."""
+    top_level = extra.startswith(("max_payload", "device_id"))  # keys before the first table
+    config = extra + RTL_SLOTS if top_level else RTL_SLOTS + extra
+    with pytest.raises(RuntimeError) as e:
+        Node(node_bin, tmp_path, config=config, extra=["--datapath", "rtl"])
+    if "without the `rtl` feature" in str(e.value):
+        pytest.skip("built without the `rtl` feature")
+    assert message in str(e.value), str(e.value)
+    assert "--datapath rtl cannot host" in str(e.value)
+
+
+RTL_TOPK_K_MAX = 256  # the Verilated instance's TOPK_K_MAX (was 64)
+
+
+def test_topk_past_64(node: Node, rtl: Node) -> None:
+    """Top-k with K past the old 64 up to the instance's TOPK_K_MAX, bit for bit with the software
+    kernel (random, ascending, duplicates, the int32 extremes; K at n and past it); min(K, n) past
+    TOPK_K_MAX is UNSUPPORTED naming the limit (the software has none), K past it with fewer
+    elements is answered."""
+    rng = np.random.default_rng(65)
+    with Client(node.address) as sw, Client(rtl.address) as hw:
+        for n, k in [(5000, 65), (5000, 100), (5000, RTL_TOPK_K_MAX), (256, 256), (200, 1000), (3000, 255)]:
+            x = rng.integers(-(2**31), 2**31, size=n, dtype=np.int32)
+            if k == 100:
+                x = np.sort(x)  # ascending: every element enters the array
+            if k == 255:
+                x = rng.choice(np.array([-(2**31), -1, 0, 7, 2**31 - 1], dtype=np.int32), size=n)
+            np.testing.assert_array_equal(
+                hw.call("topk", x, k=k), sw.call("topk", x, k=k), err_msg=f"{n} {k}"
+            )
+    x = rng.integers(-1000, 1000, size=RTL_TOPK_K_MAX + 1, dtype=np.int32)
+    wire = encode_request(5, 1, x.tobytes(), param=RTL_TOPK_K_MAX + 1, tenant=2)
+    hw_ans = exchange(rtl.addr, wire)
+    assert struct.unpack_from("<H", hw_ans, 4)[0] == 10, hw_ans[:64].hex()  # UNSUPPORTED
+    assert struct.unpack_from("<Q", hw_ans, 48)[0] == RTL_TOPK_K_MAX
+    assert struct.unpack_from("<H", exchange(node.addr, wire), 4)[0] == 0  # the software answers it

@@ -91,7 +91,7 @@ PARAMETERS: dict[str, dict[str, object]] = {
         "DESC_DEPTH": 4,
         "TOPK_K_MAX": 16,
         "MAPID_TABLE_BITS": 6,
-        "MAPID_MAX_BEATS": 8,
+        # MAPID_MAX_BEATS left to its default, MAX_PAYLOAD / 64 = 8: MapId takes what the dispatcher admits
         "PEERS": "256'h200",  # device 9
     },
 }

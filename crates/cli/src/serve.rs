@@ -27,7 +27,8 @@ pub struct Args {
     log_json: bool,
     /// Which datapath runs the requests: the software node, or the Verilated
     /// RTL request path (the six built-ins: echo, top-k, min-max, MapId, SparseTransform,
-    /// Bucketize; needs a build with the `rtl` feature).
+    /// Bucketize; needs a build with the `rtl` feature). With rtl, --config's MapId dictionary
+    /// and Bucketize borders are loaded into it, and settings it cannot host are refused.
     #[arg(long, env = "OFFRAC_DATAPATH", value_enum, default_value_t = Datapath::Software)]
     datapath: Datapath,
 }
@@ -94,17 +95,39 @@ pub fn run(a: Args) -> Result<(), CliError> {
 }
 
 /// `--datapath rtl`: the RTL request path, Verilated, behind a thin TCP
-/// driver (offrac-rtl-model). The configuration file, metrics and attach
-/// points are the software node's and do not apply.
+/// driver (offrac-rtl-model). With `--config`, the file's function state
+/// (MapId's dictionary, Bucketize's border sets) is loaded into the RTL at
+/// start-up, and whatever the instance cannot host (a function it lacks, a
+/// pool or payload limit past its parameters, a dictionary or border set
+/// larger than its tables, peers, attach points, ...) stops it before it
+/// listens, naming the setting and the limit.
 #[cfg(feature = "rtl")]
 fn run_rtl(a: &Args) -> Result<(), CliError> {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
-    if a.config.is_some() || !a.attach.is_empty() {
+    if !a.attach.is_empty() {
         return Err(CliError::Usage(
-            "--datapath rtl takes no --config or --attach: the RTL's configuration is fixed at build time (docs/rtl.md)".into(),
+            "--datapath rtl takes no --attach: the RTL request path fronts no server (docs/rtl.md)"
+                .into(),
         ));
     }
+    let state = match a.config.as_deref() {
+        Some(path) => {
+            let cfg = load_config(Some(path))?;
+            let settings = rtl_settings(&cfg);
+            for w in offrac_rtl_model::check_settings(&settings)
+                .map_err(|e| CliError::Usage(format!("{path}: {e}")))?
+            {
+                tracing::warn!("{w}");
+            }
+            (settings.dictionary, settings.borders)
+        }
+        // no file: the instance's own functions with the node's built-in state
+        None => {
+            let s = offrac_node::NodeConfig::default_config().state;
+            (s.dictionary.keys(), s.borders.to_vec())
+        }
+    };
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [SIGINT, SIGTERM] {
         signal_hook::flag::register(sig, Arc::clone(&stop))?;
@@ -116,7 +139,7 @@ fn run_rtl(a: &Args) -> Result<(), CliError> {
     let (tx, rx) = std::sync::mpsc::channel();
     let flag = Arc::clone(&stop);
     let worker = std::thread::spawn(move || {
-        offrac_rtl_model::serve(listener, &flag, move || {
+        offrac_rtl_model::serve(listener, &flag, &state.0, &state.1, move || {
             let _ = tx.send(());
         })
     });
@@ -137,6 +160,40 @@ fn run_rtl(a: &Args) -> Result<(), CliError> {
     );
     stop.store(true, Ordering::Relaxed);
     Ok(())
+}
+
+/// What of the node's configuration matters to the RTL (checked by
+/// `offrac_rtl_model::check_settings`).
+#[cfg(feature = "rtl")]
+fn rtl_settings(c: &offrac_node::NodeConfig) -> offrac_rtl_model::RtlSettings {
+    let mut other = Vec::new();
+    if !c.attach.is_empty() {
+        other.push("[[attach]]".to_string());
+    }
+    if c.cluster.is_some() {
+        other.push("[cluster]".to_string());
+    }
+    if !c.control.keys.is_empty() {
+        other.push("[control] tenants".to_string());
+    }
+    if c.autoscale.is_some() {
+        other.push("[autoscale]".to_string());
+    }
+    offrac_rtl_model::RtlSettings {
+        device_id: c.engine.device_id,
+        peers: c.devices.iter().map(|d| d.device).collect(),
+        slots: c
+            .slots
+            .iter()
+            .map(|s| (s.function.id(), s.function.name().to_string(), s.spare))
+            .collect(),
+        buffers: c.engine.buffers,
+        buffer_bytes: c.engine.buffer_bytes,
+        max_payload: c.engine.max_payload,
+        dictionary: c.state.dictionary.keys(),
+        borders: c.state.borders.to_vec(),
+        other,
+    }
 }
 
 #[cfg(not(feature = "rtl"))]

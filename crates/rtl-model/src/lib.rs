@@ -3,17 +3,23 @@
 //! datapath (`offrac serve --datapath rtl`, docs/rtl.md "The Verilated
 //! datapath").
 //!
-//! Everything here needs the `model` feature (and Verilator 5 at build time);
-//! without it the crate is empty, so ordinary workspace builds need no
-//! Verilator.
+//! The model and the driver need the `model` feature (and Verilator 5 at
+//! build time); without it only the instance's parameters and the check of a
+//! node configuration against them are here, so ordinary workspace builds
+//! need no Verilator.
+
+mod check;
+pub mod params;
 
 #[cfg(feature = "model")]
 mod model;
 #[cfg(feature = "model")]
 mod serve;
 
+pub use check::{check_settings, RtlSettings};
 #[cfg(feature = "model")]
-pub use model::{Model, OutBeat, CONNECTIONS, MAX_PAYLOAD};
+pub use model::{Model, OutBeat};
+pub use params::{CONNECTIONS, MAX_PAYLOAD};
 #[cfg(feature = "model")]
 pub use serve::{serve, ServeStats};
 
@@ -26,4 +32,12 @@ pub enum RtlError {
     Dictionary(String),
     #[error("the RTL did not take the Bucketize border sets: {0}")]
     Borders(String),
+    /// A setting of the node's configuration the Verilated instance cannot
+    /// host (its parameters are fixed when it is built).
+    #[error("--datapath rtl cannot host {setting} = {value}: {limit} (docs/rtl.md, \"The Verilated datapath\")")]
+    Unsupported {
+        setting: String,
+        value: String,
+        limit: String,
+    },
 }

@@ -3,12 +3,8 @@
 use std::collections::VecDeque;
 use std::ffi::c_void;
 
+use crate::params::CONNECTIONS;
 use crate::RtlError;
-
-/// Connections the Verilated instance keeps (build.rs: `CONN_COUNT`).
-pub const CONNECTIONS: usize = 16;
-/// The largest payload it admits (build.rs: `MAX_PAYLOAD`); more is TOO_LARGE.
-pub const MAX_PAYLOAD: usize = 16384;
 
 #[repr(C)]
 struct RpIn {

@@ -4,6 +4,10 @@
 //! stepped, and each connection's response bytes written back. Every
 //! decision about a request is the RTL's; this loop only moves bytes.
 //!
+//! The function state (MapId's dictionary, Bucketize's border sets) is the
+//! caller's: the built-in one, or a `--config` file's once `check_settings`
+//! has passed it.
+//!
 //! A connection index is given back when its client has gone and the model
 //! is idle: at once when the RTL holds no bytes of it (it closed between
 //! requests), else once the RTL has taken its close (s_abort_*: the partial
@@ -16,7 +20,8 @@ use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use crate::model::{Model, CONNECTIONS};
+use crate::model::Model;
+use crate::params::CONNECTIONS;
 use crate::RtlError;
 
 /// Input bytes buffered per connection before reading pauses.
@@ -56,25 +61,22 @@ struct Conn {
     eof: bool,
 }
 
-/// Serve on `listener` until `stop` is set, loading the node's built-in MapId
-/// dictionary first (as the software node holds it).
-/// `ready` is called once the dictionary is in and clients can be served.
+/// Serve on `listener` until `stop` is set, loading the node's function
+/// state first through the RTL's configuration ports: MapId's `dictionary`
+/// (distinct keys in index order) and Bucketize's border `sets` (both checked
+/// against the instance by `check_settings`; the node's built-in ones when
+/// its configuration has none). `ready` is called once both are in and
+/// clients can be served.
 pub fn serve(
     listener: TcpListener,
     stop: &AtomicBool,
+    dictionary: &[u32],
+    borders: &[Vec<f32>],
     ready: impl FnOnce(),
 ) -> Result<ServeStats, RtlError> {
-    use offrac_accel::dlrm::state::{
-        default_borders, default_dictionary_key, DEFAULT_DICTIONARY_KEYS,
-    };
     let mut model = Model::new();
-    let keys: Vec<u32> = (0..DEFAULT_DICTIONARY_KEYS as u64)
-        .map(default_dictionary_key)
-        .collect();
-    let d = model.load_dictionary(&keys)?;
-    // Bucketize's border sets: the node's built-in one (`--config` is refused,
-    // so the built-in state is the node's configuration)
-    let sets = model.load_borders(&[default_borders()])?;
+    let d = model.load_dictionary(dictionary)?;
+    let sets = model.load_borders(borders)?;
     tracing::info!(
         keys = d,
         border_sets = sets,

@@ -206,7 +206,11 @@ fn tcp_clients_through_the_driver() {
     let addr = listener.local_addr().unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&stop);
-    let server = std::thread::spawn(move || offrac_rtl_model::serve(listener, &flag, || {}));
+    let state = offrac_accel::FunctionState::default();
+    let (keys, borders) = (state.dictionary.keys(), state.borders.to_vec());
+    let server = std::thread::spawn(move || {
+        offrac_rtl_model::serve(listener, &flag, &keys, &borders, || {})
+    });
     let clients: Vec<_> = (0..3u64)
         .map(|c| {
             std::thread::spawn(move || {

@@ -52,6 +52,16 @@ impl Dictionary {
         self.map.is_empty()
     }
 
+    /// The distinct keys in index order: `from_keys` of them gives this
+    /// dictionary again (what a hardware table is loaded with).
+    pub fn keys(&self) -> Vec<u32> {
+        let mut keys = vec![0u32; self.map.len()];
+        for (&k, &i) in &self.map {
+            keys[i as usize] = k;
+        }
+        keys
+    }
+
     /// The index ids outside the dictionary map to.
     pub fn missing(&self) -> u32 {
         self.map.len() as u32

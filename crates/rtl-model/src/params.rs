@@ -1,0 +1,53 @@
+// The parameters of the Verilated instance `offrac serve --datapath rtl` runs
+// (docs/rtl.md, "The Verilated datapath"). build.rs passes them to Verilator
+// and the crate checks a node configuration against them, so both read this
+// one file (`include!`d by build.rs, a module of the crate).
+
+/// Connections the instance keeps (`CONN_COUNT`).
+pub const CONNECTIONS: usize = 16;
+/// Reassembly buffers (`BUF_COUNT`): one per connection, as the RTL has no
+/// connection close yet (a client gone in the middle of a request holds its
+/// buffer until the driver resets the model); the software's default is 4.
+pub const BUF_COUNT: usize = 16;
+/// Bytes per reassembly buffer (`BUF_BYTES`): the software's default `[pool] buffer_bytes`.
+pub const BUF_BYTES: usize = 2 * 1024 * 1024;
+/// The largest payload admitted (`MAX_PAYLOAD`); more is TOO_LARGE with this
+/// as the detail: the software node's default `max_payload`.
+pub const MAX_PAYLOAD: usize = 2 * 1024 * 1024;
+/// Complete requests queued for the executor (`DESC_DEPTH`).
+pub const DESC_DEPTH: usize = 16;
+/// The device id stamped on responses (`DEVICE_ID`).
+pub const DEVICE_ID: u8 = 0;
+/// Top-k's sorted array (`TOPK_K_MAX`): min(K, n) above it is UNSUPPORTED
+/// (the software has no limit).
+pub const TOPK_K_MAX: usize = 256;
+/// MapId's hash table has 2^`MAPID_TABLE_BITS` slots and keeps at most half
+/// of them as distinct keys.
+pub const MAPID_TABLE_BITS: u32 = 16;
+/// The most distinct keys MapId's table holds (`DICT_MAX`).
+pub const MAPID_DICT_MAX: usize = 1 << (MAPID_TABLE_BITS - 1);
+/// Bucketize's border sets (`BUCKET_SETS_MAX`) ...
+pub const BUCKET_SETS_MAX: usize = 4;
+/// ... of at most this many borders each (`BUCKET_BORDERS_MAX`).
+pub const BUCKET_BORDERS_MAX: usize = 32;
+/// The functions the top hosts (its `HOSTED` bitmap): echo, top-k, min-max,
+/// MapId, SparseTransform, Bucketize; one unit each.
+pub const HOSTED: [u8; 6] = [0, 1, 3, 6, 7, 8];
+
+/// The `-G` parameters Verilator gets for the top.
+pub fn verilator_parameters() -> Vec<String> {
+    vec![
+        format!("-GCONN_COUNT={CONNECTIONS}"),
+        format!("-GBUF_COUNT={BUF_COUNT}"),
+        format!("-GBUF_BYTES={BUF_BYTES}"),
+        format!("-GMAX_PAYLOAD={MAX_PAYLOAD}"),
+        format!("-GDESC_DEPTH={DESC_DEPTH}"),
+        format!("-GDEVICE_ID={DEVICE_ID}"),
+        format!("-GTOPK_K_MAX={TOPK_K_MAX}"),
+        format!("-GMAPID_TABLE_BITS={MAPID_TABLE_BITS}"),
+        // MapId's result buffer takes the largest payload, as the other units' do
+        format!("-GMAPID_MAX_BEATS={}", MAX_PAYLOAD / 64),
+        format!("-GBUCKET_SETS_MAX={BUCKET_SETS_MAX}"),
+        format!("-GBUCKET_BORDERS_MAX={BUCKET_BORDERS_MAX}"),
+    ]
+}
