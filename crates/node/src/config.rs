@@ -23,7 +23,7 @@ pub enum ConfigError {
         function: &'static str,
         message: String,
     },
-    #[error("io.mode must be \"poll\" or \"blocking\", not {0:?}")]
+    #[error("io.mode must be \"poll\", \"yield\" or \"blocking\", not {0:?}")]
     BadIoMode(String),
     #[error("[[devices]] entry {id}: addr {addr:?} is not host:port")]
     BadDeviceAddr { id: u8, addr: String },
@@ -49,6 +49,12 @@ pub enum IoMode {
     Poll,
     /// Sleep in the kernel whenever there is nothing to do.
     Blocking,
+    /// For up to `spin_us` of idleness, poll (`epoll_wait` with no
+    /// timeout) and give the core away (`sched_yield`) between empty
+    /// polls, as MPI ranks with `mpi_yield_when_idle` do; then sleep. A
+    /// message that lands meanwhile is seen without a kernel wake-up, and
+    /// the other threads on a shared core still run.
+    Yield,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -696,6 +702,7 @@ impl NodeConfig {
         let io_mode = match raw.io.mode.as_str() {
             "poll" => IoMode::Poll,
             "blocking" => IoMode::Blocking,
+            "yield" => IoMode::Yield,
             other => return Err(ConfigError::BadIoMode(other.into())),
         };
         let engine = EngineConfig {
@@ -900,6 +907,8 @@ mod tests {
         assert!(e.to_string().contains("exceeds pool.buffer_bytes"), "{e}");
         let e = NodeConfig::parse("[io]\nmode = \"turbo\"").unwrap_err();
         assert!(e.to_string().contains("turbo"), "{e}");
+        let y = NodeConfig::parse("[io]\nmode = \"yield\"\nspin_us = 2000").expect("yield");
+        assert_eq!((y.io_mode, y.spin_us), (IoMode::Yield, 2000));
         let e = NodeConfig::parse("[[devices]]\nid = 3\naddr = \"10.0.0.2\"").unwrap_err();
         assert!(e.to_string().contains("not host:port"), "{e}");
         let two = "[[devices]]\nid = 3\naddr = \"a:1\"\n[[devices]]\nid = 3\naddr = \"b:1\"";
