@@ -300,7 +300,8 @@ def main() -> None:
     variants = a.variants.split(",")
     load = os.getloadavg()
     print(
-        f"load average at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; nodes' io mode {a.io_mode}, spin_us {a.spin_us}",
+        f"load average at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; "
+        f"nodes' io mode {a.io_mode}, spin_us {a.spin_us}",
         flush=True,
     )
     logs = a.logs or Path(tempfile.mkdtemp(prefix="offrac-collectives-"))

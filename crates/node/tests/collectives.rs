@@ -310,6 +310,18 @@ fn raw_call(
         .expect_err("the call is refused")
 }
 
+/// Rank 0's refused call: what its refusal says (`why`), the call, and the
+/// statuses of rank 0 and of the others.
+struct Refused {
+    why: &'static str,
+    count: u32,
+    input: Vec<i32>,
+    flags: u8,
+    param: u64,
+    root: Status,
+    others: Status,
+}
+
 /// A rank whose call is refused before its collective starts (a wrong input
 /// size, a named input the node does not hold, a collective beyond the
 /// node's limit) fails the ranks waiting for it at once with the reason,
@@ -318,41 +330,48 @@ fn raw_call(
 fn a_refused_call_fails_the_waiting_ranks_at_once() {
     let nodes = cluster();
     let count = 100u32;
-    let cases: [(&str, u32, Vec<i32>, u8, u64, Status, Status); 3] = [
+    let cases = [
         // 99 elements for a count of 100
-        (
-            "gives 396 input bytes",
+        Refused {
+            why: "gives 396 input bytes",
             count,
-            input(0, 99),
-            0,
-            0,
-            Status::BadInput,
-            Status::BadInput,
-        ),
+            input: input(0, 99),
+            flags: 0,
+            param: 0,
+            root: Status::BadInput,
+            others: Status::BadInput,
+        },
         // input from named buffer 77, which this node does not hold
-        (
-            "77",
+        Refused {
+            why: "77",
             count,
-            Vec::new(),
-            1,
-            77,
-            Status::UnknownBuffer,
-            Status::BadInput,
-        ),
+            input: Vec::new(),
+            flags: 1,
+            param: 77,
+            root: Status::UnknownBuffer,
+            others: Status::BadInput,
+        },
         // 4 GiB of work: beyond max_work_bytes
-        (
-            "exceeds this node's limit",
-            u32::MAX / 4,
-            Vec::new(),
-            0,
-            0,
-            Status::TooLarge,
-            Status::TooLarge,
-        ),
+        Refused {
+            why: "exceeds this node's limit",
+            count: u32::MAX / 4,
+            input: Vec::new(),
+            flags: 0,
+            param: 0,
+            root: Status::TooLarge,
+            others: Status::TooLarge,
+        },
     ];
-    for (i, (why, root_count, root_input, flags, param, root_status, others)) in
-        cases.into_iter().enumerate()
-    {
+    for (i, case) in cases.into_iter().enumerate() {
+        let Refused {
+            why,
+            count: root_count,
+            input: root_input,
+            flags,
+            param,
+            root: root_status,
+            others,
+        } = case;
         let tag = 10 + i as u64;
         let t = Instant::now();
         let (root, errs) = std::thread::scope(|s| {
