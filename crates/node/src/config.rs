@@ -67,6 +67,8 @@ struct Raw {
     stall_timeout_ms: u64,
     #[serde(default = "default_reassembly")]
     reassembly_timeout_ms: u64,
+    #[serde(default = "default_reassembly_rate")]
+    reassembly_min_rate: u64,
     #[serde(default = "default_grace")]
     shutdown_grace_ms: u64,
     #[serde(default = "default_linger")]
@@ -410,6 +412,9 @@ fn default_stall() -> u64 {
 fn default_reassembly() -> u64 {
     EngineConfig::default().reassembly_timeout.as_millis() as u64
 }
+fn default_reassembly_rate() -> u64 {
+    EngineConfig::default().reassembly_min_rate
+}
 fn default_grace() -> u64 {
     DriverConfig::new(Vec::new()).shutdown_grace.as_millis() as u64
 }
@@ -716,6 +721,7 @@ impl NodeConfig {
             slot_queue_bytes: raw.selector.slot_queue_bytes,
             stall_timeout: Duration::from_millis(raw.stall_timeout_ms),
             reassembly_timeout: Duration::from_millis(raw.reassembly_timeout_ms),
+            reassembly_min_rate: raw.reassembly_min_rate,
             slots,
             slot_queue_depths: slot_settings.iter().map(|s| s.queue_depth).collect(),
             device_id: raw.device_id,
