@@ -70,20 +70,21 @@ WORKER_TIMEOUT_S = 3600
 WORKER_GRACE_S = 20
 
 
-def node_config(hosts: Hosts, me: int, n: int, io_mode: str) -> str:
+def node_config(hosts: Hosts, me: int, n: int, io_mode: str, spin_us: int) -> str:
     peers = devices(hosts, me, n, PORT)
     return (
         f"device_id = {me}\nmax_payload = {MAX_PAYLOAD}\nreassembly_timeout_ms = {REASSEMBLY_MS}\n"
         f'[metrics]\nlisten = "{hosts.ip(me)}:{PORT + 1}"\n'
-        f'[io]\nmode = "{io_mode}"\n'
+        f'[io]\nmode = "{io_mode}"\nspin_us = {spin_us}\n'
         f"[pool]\nbuffers = 8\nbuffer_bytes = {MAX_PAYLOAD}\n"
         f"[selector]\nslot_queue_bytes = {MAX_PAYLOAD}\n"
         f"[named_buffers]\nmax_bytes = {1 << 30}\n{peers}"
     )
 
 
-def start_nodes(hosts: Hosts, n: int, tmp: Path, io_mode: str, logs: Path) -> Nodes:
-    return start_linked_nodes(hosts, [node_config(hosts, i, n, io_mode) for i in range(n)], PORT, tmp, logs)
+def start_nodes(hosts: Hosts, n: int, tmp: Path, io_mode: str, spin_us: int, logs: Path) -> Nodes:
+    configs = [node_config(hosts, i, n, io_mode, spin_us) for i in range(n)]
+    return start_linked_nodes(hosts, configs, PORT, tmp, logs)
 
 
 def latency(lines: list[dict[str, object]], nbytes: int) -> float:
@@ -277,10 +278,17 @@ def main() -> None:
     )
     ap.add_argument(
         "--io-mode",
-        choices=["blocking", "poll"],
+        choices=["blocking", "poll", "yield"],
         default="blocking",
         help="the nodes' [io] mode (default blocking: sleep when idle, as the MPI ranks yield; "
         "poll busy-polls spin_us after each event, which starves the other hosts on shared cores)",
+    )
+    ap.add_argument(
+        "--spin-us",
+        type=int,
+        default=1000,
+        help="the nodes' [io] spin_us: how long a yield-mode node polls and yields, or a poll-mode "
+        "node busy-polls, after its last event before it sleeps (default 1000)",
     )
     a = ap.parse_args()
     ranks = [int(r) for r in (a.ranks or ("2,4" if a.quick else "2,4,8")).split(",")]
@@ -292,7 +300,8 @@ def main() -> None:
     variants = a.variants.split(",")
     load = os.getloadavg()
     print(
-        f"load average at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; nodes' io mode {a.io_mode}",
+        f"load average at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; "
+        f"nodes' io mode {a.io_mode}, spin_us {a.spin_us}",
         flush=True,
     )
     logs = a.logs or Path(tempfile.mkdtemp(prefix="offrac-collectives-"))
@@ -304,7 +313,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as d:
             tmp = Path(d)
             for n in ranks:
-                nodes = start_nodes(hosts, n, tmp, a.io_mode, logs)
+                nodes = start_nodes(hosts, n, tmp, a.io_mode, a.spin_us, logs)
                 try:
                     for op in a.ops.split(","):
                         got: dict[str, list[dict[str, object]]] = {}

@@ -246,7 +246,10 @@ impl Collectives {
     ) {
         match self.start(now, call, payload, input, reachable) {
             Ok(key) => self.progress(now, key),
-            Err(f) => {
+            Err((f, tell)) => {
+                if tell {
+                    self.abort_refused_call(now, payload, f.kind, &f.message);
+                }
                 self.stats.failed += 1;
                 self.out.push_back(Out::Done {
                     call,
@@ -257,6 +260,54 @@ impl Collectives {
         }
     }
 
+    /// A call this node refuses before its collective starts (`kind`,
+    /// `message`: why), e.g. the driver found its named input missing: the
+    /// other members are sent `Abort` at once instead of waiting for this
+    /// rank until their deadline, and the tag ends here (its early data is
+    /// dropped, late messages too). Nothing is told when the payload does
+    /// not name a communicator this node is a member of, or when the tag is
+    /// already running or recently ended here (the refusal is about this
+    /// call's tag, not about the collective that holds it).
+    pub fn abort_refused_call(
+        &mut self,
+        now: Instant,
+        payload: &[u8],
+        kind: FailKind,
+        message: &str,
+    ) {
+        let Ok((d, _)) = Descriptor::decode(payload) else {
+            return;
+        };
+        let Some(rank) = d.members.rank_of(self.me) else {
+            return;
+        };
+        let key = (d.tag, d.members);
+        if d.kind != Kind::Call
+            || self.running.contains_key(&key)
+            || self.finished.contains_key(&key)
+        {
+            return;
+        }
+        if let Some(e) = self.early.remove(&key) {
+            self.early_bytes -= e.bytes;
+        }
+        for (i, device) in d.members.devices().into_iter().enumerate() {
+            if i != rank {
+                let message =
+                    d.message(Kind::Abort, rank as u8, 0, kind.code(), message.as_bytes());
+                self.out.push_back(Out::Send {
+                    device,
+                    key,
+                    message,
+                });
+            }
+        }
+        self.finished.insert(key, now + self.cfg.early_ttl);
+    }
+
+    /// Start a call's collective, or say why not and whether the other
+    /// members are to be told (the call itself is wrong: they would wait
+    /// for this rank in vain).
     fn start(
         &mut self,
         now: Instant,
@@ -264,30 +315,33 @@ impl Collectives {
         payload: &[u8],
         input: Option<&[u8]>,
         reachable: impl Fn(u8) -> bool,
-    ) -> Result<Key, Failure> {
-        let bad = |m: String| Failure::new(FailKind::BadInput, None, m);
-        let (mut d, after) = Descriptor::decode(payload).map_err(|e| bad(e.to_string()))?;
+    ) -> Result<Key, (Failure, bool)> {
+        let quiet = |m: String| (Failure::new(FailKind::BadInput, None, m), false);
+        let (mut d, after) = Descriptor::decode(payload).map_err(|e| quiet(e.to_string()))?;
         let input = input.unwrap_or(after);
         if d.kind != Kind::Call {
-            return Err(bad(format!(
+            return Err(quiet(format!(
                 "a client sends calls (kind 1), not kind {}",
                 d.kind as u8
             )));
         }
         let Some(rank) = d.members.rank_of(self.me) else {
-            return Err(bad(format!(
+            return Err(quiet(format!(
                 "this node (device {}) is not a member of the communicator",
                 self.me
             )));
         };
+        // From here the call names its collective: a refusal is told.
+        let tell = |f: Failure| (f, true);
+        let bad = |m: String| tell(Failure::new(FailKind::BadInput, None, m));
         let devices = d.members.devices();
         let n = devices.len();
         if let Some(&gone) = devices.iter().find(|&&x| x != self.me && !reachable(x)) {
-            return Err(Failure::new(
+            return Err(tell(Failure::new(
                 FailKind::Unreachable,
                 Some(gone),
                 format!("member device {gone} is not in this node's device table"),
-            ));
+            )));
         }
         if d.count == 0 {
             return Err(bad("a collective of 0 elements".into()));
@@ -307,7 +361,7 @@ impl Collectives {
         }
         let p = plan::plan(d.op, d.algorithm, n, rank, d.root as usize, len, elem);
         if p.work_len > self.cfg.max_work_bytes {
-            return Err(Failure::new(
+            return Err(tell(Failure::new(
                 FailKind::TooLarge,
                 None,
                 format!(
@@ -316,7 +370,7 @@ impl Collectives {
                     p.work_len,
                     self.cfg.max_work_bytes
                 ),
-            ));
+            )));
         }
         let want = p.input.len();
         // A broadcast's non-root may pass its buffer (ignored), as MPI does.
@@ -333,14 +387,17 @@ impl Collectives {
         }
         let key = (d.tag, d.members);
         if self.running.contains_key(&key) {
-            return Err(Failure::new(
-                FailKind::Busy,
-                None,
-                format!("tag {} is already running on this communicator", d.tag),
+            return Err((
+                Failure::new(
+                    FailKind::Busy,
+                    None,
+                    format!("tag {} is already running on this communicator", d.tag),
+                ),
+                false,
             ));
         }
         if self.finished.contains_key(&key) {
-            return Err(bad(format!(
+            return Err(quiet(format!(
                 "tag {} was used recently on this communicator; use a new tag",
                 d.tag
             )));
@@ -373,12 +430,14 @@ impl Collectives {
         if let Some(e) = self.early.remove(&key) {
             self.early_bytes -= e.bytes;
             if let Some(f) = e.abort {
-                return Err(f);
+                self.finished.insert(key, now + self.cfg.early_ttl);
+                return Err((f, false));
             }
             for (m, body) in e.msgs {
                 if let Err(f) = matches(&run, &m) {
                     self.abort_others(&run, &f);
-                    return Err(f);
+                    self.finished.insert(key, now + self.cfg.early_ttl);
+                    return Err((f, false));
                 }
                 run.stash.push((m, body));
             }

@@ -399,26 +399,32 @@ fn bad_calls_are_refused_at_once() {
         algorithm: Algorithm::Auto,
     };
     let now = Instant::from_nanos(0);
-    let cases: Vec<(Vec<u8>, &str, FailKind)> = vec![
+    // Per case: the call, its refusal, and the other members told at once
+    // (`Abort`) because the call names a collective this node is part of.
+    let cases: Vec<(Vec<u8>, &str, FailKind, Vec<u8>)> = vec![
         (
             payload(&c, 1, &[1, 3], &[0; 12]),
             "gives 12 input bytes, expected 16",
             FailKind::BadInput,
+            vec![1],
         ),
         (
-            payload(&c, 1, &[1, 2], &[0; 16]),
+            payload(&c, 2, &[1, 2], &[0; 16]),
             "not a member",
             FailKind::BadInput,
+            vec![],
         ),
         (
-            payload(&c, 1, &[3, 9], &[0; 16]),
+            payload(&c, 3, &[3, 9], &[0; 16]),
             "device 9 is not in",
             FailKind::Unreachable,
+            vec![9],
         ),
         (
-            payload(&Call { root: 2, ..c }, 1, &[1, 3], &[0; 16]),
+            payload(&Call { root: 2, ..c }, 4, &[1, 3], &[0; 16]),
             "root rank 2",
             FailKind::BadInput,
+            vec![1],
         ),
         (
             payload(
@@ -426,21 +432,45 @@ fn bad_calls_are_refused_at_once() {
                     algorithm: Algorithm::RecursiveDoubling,
                     ..c
                 },
-                1,
+                5,
                 &[1, 3, 5],
                 &[0; 16],
             ),
             "power-of-two",
             FailKind::BadInput,
+            vec![1, 5],
         ),
         (
             vec![1, 2, 3],
             "shorter than its 64-byte descriptor",
             FailKind::BadInput,
+            vec![],
+        ),
+        // A tag running here already: the refusal is not the collective's.
+        (
+            payload(&c, 7, &[1, 3], &[0; 16]),
+            "already running",
+            FailKind::Busy,
+            vec![],
         ),
     ];
-    for (i, (p, want, kind)) in cases.into_iter().enumerate() {
+    m.handle_call(now, 99, &payload(&c, 7, &[1, 3], &[0; 16]), |_| true);
+    while m.poll().is_some() {} // tag 7's own sends
+    for (i, (p, want, kind, told)) in cases.into_iter().enumerate() {
         m.handle_call(now, i as u64, &p, |d| d != 9);
+        for &device in &told {
+            match m.poll() {
+                Some(Out::Send {
+                    device: d, message, ..
+                }) => {
+                    assert_eq!(d, device, "case {i}");
+                    let (desc, body) = Descriptor::decode(&message).expect("an abort");
+                    assert_eq!(desc.kind, Kind::Abort, "case {i}");
+                    assert!(String::from_utf8_lossy(body).contains(want), "case {i}");
+                }
+                o => panic!("case {i}: {o:?}, want an abort to device {device}"),
+            }
+        }
         match m.poll() {
             Some(Out::Done {
                 call,
@@ -454,5 +484,5 @@ fn bad_calls_are_refused_at_once() {
             o => panic!("case {i}: {o:?}"),
         }
     }
-    assert_eq!(m.running(), 0);
+    assert_eq!(m.running(), 1, "tag 7 runs on");
 }

@@ -72,6 +72,7 @@ fn config(cfg: &Value) -> Result<EngineConfig, String> {
         // Time does not pass in a replay: no request is ever collected.
         stall_timeout: Duration::from_secs(3600),
         reassembly_timeout: Duration::from_secs(3600),
+        reassembly_min_rate: 0,
         slot_queue_depths: vec![None; hosted.len()],
         slots: hosted,
         device_id: u8::try_from(field(cfg, "device_id")?).map_err(|e| e.to_string())?,

@@ -79,9 +79,16 @@ pub struct EngineConfig {
     pub slot_queue_bytes: u64,
     /// A partial request with no progress for this long is collected.
     pub stall_timeout: Duration,
-    /// A request still incomplete this long after its first byte is answered
+    /// A request still incomplete this long after its first byte, plus the
+    /// credit its received payload earns (`reassembly_min_rate`), is answered
     /// `TIMEOUT` and its buffer freed, however steadily it trickles in.
     pub reassembly_timeout: Duration,
+    /// Bytes per second of received payload that extend a request's
+    /// reassembly deadline: it must be complete `reassembly_timeout` +
+    /// received bytes / this rate after its first byte. A sender at least
+    /// this fast never runs out of time; a slower one does, a trickle of a
+    /// few bytes at about `reassembly_timeout`. 0: the deadline does not move.
+    pub reassembly_min_rate: u64,
     /// The function id hosted by each slot, in slot order.
     pub slots: Vec<u8>,
     /// Per slot (in slot order), the most requests its queue holds besides
@@ -140,6 +147,7 @@ impl Default for EngineConfig {
             slot_queue_bytes: 2 << 20,
             stall_timeout: Duration::from_secs(5),
             reassembly_timeout: Duration::from_secs(2),
+            reassembly_min_rate: 1 << 20,
             slots: offrac_proto::FunctionId::ALL
                 .iter()
                 .map(|f| f.id())

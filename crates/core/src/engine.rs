@@ -15,6 +15,7 @@ use offrac_proto::{
 use rustc_hash::FxHashMap;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
+use std::time::Duration;
 
 /// Functions the driver answers itself (control requests, collectives):
 /// reassembled like any request, never run by a slot.
@@ -460,7 +461,7 @@ impl Engine {
                 ..
             } = &c.rx
             {
-                if *first_byte_at + self.cfg.reassembly_timeout <= now {
+                if reassembly_deadline(&self.cfg, *first_byte_at, payload.len()) <= now {
                     let remaining = header.payload_len as u64 - payload.len() as u64;
                     let rx = std::mem::replace(&mut c.rx, Rx::Discard { remaining });
                     match due(&self.cfg, c) {
@@ -1580,13 +1581,33 @@ fn discard(len: u64, now: Instant) -> Rx {
     }
 }
 
+/// When a request whose first byte came at `first` and of whose payload
+/// `received` bytes are in is answered `TIMEOUT`: `reassembly_timeout`
+/// after its first byte, plus what the received bytes earn at
+/// `reassembly_min_rate` (a large request arriving steadily keeps its
+/// buffer; a trickle earns next to nothing).
+fn reassembly_deadline(cfg: &EngineConfig, first: Instant, received: usize) -> Instant {
+    let credit = match cfg.reassembly_min_rate {
+        0 => Duration::ZERO,
+        rate => {
+            let ns = received as u128 * 1_000_000_000 / rate as u128;
+            Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX))
+        }
+    };
+    first + cfg.reassembly_timeout + credit
+}
+
 /// When a partial request on `c` next needs looking at: its stall deadline
 /// (none while the driver is not reading it), or its reassembly deadline if
 /// that comes first.
 fn due(cfg: &EngineConfig, c: &Connection) -> Option<Instant> {
     let stall = (!c.paused).then(|| c.last_progress + cfg.stall_timeout);
     let reassembly = match &c.rx {
-        Rx::Payload { first_byte_at, .. } => Some(*first_byte_at + cfg.reassembly_timeout),
+        Rx::Payload {
+            first_byte_at,
+            payload,
+            ..
+        } => Some(reassembly_deadline(cfg, *first_byte_at, payload.len())),
         _ => None,
     };
     match (stall, reassembly) {

@@ -54,6 +54,7 @@ pub fn small_config(policy: BufferPolicy, slot_policy: SlotPolicy, small: bool) 
         slot_queue_bytes: 4096,
         stall_timeout: Duration::from_millis(1),
         reassembly_timeout: Duration::from_micros(1500),
+        reassembly_min_rate: 0,
         slots: vec![0, 1, 1, 2],
         // One slot of function 1 holds a single waiting job: its overflow
         // stays in the pool or goes to the other slot.

@@ -23,7 +23,7 @@ pub enum ConfigError {
         function: &'static str,
         message: String,
     },
-    #[error("io.mode must be \"poll\" or \"blocking\", not {0:?}")]
+    #[error("io.mode must be \"poll\", \"yield\" or \"blocking\", not {0:?}")]
     BadIoMode(String),
     #[error("[[devices]] entry {id}: addr {addr:?} is not host:port")]
     BadDeviceAddr { id: u8, addr: String },
@@ -49,6 +49,12 @@ pub enum IoMode {
     Poll,
     /// Sleep in the kernel whenever there is nothing to do.
     Blocking,
+    /// For up to `spin_us` of idleness, poll (`epoll_wait` with no
+    /// timeout) and give the core away (`sched_yield`) between empty
+    /// polls, as MPI ranks with `mpi_yield_when_idle` do; then sleep. A
+    /// message that lands meanwhile is seen without a kernel wake-up, and
+    /// the other threads on a shared core still run.
+    Yield,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -61,6 +67,8 @@ struct Raw {
     stall_timeout_ms: u64,
     #[serde(default = "default_reassembly")]
     reassembly_timeout_ms: u64,
+    #[serde(default = "default_reassembly_rate")]
+    reassembly_min_rate: u64,
     #[serde(default = "default_grace")]
     shutdown_grace_ms: u64,
     #[serde(default = "default_linger")]
@@ -404,6 +412,9 @@ fn default_stall() -> u64 {
 fn default_reassembly() -> u64 {
     EngineConfig::default().reassembly_timeout.as_millis() as u64
 }
+fn default_reassembly_rate() -> u64 {
+    EngineConfig::default().reassembly_min_rate
+}
 fn default_grace() -> u64 {
     DriverConfig::new(Vec::new()).shutdown_grace.as_millis() as u64
 }
@@ -696,6 +707,7 @@ impl NodeConfig {
         let io_mode = match raw.io.mode.as_str() {
             "poll" => IoMode::Poll,
             "blocking" => IoMode::Blocking,
+            "yield" => IoMode::Yield,
             other => return Err(ConfigError::BadIoMode(other.into())),
         };
         let engine = EngineConfig {
@@ -709,6 +721,7 @@ impl NodeConfig {
             slot_queue_bytes: raw.selector.slot_queue_bytes,
             stall_timeout: Duration::from_millis(raw.stall_timeout_ms),
             reassembly_timeout: Duration::from_millis(raw.reassembly_timeout_ms),
+            reassembly_min_rate: raw.reassembly_min_rate,
             slots,
             slot_queue_depths: slot_settings.iter().map(|s| s.queue_depth).collect(),
             device_id: raw.device_id,
@@ -900,6 +913,8 @@ mod tests {
         assert!(e.to_string().contains("exceeds pool.buffer_bytes"), "{e}");
         let e = NodeConfig::parse("[io]\nmode = \"turbo\"").unwrap_err();
         assert!(e.to_string().contains("turbo"), "{e}");
+        let y = NodeConfig::parse("[io]\nmode = \"yield\"\nspin_us = 2000").expect("yield");
+        assert_eq!((y.io_mode, y.spin_us), (IoMode::Yield, 2000));
         let e = NodeConfig::parse("[[devices]]\nid = 3\naddr = \"10.0.0.2\"").unwrap_err();
         assert!(e.to_string().contains("not host:port"), "{e}");
         let two = "[[devices]]\nid = 3\naddr = \"a:1\"\n[[devices]]\nid = 3\naddr = \"b:1\"";

@@ -153,6 +153,7 @@ pub fn start(cfg: NodeConfig, listen: &str) -> Result<NodeHandle, NodeError> {
             Duration::from_micros(cfg.spin_us),
             Duration::from_micros(cfg.worker_spin_us),
         ),
+        IoMode::Yield => (Duration::from_micros(cfg.spin_us), Duration::ZERO),
         IoMode::Blocking => (Duration::ZERO, Duration::ZERO),
     };
 
@@ -344,6 +345,7 @@ pub fn start(cfg: NodeConfig, listen: &str) -> Result<NodeHandle, NodeError> {
     let mode = match cfg.io_mode {
         IoMode::Poll => "poll",
         IoMode::Blocking => "blocking",
+        IoMode::Yield => "yield",
     };
     tracing::info!(%addr, metrics = %metrics_at, mode, slots = cfg.engine.slots.len(), "node listening");
     Ok(NodeHandle {

@@ -1,7 +1,8 @@
 //! The I/O thread: a thin mio shell around the [`Driver`]. It turns socket
 //! readiness, worker completions and the clock into driver events and carries
 //! out the driver's [`Io`]; every decision is the driver's. It sleeps only
-//! after `spin` of idleness in polling mode (at once in blocking mode).
+//! after `spin` of idleness in polling and yielding modes (at once in
+//! blocking mode).
 
 use crate::clock::NodeClock;
 use crate::conn_out::ConnOut;
@@ -346,9 +347,15 @@ impl Reactor {
             work |= self.drain_membership();
             work |= self.drain_store();
             work |= self.read_turns();
-            let spinning = self.io_mode == IoMode::Poll && last_work.elapsed() < self.spin;
+            let spinning = self.io_mode != IoMode::Blocking && last_work.elapsed() < self.spin;
             if spinning && !work {
-                work |= self.spin_hot();
+                if self.io_mode == IoMode::Yield {
+                    // Give the core to whoever waits for it (on shared cores,
+                    // the peer this node waits for), then poll again.
+                    std::thread::yield_now();
+                } else {
+                    work |= self.spin_hot();
+                }
             }
             let found = self.spin_found.take().unwrap_or(top);
             let before_poll = if work {

@@ -247,3 +247,146 @@ fn a_calls_answer_carries_its_reassembly_time() {
         assert!(w.join().unwrap().is_ok());
     }
 }
+
+/// Rank 0's call of tag `tag` as raw descriptor bytes (all-reduce of `count`
+/// i32 over the three nodes), `flags` in byte 7 and `param` in the hop.
+fn raw_call(
+    node: &NodeHandle,
+    tag: u64,
+    count: u32,
+    input: &[i32],
+    flags: u8,
+    param: u64,
+) -> ClientError {
+    let d = Descriptor {
+        kind: Kind::Call,
+        op: Op::AllReduce,
+        dtype: Dtype::I32,
+        redop: RedOp::Sum,
+        root: 0,
+        algorithm: Algorithm::Auto,
+        src: 0,
+        tag,
+        count,
+        step: 0,
+        offset: 0,
+        timeout_ms: 20_000,
+        members: Members::of(&[0, 1, 2]),
+    };
+    let mut payload = d.encode().to_vec();
+    payload[7] = flags;
+    payload.extend(input.iter().flat_map(|x| x.to_le_bytes()));
+    let mut c = Client::connect(&node.addr.to_string()).unwrap();
+    c.set_retry_policy(RetryPolicy::NONE);
+    c.call(FN_COLLECTIVE, param, &payload)
+        .expect_err("the call is refused")
+}
+
+/// Rank 0's refused call: what its refusal says (`why`), the call, and the
+/// statuses of rank 0 and of the others.
+struct Refused {
+    why: &'static str,
+    count: u32,
+    input: Vec<i32>,
+    flags: u8,
+    param: u64,
+    root: Status,
+    others: Status,
+}
+
+/// A rank whose call is refused before its collective starts (a wrong input
+/// size, a named input the node does not hold, a collective beyond the
+/// node's limit) fails the ranks waiting for it at once with the reason,
+/// not at their 20 s deadline.
+#[test]
+fn a_refused_call_fails_the_waiting_ranks_at_once() {
+    let nodes = cluster();
+    let count = 100u32;
+    let cases = [
+        // 99 elements for a count of 100
+        Refused {
+            why: "gives 396 input bytes",
+            count,
+            input: input(0, 99),
+            flags: 0,
+            param: 0,
+            root: Status::BadInput,
+            others: Status::BadInput,
+        },
+        // input from named buffer 77, which this node does not hold
+        Refused {
+            why: "77",
+            count,
+            input: Vec::new(),
+            flags: 1,
+            param: 77,
+            root: Status::UnknownBuffer,
+            others: Status::BadInput,
+        },
+        // 4 GiB of work: beyond max_work_bytes
+        Refused {
+            why: "exceeds this node's limit",
+            count: u32::MAX / 4,
+            input: Vec::new(),
+            flags: 0,
+            param: 0,
+            root: Status::TooLarge,
+            others: Status::TooLarge,
+        },
+    ];
+    for (i, case) in cases.into_iter().enumerate() {
+        let Refused {
+            why,
+            count: root_count,
+            input: root_input,
+            flags,
+            param,
+            root: root_status,
+            others,
+        } = case;
+        let tag = 10 + i as u64;
+        let t = Instant::now();
+        let (root, errs) = std::thread::scope(|s| {
+            let hs: Vec<_> = (1..N)
+                .map(|r| {
+                    let node = &nodes[r];
+                    s.spawn(move || {
+                        call(
+                            node,
+                            tag,
+                            count,
+                            Algorithm::Auto,
+                            &input(r, count as usize),
+                            20_000,
+                        )
+                    })
+                })
+                .collect();
+            std::thread::sleep(Duration::from_millis(200));
+            let root = raw_call(&nodes[0], tag, root_count, &root_input, flags, param);
+            let errs: Vec<ClientError> = hs
+                .into_iter()
+                .map(|h| h.join().unwrap().expect_err("rank 0 was refused"))
+                .collect();
+            (root, errs)
+        });
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "case {i}: took {:?}",
+            t.elapsed()
+        );
+        assert_eq!(root.status(), Some(root_status), "case {i}: {root}");
+        assert!(root.to_string().contains(why), "case {i}: {root}");
+        for e in &errs {
+            assert_eq!(e.status(), Some(others), "case {i}: {e}");
+            let msg = e.to_string();
+            assert!(
+                msg.contains("rank 0 (device 0) failed the collective") && msg.contains(why),
+                "case {i}: {msg}"
+            );
+        }
+    }
+    for n in nodes {
+        n.shutdown().unwrap();
+    }
+}

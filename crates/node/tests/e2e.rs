@@ -571,3 +571,72 @@ fn a_traced_chain_across_nodes_names_each_hops_device() {
     a.shutdown().unwrap();
     b.shutdown().unwrap();
 }
+
+#[test]
+fn yield_mode_serves_too() {
+    let n = node("[io]\nmode = \"yield\"\nspin_us = 500\n");
+    let mut c = Client::connect(&n.addr.to_string()).unwrap();
+    for i in 0..50 {
+        let r = c.call(FunctionId::TopK, 1, &ints(&[i, i + 1])).unwrap();
+        assert_eq!(r.payload, ints(&[i + 1]));
+        if i % 10 == 0 {
+            // Past spin_us: the node has gone to sleep and must wake up.
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    n.shutdown().unwrap();
+}
+
+/// A request slower than `reassembly_timeout_ms` but steadily faster than
+/// `reassembly_min_rate` completes; a trickle is answered `TIMEOUT` near
+/// the timeout, not when its bytes would be in.
+#[test]
+fn the_reassembly_deadline_grows_with_steady_progress_only() {
+    let cfg = NodeConfig::parse(
+        "reassembly_timeout_ms = 200\nreassembly_min_rate = 1048576\nstall_timeout_ms = 5000\n[metrics]\nlisten = \"\"\n",
+    )
+    .expect("config");
+    let n = start(cfg, "127.0.0.1:0").expect("node starts");
+    let len = 1usize << 20;
+    // 64 KiB every 25 ms: ~2.6 MB/s, 400 ms in all.
+    let mut s = TcpStream::connect(n.addr).unwrap();
+    s.write_all(&RequestHeader::single(1, 0, 0, len as u32).encode())
+        .unwrap();
+    let t = Instant::now();
+    for chunk in vec![5u8; len].chunks(64 << 10) {
+        s.write_all(chunk).unwrap();
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    assert!(t.elapsed() > Duration::from_millis(300));
+    let (h, p) = read_response(&mut s);
+    assert_eq!(h.status, Status::Ok, "{}", String::from_utf8_lossy(&p));
+    assert_eq!(p.len(), len);
+    // 10 bytes every 20 ms of a 1 MiB request.
+    let mut s = TcpStream::connect(n.addr).unwrap();
+    s.write_all(&RequestHeader::single(2, 0, 0, len as u32).encode())
+        .unwrap();
+    s.set_nonblocking(true).unwrap();
+    let t = Instant::now();
+    let mut got = Vec::new();
+    while t.elapsed() < Duration::from_secs(3) {
+        let _ = s.write_all(&[1; 10]);
+        let mut b = [0u8; 4096];
+        if let Ok(k) = s.read(&mut b) {
+            got.extend_from_slice(&b[..k]);
+            if got.len() >= HEADER_LEN {
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let took = t.elapsed();
+    assert!(
+        got.len() >= HEADER_LEN,
+        "no answer to the trickle in {took:?}"
+    );
+    let head: [u8; HEADER_LEN] = got[..HEADER_LEN].try_into().expect("a header");
+    let h = ResponseHeader::decode(&head).expect("an answer");
+    assert_eq!(h.status, Status::Timeout);
+    assert!(took < Duration::from_secs(1), "TIMEOUT only after {took:?}");
+    n.shutdown().unwrap();
+}

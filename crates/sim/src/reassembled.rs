@@ -162,6 +162,7 @@ pub(crate) fn engine_config(cfg: &SimConfig, pool: &PoolModel) -> EngineConfig {
         slot_queue_bytes: (pool.slot_queue_frags * fb).max(buffer_bytes),
         stall_timeout: Duration::from_secs(1),
         reassembly_timeout: Duration::from_secs(1),
+        reassembly_min_rate: 0,
         slots,
         slot_queue_depths: Vec::new(),
         device_id: 0,

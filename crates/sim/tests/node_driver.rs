@@ -461,3 +461,46 @@ fn a_client_the_node_stopped_reading_is_not_a_staller() {
         }
     });
 }
+
+/// The reassembly deadline grows with the payload received
+/// (`reassembly_min_rate`): a 1 MiB request arriving steadily faster than
+/// the minimum rate completes although it takes longer than
+/// `reassembly_timeout`; the same request arriving slower than the minimum
+/// is answered `TIMEOUT` and its buffer freed.
+#[test]
+fn the_reassembly_deadline_grows_with_steady_progress_only() {
+    const LEN: usize = 1 << 20;
+    const CHUNK: usize = 64 << 10;
+    for_seeds(|seed| {
+        for (every_ms, want) in [(5u64, Status::Ok), (40, Status::Timeout)] {
+            let mut w = world(seed, |c| {
+                c.engine.stall_timeout = Duration::from_millis(100);
+                c.engine.reassembly_timeout = Duration::from_millis(50);
+                c.engine.reassembly_min_rate = 4 << 20; // 4 MiB/s
+            });
+            let c = w.connect();
+            let wire = request(1, ECHO, 0, &vec![7u8; LEN]);
+            let start = w.now();
+            // 64 KiB every 5 ms (~13 MB/s: 80 ms in all) or every 40 ms (~1.6 MB/s).
+            for chunk in wire.chunks(CHUNK) {
+                w.send(c, chunk);
+                w.run_for(every_ms * MS);
+                if !statuses(&w, c, 1).is_empty() {
+                    break;
+                }
+            }
+            w.run_for(50 * MS);
+            assert_eq!(
+                statuses(&w, c, 1),
+                [want],
+                "64 KiB every {every_ms} ms against a 50 ms timeout + 4 MiB/s"
+            );
+            if want == Status::Timeout {
+                let at = w.answers_to(c, 1)[0].at - start;
+                // 50 ms / (1 - 1.6/4.2) ≈ 80 ms after the first byte, long
+                // before the 640 ms the whole request would take.
+                assert!(at < 200 * MS, "answered TIMEOUT only at {} ms", at / MS);
+            }
+        }
+    });
+}

@@ -97,6 +97,16 @@ impl Driver {
                     None
                 };
                 if let Some((status, detail, msg)) = refusal {
+                    // The other ranks would wait for this one in vain: tell them now.
+                    let kind = match status {
+                        Status::TooLarge => FailKind::TooLarge,
+                        _ => FailKind::BadInput,
+                    };
+                    // The descriptor alone, its byte 7 (the driver's flags) cleared.
+                    let mut desc = payload[..DESCRIPTOR_LEN].to_vec();
+                    desc[7] = 0;
+                    self.collectives.abort_refused_call(now, &desc, kind, &msg);
+                    self.collective_outs(now);
                     let me = self.engine.config().device_id;
                     let mut header =
                         ResponseHeader::answer(&job.header, status, me, msg.len() as u32);

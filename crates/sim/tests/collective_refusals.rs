@@ -1,0 +1,164 @@
+//! A rank whose call is refused before its collective starts (wrong input
+//! size, a named input that is not there) fails the other ranks at once
+//! (`docs/collectives.md`, "Failures and deadlines"), under virtual time
+//! with the node's own driver: they do not wait for it until their deadline.
+
+mod common;
+
+use common::for_seeds;
+use offrac_collective::{Algorithm, Descriptor, Dtype, Kind, Members, Op, RedOp};
+use offrac_core::EngineConfig;
+use offrac_node::PeerConfig;
+use offrac_proto::{RequestHeader, Status, FN_COLLECTIVE};
+use offrac_sim::world::{node_addr, World, WorldConfig};
+
+const US: u64 = 1_000;
+const MS: u64 = 1_000_000;
+/// The calls' deadline: far beyond what a told rank takes to fail.
+const DEADLINE_MS: u32 = 1000;
+
+fn nodes(seed: u64, n: usize) -> World {
+    let cfgs = (0..n)
+        .map(|i| {
+            let mut e = EngineConfig {
+                device_id: i as u8,
+                ..EngineConfig::default()
+            };
+            e.peers = (0..n).filter(|&j| j != i).map(|j| j as u8).collect();
+            let mut c = WorldConfig::new(e, seed);
+            c.driver.peers = (0..n)
+                .filter(|&j| j != i)
+                .map(|j| PeerConfig {
+                    device: j as u8,
+                    addr: node_addr(j),
+                })
+                .collect();
+            c.link_ns = 5 * US;
+            c.write_ns = 20 * US;
+            c
+        })
+        .collect();
+    World::cluster(cfgs).expect("valid configuration")
+}
+
+/// A client's call: broadcast of `count` i32 from rank 0 of `n` ranks with
+/// `input` as this rank's data (the others wait for the root's); `from_buffer`: the input is named buffer 42
+/// instead (descriptor byte 7 bit 0, the name in `param`).
+fn bcast(tag: u64, n: usize, count: usize, input: &[i32], from_buffer: bool) -> Vec<u8> {
+    let devices: Vec<u8> = (0..n as u8).collect();
+    let d = Descriptor {
+        kind: Kind::Call,
+        op: Op::Broadcast,
+        dtype: Dtype::I32,
+        redop: RedOp::None,
+        root: 0,
+        algorithm: Algorithm::Auto,
+        src: 0,
+        tag,
+        count: count as u32,
+        step: 0,
+        offset: 0,
+        timeout_ms: DEADLINE_MS,
+        members: Members::of(&devices),
+    };
+    let mut payload = d.encode().to_vec();
+    let mut param = 0;
+    if from_buffer {
+        payload[7] = 1;
+        param = 42;
+    }
+    payload.extend(input.iter().flat_map(|x| x.to_le_bytes()));
+    let mut b = RequestHeader::single(1, FN_COLLECTIVE, param, payload.len() as u32)
+        .encode()
+        .to_vec();
+    b.extend(payload);
+    b
+}
+
+/// How the refused rank (rank 0, the root) gets its call wrong.
+#[derive(Clone, Copy, Debug)]
+enum Wrong {
+    /// One element short.
+    Size,
+    /// Its input is a named buffer the node does not hold.
+    MissingBuffer,
+}
+
+/// Rank 0's wrong call at `root_at` (ms after the links are up), the
+/// others' good calls at 1 ms: every rank is answered within a few ms of
+/// the later of the two, not at the 1 s deadline.
+fn refused_root_fails_the_others_at_once(seed: u64, n: usize, wrong: Wrong, root_at: u64) {
+    let mut w = nodes(seed, n);
+    w.run_for(5 * MS); // the links come up
+    let clients: Vec<usize> = (0..n).map(|i| w.connect_to(i)).collect();
+    w.run_for(MS);
+    let count = 64;
+    let good: Vec<i32> = (0..count as i32).collect();
+    let start = w.now();
+    let root_call = match wrong {
+        Wrong::Size => bcast(5, n, count, &good[1..], false),
+        Wrong::MissingBuffer => bcast(5, n, count, &[], true),
+    };
+    for t in 0..3 {
+        if t == root_at {
+            w.send(clients[0], &root_call);
+        }
+        if t == 1 {
+            for &c in &clients[1..] {
+                w.send(c, &bcast(5, n, count, &[], false));
+            }
+        }
+        w.run_for(MS);
+    }
+    w.run_for(10 * MS);
+    let want_root = match wrong {
+        Wrong::Size => Status::BadInput,
+        Wrong::MissingBuffer => Status::UnknownBuffer,
+    };
+    let root = w.answers_to(clients[0], 1);
+    assert_eq!(root.len(), 1, "{wrong:?}, root: {root:?}");
+    assert_eq!(root[0].header.status, want_root, "{wrong:?}");
+    for (r, &c) in clients.iter().enumerate().skip(1) {
+        let a = w.answers_to(c, 1);
+        assert_eq!(
+            a.len(),
+            1,
+            "n={n} {wrong:?} root at {root_at} ms: rank {r} not answered 13 ms after the calls (deadline {DEADLINE_MS} ms)"
+        );
+        assert_eq!(a[0].header.status, Status::BadInput, "rank {r}");
+        let msg = String::from_utf8_lossy(&a[0].payload);
+        assert!(
+            msg.contains("rank 0 (device 0) failed the collective"),
+            "rank {r}: {msg}"
+        );
+        assert!(a[0].at - start < 5 * MS, "rank {r} answered late");
+    }
+    // The tag ended everywhere: nothing is left running or held.
+    for i in 0..n {
+        let (running, _) = w.node(i).driver().collective_stats();
+        assert_eq!(running, 0, "node {i}");
+    }
+}
+
+#[test]
+fn a_root_whose_call_is_refused_fails_the_waiting_ranks_at_once() {
+    for_seeds(|seed| {
+        for n in [2, 4] {
+            for wrong in [Wrong::Size, Wrong::MissingBuffer] {
+                // The others wait first; the root's refused call comes later.
+                refused_root_fails_the_others_at_once(seed, n, wrong, 2);
+            }
+        }
+    });
+}
+
+#[test]
+fn a_rank_called_after_the_refusal_fails_at_once() {
+    for_seeds(|seed| {
+        for wrong in [Wrong::Size, Wrong::MissingBuffer] {
+            // The root's refusal comes first: the others' nodes keep its
+            // abort and fail their calls when they come.
+            refused_root_fails_the_others_at_once(seed, 3, wrong, 0);
+        }
+    });
+}
