@@ -7,10 +7,8 @@ mod common;
 
 use common::for_seeds;
 use offrac_collective::{Algorithm, Descriptor, Dtype, Kind, Members, Op, RedOp};
-use offrac_core::EngineConfig;
-use offrac_node::PeerConfig;
 use offrac_proto::{RequestHeader, Status, FN_COLLECTIVE};
-use offrac_sim::world::{node_addr, World, WorldConfig};
+use offrac_sim::world::World;
 
 const US: u64 = 1_000;
 const MS: u64 = 1_000_000;
@@ -18,27 +16,10 @@ const MS: u64 = 1_000_000;
 const DEADLINE_MS: u32 = 1000;
 
 fn nodes(seed: u64, n: usize) -> World {
-    let cfgs = (0..n)
-        .map(|i| {
-            let mut e = EngineConfig {
-                device_id: i as u8,
-                ..EngineConfig::default()
-            };
-            e.peers = (0..n).filter(|&j| j != i).map(|j| j as u8).collect();
-            let mut c = WorldConfig::new(e, seed);
-            c.driver.peers = (0..n)
-                .filter(|&j| j != i)
-                .map(|j| PeerConfig {
-                    device: j as u8,
-                    addr: node_addr(j),
-                })
-                .collect();
-            c.link_ns = 5 * US;
-            c.write_ns = 20 * US;
-            c
-        })
-        .collect();
-    World::cluster(cfgs).expect("valid configuration")
+    common::cluster(seed, n, |_, c| {
+        c.link_ns = 5 * US;
+        c.write_ns = 20 * US;
+    })
 }
 
 /// A client's call: broadcast of `count` i32 from rank 0 of `n` ranks with
