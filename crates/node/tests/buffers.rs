@@ -9,8 +9,9 @@ mod common;
 
 use common::control::envelope;
 
+use common::collective::allreduce_payload;
 use offrac_client::{Client, ClientError, Hop, RetryPolicy, Status};
-use offrac_collective::{Algorithm, Descriptor, Dtype, Kind, Members, Op, RedOp};
+use offrac_collective::Algorithm;
 use offrac_control::Op as ControlOp;
 use offrac_node::NodeHandle;
 use offrac_proto::{buffer_param, BufferOp, FunctionId, FN_BUFFER, FN_COLLECTIVE};
@@ -205,24 +206,7 @@ fn tenants_keep_their_own_names_within_their_budgets() {
 }
 
 fn allreduce_call(tag: u64, count: u32, flags: u8) -> Vec<u8> {
-    let d = Descriptor {
-        kind: Kind::Call,
-        op: Op::AllReduce,
-        dtype: Dtype::I32,
-        redop: RedOp::Sum,
-        root: 0,
-        algorithm: Algorithm::Auto,
-        src: 0,
-        tag,
-        count,
-        step: 0,
-        offset: 0,
-        timeout_ms: 5000,
-        members: Members::of(&[0, 1, 2]),
-    };
-    let mut p = d.encode().to_vec();
-    p[7] = flags;
-    p
+    allreduce_payload(tag, count, Algorithm::Auto, 5000, flags, &[])
 }
 
 fn i32s(b: &[u8]) -> Vec<i32> {

@@ -4,8 +4,9 @@
 
 mod common;
 
+use common::collective::allreduce_payload;
 use offrac_client::{Client, ClientError, RetryPolicy, Status};
-use offrac_collective::{Algorithm, Descriptor, Dtype, Kind, Members, Op, RedOp};
+use offrac_collective::Algorithm;
 use offrac_node::NodeHandle;
 use offrac_proto::{RequestHeader, ResponseHeader, FN_COLLECTIVE, HEADER_LEN};
 use std::io::{Read, Write};
@@ -47,23 +48,7 @@ fn call_at(
     input: &[i32],
     timeout_ms: u32,
 ) -> Result<Vec<i32>, ClientError> {
-    let d = Descriptor {
-        kind: Kind::Call,
-        op: Op::AllReduce,
-        dtype: Dtype::I32,
-        redop: RedOp::Sum,
-        root: 0,
-        algorithm,
-        src: 0,
-        tag,
-        count,
-        step: 0,
-        offset: 0,
-        timeout_ms,
-        members: Members::of(&[0, 1, 2]),
-    };
-    let mut payload = d.encode().to_vec();
-    payload.extend(input.iter().flat_map(|x| x.to_le_bytes()));
+    let payload = allreduce_payload(tag, count, algorithm, timeout_ms, 0, input);
     let mut c = Client::connect(addr)?;
     c.set_retry_policy(RetryPolicy::NONE);
     let r = c.call(FN_COLLECTIVE, 0, &payload)?;
@@ -198,26 +183,13 @@ fn a_calls_answer_carries_its_reassembly_time() {
         })
         .collect();
     std::thread::sleep(Duration::from_millis(100));
-    let d = Descriptor {
-        kind: Kind::Call,
-        op: Op::AllReduce,
-        dtype: Dtype::I32,
-        redop: RedOp::Sum,
-        root: 0,
-        algorithm: Algorithm::Ring,
-        src: 0,
-        tag: 5,
+    let payload = allreduce_payload(
+        5,
         count,
-        step: 0,
-        offset: 0,
-        timeout_ms: 10_000,
-        members: Members::of(&[0, 1, 2]),
-    };
-    let mut payload = d.encode().to_vec();
-    payload.extend(
-        input(0, count as usize)
-            .iter()
-            .flat_map(|x| x.to_le_bytes()),
+        Algorithm::Ring,
+        10_000,
+        0,
+        &input(0, count as usize),
     );
     let mut wire = RequestHeader::single(1, FN_COLLECTIVE, 0, payload.len() as u32)
         .encode()
@@ -258,24 +230,7 @@ fn raw_call(
     flags: u8,
     param: u64,
 ) -> ClientError {
-    let d = Descriptor {
-        kind: Kind::Call,
-        op: Op::AllReduce,
-        dtype: Dtype::I32,
-        redop: RedOp::Sum,
-        root: 0,
-        algorithm: Algorithm::Auto,
-        src: 0,
-        tag,
-        count,
-        step: 0,
-        offset: 0,
-        timeout_ms: 20_000,
-        members: Members::of(&[0, 1, 2]),
-    };
-    let mut payload = d.encode().to_vec();
-    payload[7] = flags;
-    payload.extend(input.iter().flat_map(|x| x.to_le_bytes()));
+    let payload = allreduce_payload(tag, count, Algorithm::Auto, 20_000, flags, input);
     let mut c = Client::connect(&node.addr.to_string()).unwrap();
     c.set_retry_policy(RetryPolicy::NONE);
     c.call(FN_COLLECTIVE, param, &payload)

@@ -5,9 +5,9 @@
 
 mod common;
 
-use common::for_seeds;
-use offrac_collective::{Algorithm, Descriptor, Dtype, Kind, Members, Op, RedOp};
-use offrac_proto::{RequestHeader, Status, FN_COLLECTIVE};
+use common::{bcast_descriptor, collective_request, for_seeds};
+use offrac_collective::Algorithm;
+use offrac_proto::Status;
 use offrac_sim::world::World;
 
 const US: u64 = 1_000;
@@ -26,34 +26,9 @@ fn nodes(seed: u64, n: usize) -> World {
 /// `input` as this rank's data (the others wait for the root's); `from_buffer`: the input is named buffer 42
 /// instead (descriptor byte 7 bit 0, the name in `param`).
 fn bcast(tag: u64, n: usize, count: usize, input: &[i32], from_buffer: bool) -> Vec<u8> {
-    let devices: Vec<u8> = (0..n as u8).collect();
-    let d = Descriptor {
-        kind: Kind::Call,
-        op: Op::Broadcast,
-        dtype: Dtype::I32,
-        redop: RedOp::None,
-        root: 0,
-        algorithm: Algorithm::Auto,
-        src: 0,
-        tag,
-        count: count as u32,
-        step: 0,
-        offset: 0,
-        timeout_ms: DEADLINE_MS,
-        members: Members::of(&devices),
-    };
-    let mut payload = d.encode().to_vec();
-    let mut param = 0;
-    if from_buffer {
-        payload[7] = 1;
-        param = 42;
-    }
-    payload.extend(input.iter().flat_map(|x| x.to_le_bytes()));
-    let mut b = RequestHeader::single(1, FN_COLLECTIVE, param, payload.len() as u32)
-        .encode()
-        .to_vec();
-    b.extend(payload);
-    b
+    let d = bcast_descriptor(tag, n, count, Algorithm::Auto, DEADLINE_MS);
+    let (flags, param) = if from_buffer { (1, 42) } else { (0, 0) };
+    collective_request(1, &d, flags, param, input)
 }
 
 /// How the refused rank (rank 0, the root) gets its call wrong.

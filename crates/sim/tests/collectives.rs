@@ -6,9 +6,9 @@
 
 mod common;
 
-use common::for_seeds;
-use offrac_collective::{Algorithm, Descriptor, Dtype, Kind, Members, Op, RedOp};
-use offrac_proto::{RequestHeader, Status, FN_COLLECTIVE};
+use common::{bcast_descriptor, collective_request, for_seeds};
+use offrac_collective::Algorithm;
+use offrac_proto::Status;
 use offrac_sim::world::World;
 
 const US: u64 = 1_000;
@@ -27,29 +27,8 @@ fn cluster(seed: u64, n: usize) -> World {
 /// A client's call: broadcast of `count` i32 from rank 0 of `n` ranks
 /// (`data`: the root's, empty elsewhere).
 fn bcast(id: u64, tag: u64, n: usize, count: usize, data: &[i32]) -> Vec<u8> {
-    let devices: Vec<u8> = (0..n as u8).collect();
-    let d = Descriptor {
-        kind: Kind::Call,
-        op: Op::Broadcast,
-        dtype: Dtype::I32,
-        redop: RedOp::None,
-        root: 0,
-        algorithm: Algorithm::OneToAll,
-        src: 0,
-        tag,
-        count: count as u32,
-        step: 0,
-        offset: 0,
-        timeout_ms: 1000,
-        members: Members::of(&devices),
-    };
-    let mut payload = d.encode().to_vec();
-    payload.extend(data.iter().flat_map(|x| x.to_le_bytes()));
-    let mut b = RequestHeader::single(id, FN_COLLECTIVE, 0, payload.len() as u32)
-        .encode()
-        .to_vec();
-    b.extend(payload);
-    b
+    let d = bcast_descriptor(tag, n, count, Algorithm::OneToAll, 1000);
+    collective_request(id, &d, 0, 0, data)
 }
 
 #[test]

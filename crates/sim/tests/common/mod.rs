@@ -2,8 +2,9 @@
 //! uses a part of it).
 #![allow(dead_code)]
 
+use offrac_collective::{Algorithm, Descriptor, Dtype, Kind, Members, Op, RedOp};
 use offrac_core::EngineConfig;
-use offrac_proto::FunctionId;
+use offrac_proto::{FunctionId, RequestHeader, FN_COLLECTIVE};
 
 pub const MS: u64 = 1_000_000;
 pub const ECHO: u8 = FunctionId::Echo as u8;
@@ -90,4 +91,49 @@ pub fn floats(seed: u64, n: usize) -> Vec<u8> {
             v.to_le_bytes()
         })
         .collect()
+}
+
+/// A broadcast call of `count` i32 from rank 0 of devices 0..`n`.
+pub fn bcast_descriptor(
+    tag: u64,
+    n: usize,
+    count: usize,
+    algorithm: Algorithm,
+    timeout_ms: u32,
+) -> Descriptor {
+    let devices: Vec<u8> = (0..n as u8).collect();
+    Descriptor {
+        kind: Kind::Call,
+        op: Op::Broadcast,
+        dtype: Dtype::I32,
+        redop: RedOp::None,
+        root: 0,
+        algorithm,
+        src: 0,
+        tag,
+        count: count as u32,
+        step: 0,
+        offset: 0,
+        timeout_ms,
+        members: Members::of(&devices),
+    }
+}
+
+/// A client's collective request `id`: the descriptor with `flags` in byte
+/// 7 (bit 0: the input is named buffer `param`), then `input`.
+pub fn collective_request(
+    id: u64,
+    d: &Descriptor,
+    flags: u8,
+    param: u64,
+    input: &[i32],
+) -> Vec<u8> {
+    let mut payload = d.encode().to_vec();
+    payload[7] = flags;
+    payload.extend(input.iter().flat_map(|x| x.to_le_bytes()));
+    let mut b = RequestHeader::single(id, FN_COLLECTIVE, param, payload.len() as u32)
+        .encode()
+        .to_vec();
+    b.extend(payload);
+    b
 }
