@@ -13,9 +13,9 @@ use offrac_client::{Client, ClientError, FunctionId, RetryPolicy, Status};
 use offrac_control::examples::{large_wat, ADD_WAT};
 use offrac_control::{wire, Op, Target};
 use offrac_node::{start, NodeConfig, NodeHandle};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 const KEYS: [&[u8]; 2] = [b"0123456789abcdef", b"fedcba9876543210"];
 
@@ -97,29 +97,38 @@ fn a_forced_unload_under_load_swaps_the_module_out_and_answers_every_call() {
     }
     // Three callers of the module, one call at a time each, until stopped;
     // a call that gets no answer (or a wrong one) fails the test.
+    // The counts are shared so the test waits for progress, not for a time
+    // window (a loaded machine may run few calls in 150 ms).
     let stop = Arc::new(AtomicBool::new(false));
+    let counts: Arc<[AtomicU64; 3]> = Arc::new(Default::default()); // ok, busy, unknown function
     let loaders: Vec<_> = (0..3)
         .map(|i| {
-            let stop = stop.clone();
+            let (stop, counts) = (stop.clone(), counts.clone());
             let mut c = tenant_client(&n, 1 << 40 | i);
             std::thread::spawn(move || {
-                let mut counts = [0u64; 3]; // ok, busy, unknown function
                 while !stop.load(Ordering::Relaxed) {
-                    match c.call(130, 1, &[1; 300]) {
+                    let k = match c.call(130, 1, &[1; 300]) {
                         Ok(r) => {
                             assert_eq!(r.payload, [2; 300]);
-                            counts[0] += 1
+                            0
                         }
-                        Err(e) if e.status() == Some(Status::Busy) => counts[1] += 1,
-                        Err(e) if e.status() == Some(Status::UnknownFunction) => counts[2] += 1,
+                        Err(e) if e.status() == Some(Status::Busy) => 1,
+                        Err(e) if e.status() == Some(Status::UnknownFunction) => 2,
                         Err(e) => panic!("call lost or wrong: {e}"),
-                    }
+                    };
+                    counts[k].fetch_add(1, Ordering::Relaxed);
                 }
-                counts
             })
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(150));
+    let wait_for = |k: usize, n: u64| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while counts[k].load(Ordering::Relaxed) < n {
+            assert!(Instant::now() < deadline, "count {k} never reached {n}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    wait_for(0, 50);
     // Refusals first: nothing changes.
     assert_eq!(
         refusal(ctl.send(&unload(add, false))).0,
@@ -149,17 +158,14 @@ fn a_forced_unload_under_load_swaps_the_module_out_and_answers_every_call() {
     let swapped = v["swapped_out"].as_array().unwrap();
     assert_eq!(swapped.len(), 2, "{v}");
     assert_eq!(v["digest"], hex::encode(add));
-    std::thread::sleep(Duration::from_millis(150));
+    // Calls after the unload are answered UNKNOWN_FUNCTION.
+    wait_for(2, 3);
     stop.store(true, Ordering::Relaxed);
-    let mut total = [0u64; 3];
     for l in loaders {
-        let c = l.join().expect("every call answered");
-        for i in 0..3 {
-            total[i] += c[i];
-        }
+        l.join().expect("every call answered");
     }
-    assert!(total[0] > 50, "ok/busy/unknown {total:?}");
-    assert!(total[2] > 0, "calls after the unload: {total:?}");
+    let total = counts.each_ref().map(|c| c.load(Ordering::Relaxed));
+    assert!(total[0] >= 50, "ok/busy/unknown {total:?}");
     let list = ctl.json(&Op::List);
     assert_eq!(list["modules"], serde_json::json!([]), "{list}");
     assert_eq!(list["slots"][1]["name"], "echo", "{list}");
