@@ -125,6 +125,9 @@ fn a_rank_called_after_the_refusal_fails_at_once() {
 enum Engine {
     /// Beyond `max_payload` (its descriptor split over two segments).
     TooLarge,
+    /// No reassembly buffer free: node 0's only one is held by another
+    /// client's partial request.
+    Busy,
     /// Only its first bytes come: not complete within the reassembly
     /// deadline.
     Stalled,
@@ -140,8 +143,10 @@ fn engine_refusal_fails_the_others_at_once(seed: u64, n: usize, how: Engine) {
         c.link_ns = 5 * US;
         c.write_ns = 20 * US;
         if i == 0 {
-            if matches!(how, Engine::TooLarge) {
-                c.engine.max_payload = 4096;
+            match how {
+                Engine::TooLarge => c.engine.max_payload = 4096,
+                Engine::Busy => c.engine.buffers = 1,
+                _ => {}
             }
             c.engine.reassembly_timeout = std::time::Duration::from_millis(50);
         }
@@ -157,26 +162,35 @@ fn engine_refusal_fails_the_others_at_once(seed: u64, n: usize, how: Engine) {
         w.send(c, &bcast(5, n, count, &[], false));
     }
     w.run_for(MS);
+    if matches!(how, Engine::Busy) {
+        // Another client's call (another tag) holds node 0's only buffer.
+        let other = w.connect_to(0);
+        w.run_for(MS);
+        let blocker = bcast(6, n, count, &good, false);
+        w.send(other, &blocker[..64 + 64 + 100]);
+        w.run_for(MS);
+    }
     let root_call = bcast(5, n, count, &good, false);
     let (first, rest) = match how {
-        Engine::TooLarge => root_call.split_at(64 + 20),
+        Engine::TooLarge | Engine::Busy => root_call.split_at(64 + 20),
         Engine::Stalled | Engine::Closed => root_call.split_at(64 + 64 + 100),
     };
     let start = w.now();
     w.send(clients[0], first);
     w.run_for(MS);
     match how {
-        Engine::TooLarge => w.send(clients[0], rest),
+        Engine::TooLarge | Engine::Busy => w.send(clients[0], rest),
         Engine::Stalled => {}
         Engine::Closed => w.close(clients[0]),
     }
     w.run_for(200 * MS);
     let (root_status, refused_at) = match how {
-        Engine::TooLarge | Engine::Stalled => {
+        Engine::TooLarge | Engine::Busy | Engine::Stalled => {
             let root = w.answers_to(clients[0], 1);
             assert_eq!(root.len(), 1, "{how:?}, root: {root:?}");
             let want = match how {
                 Engine::TooLarge => Status::TooLarge,
+                Engine::Busy => Status::Busy,
                 _ => Status::Timeout,
             };
             assert_eq!(root[0].header.status, want, "{how:?}");
@@ -213,7 +227,12 @@ fn engine_refusal_fails_the_others_at_once(seed: u64, n: usize, how: Engine) {
 fn a_root_refused_by_its_nodes_engine_fails_the_waiting_ranks_at_once() {
     for_seeds(|seed| {
         for n in [2, 3] {
-            for how in [Engine::TooLarge, Engine::Stalled, Engine::Closed] {
+            for how in [
+                Engine::TooLarge,
+                Engine::Busy,
+                Engine::Stalled,
+                Engine::Closed,
+            ] {
                 engine_refusal_fails_the_others_at_once(seed, n, how);
             }
         }
