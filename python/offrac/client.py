@@ -158,7 +158,7 @@ class _Pending:
     out: npt.NDArray[Any] | None = None
     #: A large payload, sent from its own buffer after ``wire`` (never copied into a joined
     #: message); empty when ``wire`` holds the whole request.
-    payload: bytes = b""
+    payload: bytes | memoryview = b""
 
 
 #: Payloads from this size on are sent from their own buffer (gathered by ``sendmsg``) rather
@@ -166,7 +166,16 @@ class _Pending:
 _GATHER_MIN: Final = 16384
 
 
-def _send_gather(sock: socket.socket, header: bytes, payload: bytes) -> None:
+def _byte_view(payload: bytes | bytearray | memoryview) -> bytes | memoryview:
+    """``payload`` as bytes without a copy where it can be: a flat byte view of a contiguous
+    buffer (``len`` counts bytes, whatever the buffer's item type); others copied."""
+    if isinstance(payload, bytes):
+        return payload
+    view = memoryview(payload)
+    return view.cast("B") if view.c_contiguous else view.tobytes()
+
+
+def _send_gather(sock: socket.socket, header: bytes, payload: bytes | memoryview) -> None:
     """``sendall(header + payload)`` without joining them."""
     sent = sock.sendmsg([header, payload])
     if sent < len(header):
@@ -1769,10 +1778,13 @@ class Client:
         *,
         tenant: int | None = None,
     ) -> RequestFuture[tuple[ResponseHeader, bytes]]:
-        """Like :meth:`call_raw` but returns a future."""
+        """Like :meth:`call_raw` but returns a future.
+
+        The payload is not copied: it is written to the socket before this returns (a raw
+        request is never re-sent), so the caller may reuse its buffer once it has."""
         self._ensure_open()
         hops = (Hop.local(function_id(function), _u64_param("param", param)),)
-        return self._send_new(hops, bytes(payload), tenant, None, False, 0, -1.0)
+        return self._send_new(hops, _byte_view(payload), tenant, None, False, 0, -1.0)
 
     def call_raw(
         self,
@@ -1880,7 +1892,7 @@ class Client:
     def _send_new(
         self,
         hops: tuple[Hop, ...],
-        payload: bytes,
+        payload: bytes | memoryview,
         tenant: int | None,
         decode: _Decoder | None,
         return_info: bool,
@@ -1915,6 +1927,9 @@ class Client:
             if not self._leading:
                 self._cv.notify()
         self._transmit(pending)
+        if retries == 0:
+            # Never re-sent: let go of the caller's buffer (a view of it would pin it).
+            pending.payload = b""
         # A _LedFuture goes back to _led only (the caller of its send), never to a user.
         return cast(RequestFuture[Any], fut)
 

@@ -190,6 +190,22 @@ def test_matmul_output_decode_and_raw_params(fake: Callable[[Handler], FakeNode]
         assert c.call("echo", np.array([1, 2], dtype="<u2")) == b"\x01\x00\x02\x00"
 
 
+def test_raw_payloads_are_sent_uncopied_as_their_bytes(fake: Callable[[Handler], FakeNode]) -> None:
+    """``call_raw`` sends a buffer's bytes without copying them (a float array's view counts
+    bytes, not items), small and large, contiguous or not."""
+    seen: list[tuple[RequestHeader, bytes]] = []
+    node = fake(echo_handler(seen))
+    with Client(node.address) as c:
+        for n in (3, 50_000):  # joined behind the header / sent from its own buffer
+            a = np.arange(n, dtype=np.float32)
+            buf = bytearray(a.tobytes())
+            for payload in (memoryview(a), buf, memoryview(a)[::2]):
+                want = bytes(memoryview(payload).tobytes())
+                h, p = c.call_raw(5, payload)
+                assert h.payload_len == len(want) and p == want
+                assert seen[-1][1] == want
+
+
 def test_input_validation_raises_before_sending(fake: Callable[[Handler], FakeNode]) -> None:
     seen: list[tuple[RequestHeader, bytes]] = []
     node = fake(echo_handler(seen))

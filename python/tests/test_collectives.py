@@ -23,6 +23,7 @@ from offrac import (
     OffracError,
     RequestTimeoutError,
     Step,
+    TooLargeError,
     UnknownBufferError,
     UnreachableError,
 )
@@ -230,6 +231,29 @@ def test_bad_calls_are_refused(cluster: list[Node]) -> None:
             c.gather(np.ones(4, np.float32), algorithm=Algorithm.RING)
         with pytest.raises(BadInputError, match="power-of-two"):
             c.allreduce(np.ones(4, np.float32), algorithm=Algorithm.RECURSIVE_DOUBLING)
+
+
+def test_a_call_beyond_max_payload_fails_every_rank_at_once(cluster: list[Node]) -> None:
+    """The root's call is refused by its node's engine (2.4 MB against the default
+    max_payload of 2 MiB) before the node's collectives see it: the root gets TOO_LARGE,
+    and the ranks waiting for it are told at once, not at their 20 s deadline."""
+    count = 600_000
+
+    def run(c: Communicator) -> Any:
+        if c.rank == 0:
+            time.sleep(0.3)  # the others wait first
+            return c.bcast(np.ones(count, np.float32))
+        return c.bcast(None, count=count, dtype=np.float32)
+
+    t0 = time.monotonic()
+    got = on_ranks(cluster, list(range(N)), run, timeout=20)
+    took = time.monotonic() - t0
+    assert isinstance(got[0], TooLargeError), got
+    assert "exceeds the maximum of 2097152" in str(got[0])
+    for e in got[1:]:
+        assert isinstance(e, TooLargeError), got
+        assert "rank 0 (device 0) failed the collective: its node refused the call" in str(e), e
+    assert took < 5, took
 
 
 def test_a_rank_that_never_calls_times_out_everyone_else(cluster: list[Node]) -> None:

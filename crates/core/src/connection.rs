@@ -1,7 +1,7 @@
 //! Per-connection receive state: where the next byte of the stream goes.
 
 use crate::{BufferId, Instant, TenantKey};
-use offrac_proto::{RequestHeader, EXT_LEN, HEADER_LEN};
+use offrac_proto::{RequestHeader, Status, EXT_LEN, HEADER_LEN};
 
 #[derive(Debug)]
 pub(crate) enum Rx {
@@ -29,8 +29,28 @@ pub(crate) enum Rx {
     },
     /// Skipping the payload of a refused request.
     Discard { remaining: u64 },
+    /// Skipping the payload of a refused collective request, its first
+    /// [`COLLECTIVE_HEAD_LEN`] bytes (the collective descriptor) kept for the
+    /// driver ([`crate::Action::RefusedCollective`]).
+    Peek(Box<Peek>),
     /// Nothing more is read from this connection.
     Closed,
+}
+
+/// How many payload bytes of a refused collective request are kept: its
+/// 64-byte collective descriptor (`docs/collectives.md`, "Failures and
+/// deadlines").
+pub const COLLECTIVE_HEAD_LEN: usize = 64;
+
+/// A refused collective request whose descriptor is being read.
+#[derive(Debug)]
+pub(crate) struct Peek {
+    pub head: [u8; COLLECTIVE_HEAD_LEN],
+    pub have: usize,
+    /// Payload bytes after the head, to skip.
+    pub rest: u64,
+    pub status: Status,
+    pub message: String,
 }
 
 #[derive(Debug)]
@@ -69,7 +89,7 @@ impl Connection {
     pub fn is_partial(&self) -> bool {
         match &self.rx {
             Rx::Header { have, .. } => *have > 0,
-            Rx::Ext { .. } | Rx::Payload { .. } | Rx::Discard { .. } => true,
+            Rx::Ext { .. } | Rx::Payload { .. } | Rx::Discard { .. } | Rx::Peek(_) => true,
             Rx::Closed => false,
         }
     }

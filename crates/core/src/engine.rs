@@ -2,7 +2,7 @@
 //! them (small-request queue or reassembly pool), moves complete requests to
 //! slot queues and tells the driver what to do.
 
-use crate::connection::{Connection, Rx};
+use crate::connection::{Connection, Peek, Rx, COLLECTIVE_HEAD_LEN};
 use crate::{
     BufferError, Buffers, EngineConfig, EngineStats, Instant, Job, ReassemblyPool, Selector,
     SlotId, SlotQueue, Tenancy, TenantKey, TenantUsage,
@@ -60,6 +60,19 @@ pub enum Action {
         conn: ConnId,
         header: ResponseHeader,
         payload: Vec<u8>,
+    },
+    /// The engine refused a collective request (function [`FN_COLLECTIVE`]
+    /// for this node) before the driver saw it — beyond `max_payload`, over
+    /// a tenant's quota, no reassembly buffer free, not complete within its
+    /// reassembly deadline — and has answered it `status`; `head` is the
+    /// first [`COLLECTIVE_HEAD_LEN`] bytes of its payload (the collective
+    /// descriptor), so the driver can tell the other members of a refused
+    /// call's collective (`docs/collectives.md`, "Failures and deadlines").
+    /// Nothing is owed for it: the request is answered.
+    RefusedCollective {
+        head: Box<[u8; COLLECTIVE_HEAD_LEN]>,
+        status: Status,
+        message: String,
     },
 }
 
@@ -359,6 +372,8 @@ impl Engine {
     /// forget it as a reply endpoint.
     pub fn handle_close(&mut self, _now: Instant, conn: ConnId) {
         if let Some(c) = self.conns.remove(&conn) {
+            let msg = "its caller's connection closed before the call was complete";
+            self.refused_partial(&c.rx, Status::Unreachable, msg);
             self.collect(c.rx);
         }
         for e in self.reply_endpoints.iter_mut() {
@@ -468,11 +483,12 @@ impl Engine {
                         Some(due) => self.timers.push(Reverse((due, conn))),
                         None => c.timer_armed = false,
                     }
+                    let msg = "request not complete within the reassembly timeout";
                     if let Rx::Payload { header, .. } = &rx {
                         let h = *header;
-                        let msg = "request not complete within the reassembly timeout";
                         self.reply_to(conn, &h, Status::Timeout, 0, msg);
                     }
+                    self.refused_partial(&rx, Status::Timeout, msg);
                     self.collect(rx);
                     continue;
                 }
@@ -532,7 +548,8 @@ impl Engine {
                     c.rx = Rx::Discard { remaining };
                     self.reply_to(conn, &h, Status::ShuttingDown, 0, msg);
                 }
-                Rx::Discard { .. } => {}
+                // Already answered: the rest is read and dropped.
+                Rx::Discard { .. } | Rx::Peek(_) => {}
                 _ => self.retire(conn, Status::ShuttingDown, msg),
             }
         }
@@ -680,6 +697,28 @@ impl Engine {
                 self.hold(conn);
                 Rx::idle(now)
             }
+            Rx::Peek(mut p) => {
+                let n = (COLLECTIVE_HEAD_LEN - p.have).min(data.len());
+                p.head[p.have..p.have + n].copy_from_slice(&data[..n]);
+                *data = &data[n..];
+                p.have += n;
+                if p.have < COLLECTIVE_HEAD_LEN {
+                    return Rx::Peek(p);
+                }
+                let Peek {
+                    head,
+                    rest,
+                    status,
+                    message,
+                    ..
+                } = *p;
+                self.actions.push_back(Action::RefusedCollective {
+                    head: Box::new(head),
+                    status,
+                    message,
+                });
+                discard(rest, now)
+            }
             Rx::Discard { remaining } => {
                 let n = remaining.min(data.len() as u64);
                 *data = &data[n as usize..];
@@ -745,6 +784,27 @@ impl Engine {
             discard(len, now)
         };
         let hop = h.current_hop();
+        // Past authentication and the chain's checks: a refused collective
+        // keeps its descriptor for the driver (its other ranks are told).
+        let refuse_call =
+            |engine: &mut Engine, rest: &mut &[u8], status: Status, detail: u64, msg: &str| {
+                engine.reply_to(conn, &h, status, detail, msg);
+                if hop.function == FN_COLLECTIVE
+                    && engine.is_local(hop.device)
+                    && len >= COLLECTIVE_HEAD_LEN as u64
+                {
+                    let peek = Peek {
+                        head: [0; COLLECTIVE_HEAD_LEN],
+                        have: 0,
+                        rest: len - COLLECTIVE_HEAD_LEN as u64,
+                        status,
+                        message: msg.to_string(),
+                    };
+                    engine.feed(now, conn, Rx::Peek(Box::new(peek)), rest)
+                } else {
+                    discard(len, now)
+                }
+            };
         if self.shutting_down {
             return refuse(self, Status::ShuttingDown, 0, "node is shutting down");
         }
@@ -812,13 +872,13 @@ impl Engine {
                 "payload of {len} bytes exceeds the maximum of {}",
                 self.cfg.max_payload
             );
-            return refuse(self, Status::TooLarge, self.cfg.max_payload, &msg);
+            return refuse_call(self, rest, Status::TooLarge, self.cfg.max_payload, &msg);
         }
         let policy = self.tenancy.policy(tenant);
         let used = self.usage(tenant);
         if let Some(max) = policy.max_inflight.filter(|&m| used.inflight >= m) {
             let msg = format!("the tenant has {max} requests in flight, its quota; retry");
-            return refuse(self, Status::QuotaExceeded, max as u64, &msg);
+            return refuse_call(self, rest, Status::QuotaExceeded, max as u64, &msg);
         }
         let arrived_whole = rest.len() as u64 >= len;
         let small = HEADER_LEN as u64 + len <= self.cfg.small_request_max;
@@ -840,11 +900,12 @@ impl Engine {
                 "the tenant holds {} reassembly bytes; {len} more would pass its quota of {max}; retry",
                 used.pool_bytes
             );
-            return refuse(self, Status::QuotaExceeded, max, &msg);
+            return refuse_call(self, rest, Status::QuotaExceeded, max, &msg);
         }
         let Some(buffer) = self.pool.admit_for(len, Some(hop.function)) else {
-            return refuse(
+            return refuse_call(
                 self,
+                rest,
                 Status::Busy,
                 0,
                 "no eligible reassembly buffer; retry",
@@ -1222,10 +1283,11 @@ impl Engine {
             Rx::Header { have, .. } if *have > 0 => Some((REQUEST_ID_NONE, 0)),
             _ => None,
         };
-        self.collect(rx);
         if let Some((id, tenant)) = id {
             self.reply(conn, status, id, tenant, 0, msg);
         }
+        self.refused_partial(&rx, status, msg);
+        self.collect(rx);
         self.actions.push_back(Action::Close { conn });
     }
 
@@ -1328,6 +1390,29 @@ impl Engine {
     }
 
     /// Release whatever a receive state held.
+    /// A partial request given up (`status`): if it is a collective for this
+    /// node whose descriptor is in, the driver is told
+    /// ([`Action::RefusedCollective`]).
+    fn refused_partial(&mut self, rx: &Rx, status: Status, msg: &str) {
+        let Rx::Payload {
+            header, payload, ..
+        } = rx
+        else {
+            return;
+        };
+        let hop = header.current_hop();
+        if hop.function != FN_COLLECTIVE || !self.is_local(hop.device) {
+            return;
+        }
+        if let Some(head) = payload.first_chunk::<COLLECTIVE_HEAD_LEN>() {
+            self.actions.push_back(Action::RefusedCollective {
+                head: Box::new(*head),
+                status,
+                message: msg.to_string(),
+            });
+        }
+    }
+
     fn collect(&mut self, rx: Rx) {
         if let Rx::Payload {
             header,

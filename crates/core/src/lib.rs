@@ -22,6 +22,7 @@ mod time;
 
 pub use buffers::{BufferError, Buffers, DEFAULT_BUFFER_BUDGET};
 pub use config::{BufferPolicy, ConfigError, EngineConfig, SlotPolicy};
+pub use connection::COLLECTIVE_HEAD_LEN;
 pub use drr::Drr;
 pub use engine::{Action, ConnId, Engine, Route};
 pub use job::Job;

@@ -761,6 +761,11 @@ impl Driver {
                 Action::Control { job } if job.function() == offrac_proto::FN_COLLECTIVE => {
                     self.collective_request(now, job);
                 }
+                Action::RefusedCollective {
+                    head,
+                    status,
+                    message,
+                } => self.refused_collective(now, &head, status, &message),
                 Action::Control { job } => {
                     if let Some(c) = self.conns.get_mut(&job.conn) {
                         c.answering += 1;

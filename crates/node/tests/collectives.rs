@@ -251,7 +251,7 @@ struct Refused {
 
 /// A rank whose call is refused before its collective starts (a wrong input
 /// size, a named input the node does not hold, a collective beyond the
-/// node's limit) fails the ranks waiting for it at once with the reason,
+/// node's limit, a call beyond `max_payload` that the engine refuses) fails the ranks waiting for it at once with the reason,
 /// not at their 20 s deadline.
 #[test]
 fn a_refused_call_fails_the_waiting_ranks_at_once() {
@@ -288,6 +288,17 @@ fn a_refused_call_fails_the_waiting_ranks_at_once() {
             root: Status::TooLarge,
             others: Status::TooLarge,
         },
+        // 2.4 MB of input: beyond the node's max_payload (2 MiB), refused by
+        // its engine before the driver sees the call
+        Refused {
+            why: "exceeds the maximum of 2097152",
+            count: 600_000,
+            input: input(0, 600_000),
+            flags: 0,
+            param: 0,
+            root: Status::TooLarge,
+            others: Status::TooLarge,
+        },
     ];
     for (i, case) in cases.into_iter().enumerate() {
         let Refused {
@@ -301,7 +312,7 @@ fn a_refused_call_fails_the_waiting_ranks_at_once() {
         } = case;
         let tag = 10 + i as u64;
         let t = Instant::now();
-        let (root, errs) = std::thread::scope(|s| {
+        let (root, errs, told) = std::thread::scope(|s| {
             let hs: Vec<_> = (1..N)
                 .map(|r| {
                     let node = &nodes[r];
@@ -319,12 +330,17 @@ fn a_refused_call_fails_the_waiting_ranks_at_once() {
                 .collect();
             std::thread::sleep(Duration::from_millis(200));
             let root = raw_call(&nodes[0], tag, root_count, &root_input, flags, param);
+            let refused = Instant::now();
             let errs: Vec<ClientError> = hs
                 .into_iter()
                 .map(|h| h.join().unwrap().expect_err("rank 0 was refused"))
                 .collect();
-            (root, errs)
+            (root, errs, refused.elapsed())
         });
+        assert!(
+            told < Duration::from_secs(1),
+            "case {i}: the others failed {told:?} after rank 0's refusal"
+        );
         assert!(
             t.elapsed() < Duration::from_secs(5),
             "case {i}: took {:?}",

@@ -73,7 +73,8 @@ impl Reassembled {
                 Action::Forward { .. }
                 | Action::Describe { .. }
                 | Action::Control { .. }
-                | Action::Result { .. } => {}
+                | Action::Result { .. }
+                | Action::RefusedCollective { .. } => {}
             }
         }
         if let Some(t) = self.engine.poll_timeout().map(Instant::as_nanos) {

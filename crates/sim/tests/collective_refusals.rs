@@ -118,3 +118,123 @@ fn a_rank_called_after_the_refusal_fails_at_once() {
         }
     });
 }
+
+/// How the root's call is refused by its node's engine, before the driver
+/// sees it.
+#[derive(Clone, Copy, Debug)]
+enum Engine {
+    /// Beyond `max_payload` (its descriptor split over two segments).
+    TooLarge,
+    /// No reassembly buffer free: node 0's only one is held by another
+    /// client's partial request.
+    Busy,
+    /// Only its first bytes come: not complete within the reassembly
+    /// deadline.
+    Stalled,
+    /// Its caller closes the connection mid-call (no answer is owed).
+    Closed,
+}
+
+/// Rank 0's call is refused by its node's engine (it never reaches the
+/// driver) after the others have called: they fail within a few ms of the
+/// refusal with its status, not at their 1 s deadline.
+fn engine_refusal_fails_the_others_at_once(seed: u64, n: usize, how: Engine) {
+    let mut w = common::cluster(seed, n, |i, c| {
+        c.link_ns = 5 * US;
+        c.write_ns = 20 * US;
+        if i == 0 {
+            match how {
+                Engine::TooLarge => c.engine.max_payload = 4096,
+                Engine::Busy => c.engine.buffers = 1,
+                _ => {}
+            }
+            c.engine.reassembly_timeout = std::time::Duration::from_millis(50);
+        }
+    });
+    w.run_for(5 * MS); // the links come up
+    let clients: Vec<usize> = (0..n).map(|i| w.connect_to(i)).collect();
+    w.run_for(MS);
+    // 4 KiB + the descriptor: beyond node 0's max_payload for TooLarge; the
+    // other cases send only its first 228 bytes.
+    let count = 1024;
+    let good: Vec<i32> = (0..count as i32).collect();
+    for &c in &clients[1..] {
+        w.send(c, &bcast(5, n, count, &[], false));
+    }
+    w.run_for(MS);
+    if matches!(how, Engine::Busy) {
+        // Another client's call (another tag) holds node 0's only buffer.
+        let other = w.connect_to(0);
+        w.run_for(MS);
+        let blocker = bcast(6, n, count, &good, false);
+        w.send(other, &blocker[..64 + 64 + 100]);
+        w.run_for(MS);
+    }
+    let root_call = bcast(5, n, count, &good, false);
+    let (first, rest) = match how {
+        Engine::TooLarge | Engine::Busy => root_call.split_at(64 + 20),
+        Engine::Stalled | Engine::Closed => root_call.split_at(64 + 64 + 100),
+    };
+    let start = w.now();
+    w.send(clients[0], first);
+    w.run_for(MS);
+    match how {
+        Engine::TooLarge | Engine::Busy => w.send(clients[0], rest),
+        Engine::Stalled => {}
+        Engine::Closed => w.close(clients[0]),
+    }
+    w.run_for(200 * MS);
+    let (root_status, refused_at) = match how {
+        Engine::TooLarge | Engine::Busy | Engine::Stalled => {
+            let root = w.answers_to(clients[0], 1);
+            assert_eq!(root.len(), 1, "{how:?}, root: {root:?}");
+            let want = match how {
+                Engine::TooLarge => Status::TooLarge,
+                Engine::Busy => Status::Busy,
+                _ => Status::Timeout,
+            };
+            assert_eq!(root[0].header.status, want, "{how:?}");
+            (want, root[0].at)
+        }
+        Engine::Closed => (Status::Unreachable, start + MS),
+    };
+    for (r, &c) in clients.iter().enumerate().skip(1) {
+        let a = w.answers_to(c, 1);
+        assert_eq!(
+            a.len(),
+            1,
+            "n={n} {how:?}: rank {r} not answered 200 ms after the root's call (deadline {DEADLINE_MS} ms)"
+        );
+        assert_eq!(a[0].header.status, root_status, "rank {r} {how:?}");
+        let msg = String::from_utf8_lossy(&a[0].payload);
+        assert!(
+            msg.contains("rank 0 (device 0) failed the collective: its node refused the call"),
+            "rank {r}: {msg}"
+        );
+        assert!(
+            a[0].at < refused_at + 5 * MS,
+            "rank {r} {how:?} answered {} ms after the refusal",
+            (a[0].at - refused_at) / MS
+        );
+    }
+    for i in 0..n {
+        let (running, _) = w.node(i).driver().collective_stats();
+        assert_eq!(running, 0, "node {i}");
+    }
+}
+
+#[test]
+fn a_root_refused_by_its_nodes_engine_fails_the_waiting_ranks_at_once() {
+    for_seeds(|seed| {
+        for n in [2, 3] {
+            for how in [
+                Engine::TooLarge,
+                Engine::Busy,
+                Engine::Stalled,
+                Engine::Closed,
+            ] {
+                engine_refusal_fails_the_others_at_once(seed, n, how);
+            }
+        }
+    });
+}

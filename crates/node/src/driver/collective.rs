@@ -167,6 +167,38 @@ impl Driver {
         self.collective_outs(now);
     }
 
+    /// The engine refused a request for function 251 before this driver saw
+    /// it (beyond `max_payload`, no reassembly buffer, over a quota, not
+    /// complete in time, its caller gone) and answered it; `head` is its
+    /// first 64 bytes. If it is a client's call, the other members of its
+    /// collective would wait for this rank in vain: tell them now, as for a
+    /// call this driver refuses.
+    pub(super) fn refused_collective(
+        &mut self,
+        now: Instant,
+        head: &[u8; DESCRIPTOR_LEN],
+        status: Status,
+        message: &str,
+    ) {
+        if head[0] != Kind::Call as u8 {
+            return; // a node's message: its sender learns of the refusal
+        }
+        let kind = match status {
+            Status::TooLarge => FailKind::TooLarge,
+            Status::Busy | Status::QuotaExceeded => FailKind::Busy,
+            Status::Timeout => FailKind::Timeout,
+            Status::Unreachable => FailKind::Unreachable,
+            _ => FailKind::BadInput,
+        };
+        // The descriptor alone, its byte 7 (the driver's flags) cleared.
+        let mut desc = *head;
+        desc[7] = 0;
+        let message = format!("its node refused the call: {message}");
+        self.collectives
+            .abort_refused_call(now, &desc, kind, &message);
+        self.collective_outs(now);
+    }
+
     /// Carry out what the collectives machine asks.
     pub(super) fn collective_outs(&mut self, now: Instant) {
         while let Some(o) = self.collectives.poll() {
