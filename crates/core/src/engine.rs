@@ -1389,7 +1389,6 @@ impl Engine {
         });
     }
 
-    /// Release whatever a receive state held.
     /// A partial request given up (`status`): if it is a collective for this
     /// node whose descriptor is in, the driver is told
     /// ([`Action::RefusedCollective`]).
@@ -1413,6 +1412,7 @@ impl Engine {
         }
     }
 
+    /// Release whatever a receive state held.
     fn collect(&mut self, rx: Rx) {
         if let Rx::Payload {
             header,
