@@ -25,9 +25,16 @@ on device PEER leaves on the network egress (m_net_axis_*, tdest the device) as 
 software forwards (hop_index advanced, payload_len the output's, FORWARDED set; request_id the
 caller's, see docs/rtl.md) followed by the local hops' output; the egress port stalls at random too.
 
-Parameters (test_rtl.py): 4 connections, 4 buffers of 1 KiB (a buffer reassembles one request at a time, so
-fewer buffers than connections would refuse BUSY whenever they interleave), MAX_PAYLOAD 512, DESC_DEPTH 4,
-top-k K_MAX 16, MapId TABLE_BITS 6 (at most 32 keys) and MAX_BEATS 8, PEERS device 9.
+The single-fragment FIFO (small_past_a_full_pool): with every buffer held by a partial request, a small
+request whose payload comes in its header's segment (s_axis_tseg) is still answered, one split across
+segments is BUSY; a small request abandoned by its connection's close gives its bytes back.
+Elsewhere each beat is a segment of its own (a small request is one whose payload ends in its
+header's beat).
+
+Parameters (test_rtl.py): 8 connections (the random traffic uses 4), 4 buffers of 1 KiB (a buffer
+reassembles one request at a time, so fewer buffers than connections would refuse BUSY whenever they
+interleave), MAX_PAYLOAD 512, DESC_DEPTH 4, top-k K_MAX 16, MapId TABLE_BITS 6 (at most 32 keys) and
+MAX_BEATS 8, PEERS device 9, SMALL_MAX 320 (payloads up to 256 bytes) and SMALL_BYTES 512.
 """
 
 from __future__ import annotations
@@ -260,6 +267,7 @@ def idle(dut: Any) -> None:
     dut.s_axis_tdata.value = 0
     dut.s_axis_tkeep.value = 0
     dut.s_axis_tuser.value = 0
+    dut.s_axis_tseg.value = 0
     dut.m_axis_tready.value = 0
     dut.m_net_axis_tready.value = 0
     dut.s_cfg_tvalid.value = 0
@@ -387,6 +395,7 @@ async def run(dut: Any, rng: random.Random, reqs: list[Req], p_in: float, p_out:
             dut.s_axis_tdata.value = int.from_bytes(data + junk, "little")
             dut.s_axis_tkeep.value = (1 << len(data)) - 1
             dut.s_axis_tuser.value = c
+            dut.s_axis_tseg.value = len(data)  # a segment of its own
         ready = rng.random() < p_out
         dut.m_axis_tready.value = int(ready)
         net_ready = rng.random() < p_out
@@ -577,6 +586,10 @@ async def backpressure(dut: Any) -> None:
     assert counts["busy"] == 0
 
 
+# an echo of 256 bytes (5 beats): one segment (the single-fragment FIFO), a segment a beat (the pool)
+SMALL_PINS = ((22, 28), (24, 30))
+
+
 @cocotb.test()
 async def one_request_cycles(dut: Any) -> None:
     """The cycles of one request through the whole path (first input beat to the header, to the
@@ -599,10 +612,17 @@ async def one_request_cycles(dut: Any) -> None:
         (0, 0, xs, [(1, 8, 0xFF)], (193, 194)),
         (0, 0, rng.randbytes(512), [(0, 0, 0xFF)], (56, 70)),
     ]
-    for fn, param, payload, more, pin in [(*c[:3], [], c[3]) for c in singles] + chained:
+    # the single-fragment FIFO: 256 bytes in one segment (small: no pool admission), then the same
+    # bytes a segment a beat (through the pool)
+    small = random.Random(6).randbytes(256)
+    # (..., one segment: the beats carry the bytes of the whole request from them on)
+    cases = [(*c[:3], [], c[3], False) for c in singles] + [(*c, False) for c in chained]
+    cases += [(0, 0, small, [], SMALL_PINS[0], True), (0, 0, small, [], SMALL_PINS[1], False)]
+    for fn, param, payload, more, pin, one_segment in cases:
         out = b""
         wire = Req(0, 77, fn, param, payload, more=more).wire()
         chunks = [wire[i : i + 64] for i in range(0, len(wire), 64)]
+        segs = [len(wire) - 64 * i if one_segment else len(c) for i, c in enumerate(chunks)]
         t = 0
         ci = 0
         first_out = -1
@@ -613,6 +633,7 @@ async def one_request_cycles(dut: Any) -> None:
                 dut.s_axis_tdata.value = int.from_bytes(chunks[ci], "little")
                 dut.s_axis_tkeep.value = (1 << len(chunks[ci])) - 1
                 dut.s_axis_tuser.value = 0
+                dut.s_axis_tseg.value = segs[ci]
             await ReadOnly()
             if ci < len(chunks) and sig(dut.s_axis_tready):
                 ci += 1
@@ -629,10 +650,11 @@ async def one_request_cycles(dut: Any) -> None:
         await FallingEdge(dut.clk)
         dut.s_axis_tvalid.value = 0
         dut._log.info(
-            "function %d%s, %d payload bytes: %d cycles to the header, %d to the last beat",
+            "function %d%s, %d payload bytes%s: %d cycles to the header, %d to the last beat",
             fn,
             "".join(f" then {m[0]}" for m in more),
             len(payload),
+            " (one segment: small)" if one_segment else "",
             first_out,
             t,
         )
@@ -643,6 +665,8 @@ async def one_request_cycles(dut: Any) -> None:
         if all(m[0] == 0 for m in more) and fn == 0:
             assert out[64:] == payload, "an echo chain changed the bytes"
         assert (first_out, t) == pin, f"cycles {(first_out, t)}, pinned {pin}"
+        if len(payload) == len(small):
+            continue
         # reassembly, pinned: 576 bytes (9 beats) from the first beat taken to the pool's finish; behind
         # a local hop the chain's earlier queue and exec are added (Job::advance: complete_at = now),
         # here the echo's 1 + 2 cycles
@@ -674,19 +698,24 @@ async def chains(dut: Any) -> None:
 
 
 async def feed(
-    dut: Any, beats: list[tuple[int, bytes]], out: list[tuple[int, bytes]], limit: int = 20_000
+    dut: Any,
+    beats: list[tuple[int, bytes]] | list[tuple[int, bytes, int]],
+    out: list[tuple[int, bytes]],
+    limit: int = 20_000,
 ) -> None:
     """Feed the beats in order (output always ready), then clock until the path is idle; every output
-    beat is appended to `out` as (connection, its bytes)."""
+    beat is appended to `out` as (connection, its bytes). A beat is a segment of its own, or carries
+    the bytes of its segment from it on as a third element (s_axis_tseg)."""
     bi, quiet = 0, 0
     dut.m_axis_tready.value = 1
     for _ in range(limit):
         dut.s_axis_tvalid.value = int(bi < len(beats))
         if bi < len(beats):
-            conn, data = beats[bi]
+            conn, data = beats[bi][0], beats[bi][1]
             dut.s_axis_tdata.value = int.from_bytes(data, "little")
             dut.s_axis_tkeep.value = (1 << len(data)) - 1
             dut.s_axis_tuser.value = conn
+            dut.s_axis_tseg.value = beats[bi][2] if len(beats[bi]) == 3 else len(data)
         await ReadOnly()
         if bi < len(beats) and sig(dut.s_axis_tready):
             bi += 1
@@ -776,3 +805,72 @@ async def close_mid_request(dut: Any) -> None:
         f = parse_response(got[r.conn][0])
         assert (f["status"], f["request_id"]) == (ST_OK, r.rid), f
         assert got[r.conn][0][64:] == r.payload, f"connection {r.conn}: the echo came back changed"
+
+
+def segment(conn: int, wire: bytes) -> list[tuple[int, bytes, int]]:
+    """`wire` as one segment of connection `conn`: beats of 64 bytes (the last shorter), each with the
+    bytes of the segment from it on (s_axis_tseg)."""
+    return [(conn, wire[i : i + 64], len(wire) - i) for i in range(0, len(wire), 64)]
+
+
+@cocotb.test()
+async def small_past_a_full_pool(dut: Any) -> None:
+    """The single-fragment FIFO (OffRAC §3, the core's small-request queue): with every buffer held by
+    a partial request, a small request whose payload came in its header's segment is answered (echo,
+    an empty echo, top-k), while the same request split across segments is BUSY; a small request
+    abandoned by its connection's close gives its bytes back (three in a row, each 250 of the 512
+    bytes: kept, the fourth would not fit and go to the full pool, BUSY); once the partial requests
+    are closed, the pool serves again."""
+    idle(dut)
+    await start(dut)
+    await load_dictionary(dut)
+    rng = random.Random(90)
+    out: list[tuple[int, bytes]] = []
+    # connections 4..7: the header and 100 bytes of a 400-byte request each: every buffer reassembling
+    holders = [Req(c, 0x7000 + c, 0, 0, rng.randbytes(400)).wire()[:164] for c in range(4, 8)]
+    await feed(dut, [b for c, w in zip(range(4, 8), holders, strict=True) for b in segment(c, w)], out)
+    assert out == [], "a partial request was answered"
+    whole = Req(0, 0x7100, 0, 0, rng.randbytes(200))
+    empty = Req(0, 0x7101, 0, 0, b"")
+    topk = Req(2, 0x7102, 1, 4, i32s([rng.randrange(-99, 99) for _ in range(60)]))
+    split = Req(1, 0x7103, 0, 0, rng.randbytes(100))
+    sw = split.wire()
+    beats = segment(0, whole.wire()) + segment(0, empty.wire()) + segment(2, topk.wire())
+    beats += segment(1, sw[:64]) + segment(1, sw[64:])  # the header, then its payload in a later read
+    await feed(dut, beats, out)
+    got = responses(out)
+    assert sorted(got) == [0, 1, 2], sorted(got)
+    f = parse_response(got[1][0])
+    assert (f["status"], f["request_id"]) == (ST_BUSY, split.rid), f"split across segments: {f}"
+    for r, b in [(whole, got[0][0]), (empty, got[0][1]), (topk, got[2][0])]:
+        f = parse_response(b)
+        assert (f["status"], f["request_id"]) == (ST_OK, r.rid), f"small {r.rid:#x}: {f}"
+        if r.function == 0:
+            assert b[64:] == r.payload, f"small {r.rid:#x}: the echo came back changed"
+    status, _, result = software([("topk", 4, topk.payload)])[0]
+    assert (status, got[2][0][64:]) == (0, result), "top-k of a small request"
+    out.clear()
+    # connection 3: a small request's header and part of its payload (the segment says 314 bytes),
+    # then its close; three times, then a whole small one of 250 bytes still fits
+    for k in range(3):
+        w = Req(3, 0x7200 + k, 0, 0, rng.randbytes(250)).wire()
+        await feed(dut, segment(3, w)[:2], out)
+        assert not sig(dut.conn_clean) >> 3 & 1, "connection 3 holds its partial small request"
+        await abort(dut, 3)
+        await feed(dut, [], out)
+        assert sig(dut.conn_clean) >> 3 & 1, "connection 3 not clean after its close"
+    last = Req(3, 0x7300, 0, 0, rng.randbytes(250))
+    await feed(dut, segment(3, last.wire()), out)
+    got = responses(out)
+    f = parse_response(got[3][0])
+    assert (f["status"], f["request_id"]) == (ST_OK, last.rid) and got[3][0][64:] == last.payload, f
+    out.clear()
+    # the holders close: every buffer free again, a request through the pool is answered
+    for c in range(4, 8):
+        await abort(dut, c)
+    big = Req(5, 0x7400, 0, 0, rng.randbytes(500))
+    await feed(dut, segment(5, big.wire()), out)
+    got = responses(out)
+    f = parse_response(got[5][0])
+    assert (f["status"], f["request_id"]) == (ST_OK, big.rid) and got[5][0][64:] == big.payload, f
+    assert sig(dut.conn_owed) == 0, "answers owed after every one went out"

@@ -16,6 +16,15 @@ pub const BUF_BYTES: usize = 2 * 1024 * 1024;
 pub const MAX_PAYLOAD: usize = 2 * 1024 * 1024;
 /// Complete requests queued for the executor (`DESC_DEPTH`).
 pub const DESC_DEPTH: usize = 16;
+/// The single-fragment FIFO (`SMALL_MAX`): a request of at most this many
+/// bytes with its header whose payload came in the read its header ended in
+/// skips the pool, as the core's small-request queue does: the software's
+/// default `[pool] small_request_max`.
+pub const SMALL_REQUEST_MAX: usize = 1500;
+/// Payload bytes the single-fragment FIFO holds (`SMALL_BYTES`; its ring is
+/// a buffer's size, so at most `BUF_BYTES`): the software's default
+/// `[pool] small_queue_bytes`.
+pub const SMALL_QUEUE_BYTES: usize = 1024 * 1024;
 /// The device id stamped on responses (`DEVICE_ID`).
 pub const DEVICE_ID: u8 = 0;
 /// Top-k's sorted array (`TOPK_K_MAX`): min(K, n) above it is UNSUPPORTED
@@ -42,6 +51,8 @@ pub fn verilator_parameters() -> Vec<String> {
         format!("-GBUF_BYTES={BUF_BYTES}"),
         format!("-GMAX_PAYLOAD={MAX_PAYLOAD}"),
         format!("-GDESC_DEPTH={DESC_DEPTH}"),
+        format!("-GSMALL_MAX={SMALL_REQUEST_MAX}"),
+        format!("-GSMALL_BYTES={SMALL_QUEUE_BYTES}"),
         format!("-GDEVICE_ID={DEVICE_ID}"),
         format!("-GTOPK_K_MAX={TOPK_K_MAX}"),
         format!("-GMAPID_TABLE_BITS={MAPID_TABLE_BITS}"),
