@@ -512,9 +512,13 @@ async def run(dut: Any, rng: random.Random, reqs: list[Req], p_in: float, p_out:
     assert not missing, f"{len(missing)} requests never answered: {missing[:5]}"
     assert all(not p for p in partial + net_partial), "a response left unfinished"
     await ReadOnly()
-    assert sig(dut.idle) == 1 and sig(dut.conn_clean) == (1 << CONNS) - 1, "work left in flight at the end"
-    # every byte reserved in the pool given back exactly once (seen inside: the top has no port for it)
+    every = (1 << len(dut.conn_clean)) - 1
+    assert sig(dut.idle) == 1 and sig(dut.conn_clean) == every, "work left in flight at the end"
+    assert sig(dut.conn_owed) == 0, f"answers still owed: {sig(dut.conn_owed):x}"
+    # every byte reserved in the pool, and in the small queue, given back exactly once (seen inside:
+    # the top has no port for them)
     assert sig(dut.disp_inst.buf_used) == 0, f"pool bytes still reserved: {sig(dut.disp_inst.buf_used):x}"
+    assert sig(dut.disp_inst.small_used) == 0, f"small bytes still reserved: {sig(dut.disp_inst.small_used)}"
     await FallingEdge(dut.clk)
     busy = sum(1 for f in answered.values() if f["status"] == ST_BUSY)
     dut._log.info(

@@ -3,11 +3,13 @@
 // and the crate checks a node configuration against them, so both read this
 // one file (`include!`d by build.rs, a module of the crate).
 
-/// Connections the instance keeps (`CONN_COUNT`).
-pub const CONNECTIONS: usize = 16;
-/// Reassembly buffers (`BUF_COUNT`): one per connection, as the RTL has no
-/// connection close yet (a client gone in the middle of a request holds its
-/// buffer until the driver resets the model); the software's default is 4.
+/// Connections the instance keeps (`CONN_COUNT`): more than the buffers, so
+/// that with every buffer held by a partial request a client can still send
+/// a small request (the single-fragment FIFO's case).
+pub const CONNECTIONS: usize = 32;
+/// Reassembly buffers (`BUF_COUNT`): half the connections (a client gone in
+/// the middle of a request gives its buffer back through its close, and a
+/// small request needs none); the software's default is 4.
 pub const BUF_COUNT: usize = 16;
 /// Bytes per reassembly buffer (`BUF_BYTES`): the software's default `[pool] buffer_bytes`.
 pub const BUF_BYTES: usize = 2 * 1024 * 1024;
