@@ -414,9 +414,14 @@ fn tcp_small_request_past_a_full_pool() {
     let flag = Arc::clone(&stop);
     let state = offrac_accel::FunctionState::default();
     let (keys, borders) = (state.dictionary.keys(), state.borders.to_vec());
+    let (ready_tx, ready) = std::sync::mpsc::channel();
     let server = std::thread::spawn(move || {
-        offrac_rtl_model::serve(listener, &flag, &keys, &borders, || {})
+        offrac_rtl_model::serve(listener, &flag, &keys, &borders, move || {
+            let _ = ready_tx.send(());
+        })
     });
+    // serving (the dictionary loaded): from now on each write below is read as it comes
+    ready.recv().unwrap();
     let mut r = Lcg(13);
     // 16 clients hold every buffer with a partial request
     let holders: Vec<TcpStream> = (0..16)
@@ -439,7 +444,7 @@ fn tcp_small_request_past_a_full_pool() {
         }
         let mut head = [0u8; 64];
         s.read_exact(&mut head).unwrap();
-        let (h, _) = answer(&head);
+        let h = ResponseHeader::decode(&head).expect("a valid response header");
         let mut rest = vec![0u8; h.payload_len as usize];
         s.read_exact(&mut rest).unwrap();
         [head.to_vec(), rest].concat()
