@@ -532,9 +532,11 @@ def engine_answers(traces: list[list[tuple[int, bytes | None]]]) -> list[list[di
 def segments(rng: random.Random, streams: list[list[Req]]) -> list[tuple[int, bytes]]:
     """Each connection's bytes cut into segments (reads) interleaved at random: a beat's worth or a
     few bytes (a header split across reads), a few hundred bytes, or up to the end of a request
-    (whole requests in one read: the small ones arrive whole)."""
+    (whole requests in one read: the small ones arrive whole). About half the connections send only
+    short reads, so their requests hold buffers while the others' come in: the pool fills."""
     per = []
     for c, reqs in enumerate(streams):
+        short = rng.random() < 0.5
         data = b"".join(r.wire for r in reqs)
         ends, at = [], 0
         for r in reqs:
@@ -543,15 +545,17 @@ def segments(rng: random.Random, streams: list[list[Req]]) -> list[tuple[int, by
         cuts, i = [], 0
         while i < len(data):
             later = [e for e in ends if e > i]
-            n = rng.choice(
-                [
-                    rng.randint(1, 64),
-                    rng.randint(1, 8),
-                    rng.randint(65, 700),
-                    later[0] - i,
-                    later[min(1, len(later) - 1)] - i,
-                ]
-            )
+            if short:
+                n = rng.choice([rng.randint(1, 64), rng.randint(1, 8)])
+            else:
+                n = rng.choice(
+                    [
+                        rng.randint(1, 64),
+                        rng.randint(65, 700),
+                        later[0] - i,
+                        later[min(1, len(later) - 1)] - i,
+                    ]
+                )
             cuts.append((c, data[i : i + n]))
             i += n
         per.append(cuts)
