@@ -470,3 +470,69 @@ fn tcp_small_request_past_a_full_pool() {
     let stats = server.join().unwrap().unwrap();
     assert_eq!(stats.responses, 2);
 }
+
+#[test]
+fn tcp_index_given_back_under_load() {
+    // One client keeps the model busy with a long batch of top-k requests; meanwhile 40 clients
+    // (more than the 31 indices left) come one after another, each with one echo, and close: each
+    // index is given back once that connection's own work is done, not when the whole model is idle
+    // (which it is not until the batch is done), so all 40 are served before the batch is.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&stop);
+    let state = offrac_accel::FunctionState::default();
+    let (keys, borders) = (state.dictionary.keys(), state.borders.to_vec());
+    let (ready_tx, ready) = std::sync::mpsc::channel();
+    let server = std::thread::spawn(move || {
+        offrac_rtl_model::serve(listener, &flag, &keys, &borders, move || {
+            let _ = ready_tx.send(());
+        })
+    });
+    ready.recv().unwrap();
+    let mut r = Lcg(14);
+    let batch: Vec<Call> = (0..60)
+        .map(|i| Call {
+            id: 10_000 + i,
+            function: 1,
+            param: 64,
+            payload: (0..4000)
+                .flat_map(|_| (r.next() as i32).to_le_bytes())
+                .collect(),
+        })
+        .collect();
+    let loader = std::thread::spawn(move || {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(TIMEOUT)).unwrap();
+        let writer = {
+            let mut s = s.try_clone().unwrap();
+            let bytes: Vec<u8> = batch.iter().flat_map(wire).collect();
+            std::thread::spawn(move || s.write_all(&bytes).unwrap())
+        };
+        let want: usize = batch.iter().map(|c| 64 + software(c).len()).sum();
+        let mut got = vec![0u8; want];
+        s.read_exact(&mut got).unwrap();
+        let done = std::time::Instant::now();
+        writer.join().unwrap();
+        check(&got, &batch.iter().collect::<Vec<_>>());
+        done
+    });
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    for i in 0..40u64 {
+        let c = echo(11_000 + i, 100, &mut r);
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(TIMEOUT)).unwrap();
+        s.write_all(&wire(&c)).unwrap();
+        let mut got = vec![0u8; 64 + 100];
+        s.read_exact(&mut got).unwrap();
+        check(&got, &[&c]);
+    }
+    let clients_done = std::time::Instant::now();
+    let batch_done = loader.join().unwrap();
+    assert!(
+        clients_done < batch_done,
+        "the 40 clients waited for the batch: an index was given back only when the model was idle"
+    );
+    stop.store(true, Ordering::Relaxed);
+    server.join().unwrap().unwrap();
+}
