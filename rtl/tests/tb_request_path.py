@@ -262,6 +262,25 @@ def cut(rng: random.Random, streams: list[bytes]) -> list[tuple[int, bytes]]:
         pos[c] += n
 
 
+def segment_beats(beats: list[tuple[int, bytes]]) -> list[int]:
+    """Group each connection's beats, in its order, into segments (reads) of 1 to 6 beats: per beat, the
+    bytes of its segment from it on (s_axis_tseg). The connections' beats stay interleaved, so several
+    small requests may be in flight at once (the dispatcher reads one at a time into the small ring,
+    the others go to the pool). Drawn from a generator of its own: the beats stay those of before."""
+    srng = random.Random(len(beats) * 7919 + sum(len(d) for _, d in beats))
+    segs = [0] * len(beats)
+    for conn in {c for c, _ in beats}:
+        idxs = [i for i, (c, _) in enumerate(beats) if c == conn]
+        while idxs:
+            n = srng.randint(1, 6)
+            group, idxs = idxs[:n], idxs[n:]
+            left = sum(len(beats[i][1]) for i in group)
+            for i in group:
+                segs[i] = left
+                left -= len(beats[i][1])
+    return segs
+
+
 def idle(dut: Any) -> None:
     dut.s_axis_tvalid.value = 0
     dut.s_axis_tdata.value = 0
@@ -364,6 +383,7 @@ async def run(dut: Any, rng: random.Random, reqs: list[Req], p_in: float, p_out:
     expect(reqs)
     streams = [b"".join(r.wire() for r in reqs if r.conn == c) for c in range(CONNS)]
     beats = cut(rng, streams)
+    segs = segment_beats(beats)
     # each request's first and last byte offsets in its connection's stream, and the cycles the
     # beats carrying them were taken (reassembly: from the first to the last, at least)
     spans: dict[int, tuple[int, int]] = {}
@@ -386,6 +406,7 @@ async def run(dut: Any, rng: random.Random, reqs: list[Req], p_in: float, p_out:
     forwarded: dict[int, bytes] = {}
     bi = 0
     quiet = 0
+    small = 0  # complete requests the dispatcher took into the single-fragment FIFO
     for cycle in range(400_000):
         on = bi < len(beats) and rng.random() < p_in
         dut.s_axis_tvalid.value = int(on)
@@ -395,12 +416,14 @@ async def run(dut: Any, rng: random.Random, reqs: list[Req], p_in: float, p_out:
             dut.s_axis_tdata.value = int.from_bytes(data + junk, "little")
             dut.s_axis_tkeep.value = (1 << len(data)) - 1
             dut.s_axis_tuser.value = c
-            dut.s_axis_tseg.value = len(data)  # a segment of its own
+            dut.s_axis_tseg.value = segs[bi]
         ready = rng.random() < p_out
         dut.m_axis_tready.value = int(ready)
         net_ready = rng.random() < p_out
         dut.m_net_axis_tready.value = int(net_ready)
         await ReadOnly()
+        d = dut.disp_inst
+        small += sig(d.m_req_tvalid) and sig(d.m_req_tready) and sig(d.m_req_small)
         if net_ready and sig(dut.m_net_axis_tvalid):
             quiet = 0
             conn = sig(dut.m_net_axis_tuser)
@@ -540,6 +563,7 @@ async def run(dut: Any, rng: random.Random, reqs: list[Req], p_in: float, p_out:
     # complete request waits in the dispatcher, which counts; one_request_cycles pins it exactly)
     chains = sum(1 for r in reqs if r.more and r.rid in answered and answered[r.rid]["status"] != ST_BUSY)
     dut._log.info("%d chains answered, %d forwarded", chains, len(forwarded))
+    dut._log.info("%d of them through the single-fragment FIFO", small)
     return {"busy": busy, "chains": chains, "forwarded": len(forwarded), "traced": traced}
 
 
