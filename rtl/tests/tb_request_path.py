@@ -28,8 +28,10 @@ caller's, see docs/rtl.md) followed by the local hops' output; the egress port s
 The single-fragment FIFO (small_past_a_full_pool): with every buffer held by a partial request, a small
 request whose payload comes in its header's segment (s_axis_tseg) is still answered, one split across
 segments is BUSY; a small request abandoned by its connection's close gives its bytes back.
-Elsewhere each beat is a segment of its own (a small request is one whose payload ends in its
-header's beat).
+In the random rounds each connection's beats are grouped into segments of 1 to 6 beats (segment_beats),
+so small requests arrive whole, on several connections at once (one is read into the small ring at a
+time, the others go to the pool); one_request_cycles pins a small request and the same bytes a
+segment a beat.
 
 Parameters (test_rtl.py): 8 connections (the random traffic uses 4), 4 buffers of 1 KiB (a buffer
 reassembles one request at a time, so fewer buffers than connections would refuse BUSY whenever they
