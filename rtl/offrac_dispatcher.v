@@ -345,13 +345,15 @@ wire [7:0] cur_fn = h_hop_function[8*h_hop_index[2:0] +: 8];
 // request is small, and the small queue has room for its payload
 wire [32:0] seg_have   = {25'd0, wlen} + {1'b0, seg_after};
 wire [32:0] small_room = {1'b0, small_used} + {1'b0, h_payload_len};
-wire        small_take = SMALL_MAX != 0 && !small_reasm && seg_have >= {1'b0, h_payload_len}
+wire        small_fits = SMALL_MAX != 0 && seg_have >= {1'b0, h_payload_len}
                          && {1'b0, h_payload_len} + 33'd64 <= SMALL_MAX
                          && small_room <= SMALL_BYTES;
+wire        small_take = small_fits && !small_reasm;
 // the branch of S_PARSED that takes a request into the small queue
-wire        small_reserve = state == S_PARSED && h_valid && !probing && !h_fatal && h_error == 0
-                            && !(h_reply_device != 8'hFF && !h_flags[2]) && !chain_bad
-                            && h_payload_len <= MAX_PAYLOAD && small_take;
+wire        admissible = state == S_PARSED && h_valid && !probing && !h_fatal && h_error == 0
+                         && !(h_reply_device != 8'hFF && !h_flags[2]) && !chain_bad
+                         && h_payload_len <= MAX_PAYLOAD;
+wire        small_reserve = admissible && small_take;
 
 // the parsed header as the wire has it (a valid header: its reserved bytes are 0)
 reg [1023:0] h_wire;

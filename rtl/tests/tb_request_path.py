@@ -409,6 +409,7 @@ async def run(dut: Any, rng: random.Random, reqs: list[Req], p_in: float, p_out:
     bi = 0
     quiet = 0
     small = 0  # complete requests the dispatcher took into the single-fragment FIFO
+    second = 0  # whole small requests sent to the pool: another was being read into the small ring
     for cycle in range(400_000):
         on = bi < len(beats) and rng.random() < p_in
         dut.s_axis_tvalid.value = int(on)
@@ -426,6 +427,8 @@ async def run(dut: Any, rng: random.Random, reqs: list[Req], p_in: float, p_out:
         await ReadOnly()
         d = dut.disp_inst
         small += sig(d.m_req_tvalid) and sig(d.m_req_tready) and sig(d.m_req_small)
+        # a whole small request while another is read into the small ring: to the pool
+        second += sig(d.admissible) and sig(d.small_fits) and sig(d.small_reasm)
         if net_ready and sig(dut.m_net_axis_tvalid):
             quiet = 0
             conn = sig(dut.m_net_axis_tuser)
@@ -565,11 +568,14 @@ async def run(dut: Any, rng: random.Random, reqs: list[Req], p_in: float, p_out:
     # complete request waits in the dispatcher, which counts; one_request_cycles pins it exactly)
     chains = sum(1 for r in reqs if r.more and r.rid in answered and answered[r.rid]["status"] != ST_BUSY)
     dut._log.info("%d chains answered, %d forwarded", chains, len(forwarded))
-    dut._log.info("%d of them through the single-fragment FIFO", small)
+    dut._log.info("%d of them small (the single-fragment FIFO), %d small ones to the pool", small, second)
+    FIFO["small"] += small
+    FIFO["small to the pool"] += second
     return {"busy": busy, "chains": chains, "forwarded": len(forwarded), "traced": traced}
 
 
 SEEN: dict[tuple[object, object], int] = {}  # (function, "ok" or the status) over the answers
+FIFO = {"small": 0, "small to the pool": 0}  # the dispatcher's small-request decisions in run()
 
 
 def traffic(rng: random.Random, per_conn: int, first: int, refusals: bool, chains: bool = False) -> list[Req]:
@@ -599,6 +605,9 @@ async def clients(dut: Any) -> None:
         assert SEEN.get((fn, "ok"), 0) >= 3, (fn, SEEN)
     for fn in (3, 7, 8):
         assert SEEN.get((fn, ST_BAD_INPUT), 0) >= 1, (fn, SEEN)
+    # small requests taken whole, and one sent to the pool while another was read into the small ring
+    dut._log.info("single-fragment FIFO: %s", FIFO)
+    assert FIFO["small"] >= 10 and FIFO["small to the pool"] >= 1, FIFO
 
 
 @cocotb.test()
