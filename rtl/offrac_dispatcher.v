@@ -9,9 +9,9 @@
  * bytes of an unfinished header (fewer than 64, and the whole header while
  * its extension is outstanding), and the request it is reading.
  *
- * For each request, as crates/core/src/engine.rs does with the node's
- * small-request queue off (small_request_max = 0) and no peers, reply
- * endpoints or shutdown:
+ * For each request, as crates/core/src/engine.rs does with no peers, reply
+ * endpoints, quotas or shutdown (its small-request queue is SMALL_MAX and
+ * SMALL_BYTES, 0: off):
  *   - the header (and its extension when flagged) through
  *     offrac_req_header_parse; bad magic: MALFORMED (request id all ones),
  *     bad version: UNSUPPORTED_VERSION (detail 1), both close the
@@ -25,7 +25,16 @@
  *     bitmap) UNKNOWN_FUNCTION, with that hop's index and the device or
  *     function as detail;
  *   - payload_len over MAX_PAYLOAD: TOO_LARGE (detail MAX_PAYLOAD);
- *   - then the pool (offrac_pool_admit, inside): a buffer, or BUSY.
+ *   - then the single-fragment FIFO (OffRAC §3, the core's small queue):
+ *     a request whose payload arrived whole (s_axis_tseg: the bytes of the
+ *     beat's segment from it on; the payload is in the header's segment),
+ *     64 + payload_len <= SMALL_MAX and small_used + payload_len <=
+ *     SMALL_BYTES goes out with m_buf_axis_tsmall / m_req_small set and no
+ *     buffer (small_used counts its bytes until small_release_*); one at a
+ *     time (the small ring packs one request after another): while one is
+ *     being read, another connection's goes to the pool (the core, one
+ *     handle_bytes call at a time, cannot see two interleaved);
+ *   - else the pool (offrac_pool_admit, inside): a buffer, or BUSY.
  * A refused request's payload is read and dropped; its answer is one
  * response-header beat from offrac_resp_header_build on m_resp_axis_*
  * (tuser = the connection), with no message payload (the software node's
@@ -67,7 +76,12 @@ module offrac_dispatcher #(
     parameter [7:0] DEVICE_ID = 8'd0,
     // devices a later hop may run on (the chain router forwards it there); a
     // request's current hop must be local: forwarding at admission is not built
-    parameter [255:0] PEERS = 256'h0
+    parameter [255:0] PEERS = 256'h0,
+    // the single-fragment FIFO (OffRAC §3; the core's small-request queue): a request whose
+    // payload is in the same segment as its header's end and 64 + payload_len <= SMALL_MAX
+    // skips the pool while the small queue's bytes stay within SMALL_BYTES (SMALL_MAX 0: off)
+    parameter SMALL_MAX    = 0,
+    parameter SMALL_BYTES  = 0
 ) (
     input  wire                   clk,
     input  wire                   rst,
@@ -75,6 +89,9 @@ module offrac_dispatcher #(
     input  wire [511:0]           s_axis_tdata,
     input  wire [63:0]            s_axis_tkeep,
     input  wire [CONN_WIDTH-1:0]  s_axis_tuser,
+    // bytes of this beat's segment (one read of the connection) from this beat on, this beat's
+    // included: the bytes that arrived with it (the core's one `handle_bytes` call)
+    input  wire [31:0]            s_axis_tseg,
     input  wire                   s_axis_tvalid,
     output wire                   s_axis_tready,
 
@@ -83,6 +100,7 @@ module offrac_dispatcher #(
     output wire [63:0]            m_buf_axis_tkeep,
     output wire [BUF_WIDTH-1:0]   m_buf_axis_tuser,
     output wire                   m_buf_axis_tlast,
+    output wire                   m_buf_axis_tsmall,   // into the small ring, not the buffer
     output wire                   m_buf_axis_tvalid,
     input  wire                   m_buf_axis_tready,
 
@@ -100,6 +118,7 @@ module offrac_dispatcher #(
     // cycles from the beat carrying the header's first byte to the request going out complete
     // (the pool hears `finish` then): the core's reassembly time (Job::reassembly), in cycles
     output reg  [63:0]            m_req_reassembly,
+    output reg                    m_req_small,       // a small request: in the small ring, no buffer
     output wire                   m_req_tvalid,
     input  wire                   m_req_tready,
 
@@ -117,6 +136,10 @@ module offrac_dispatcher #(
     input  wire [31:0]            release_size,
     output wire [BUF_COUNT*32-1:0] buf_used,
     output wire [BUF_COUNT-1:0]   buf_reassembling,
+    // a small request left the small queue (release_size bytes; the core's drain of `small`)
+    input  wire                   small_release_valid,
+    input  wire [31:0]            small_release_size,
+    output reg  [31:0]            small_used = 32'd0,  // the small queue's bytes (the core's small_bytes)
     // a connection closed (the core's handle_close): its partial request, if any, is abandoned
     // (the pool's abort) and the connection starts again between requests. Taken when the
     // dispatcher is between beats with no payload beat or complete request waiting to go out, in
@@ -126,8 +149,13 @@ module offrac_dispatcher #(
     output wire                   abort_ready,
     output reg                    m_abort_valid = 1'b0,
     output reg  [BUF_WIDTH-1:0]   m_abort_buffer = {BUF_WIDTH{1'b0}},
+    output reg                    m_abort_small = 1'b0,   // the partial request was a small one
     // per connection: between requests with no bytes held (its index may be given to a new client)
     output wire [CONN_COUNT-1:0]  conn_clean,
+    // a request of connection owe_conn will be answered (one frame out of the top): its refusal
+    // went into the response builder, or it went out complete; for the top's per-connection count
+    output wire                   owe_valid,
+    output wire [CONN_WIDTH-1:0]  owe_conn,
     output wire                   busy             // working on a beat, or an output waiting
 );
 
@@ -154,6 +182,7 @@ reg [63:0]  c_par  [0:CONN_COUNT-1];
 reg [7:0]   c_hcnt [0:CONN_COUNT-1];
 reg [1023:0] c_wire [0:CONN_COUNT-1];   // the request's header re-encoded, for the chain router
 reg [63:0]  c_first [0:CONN_COUNT-1];   // the cycle its request's first byte came
+reg         c_small [0:CONN_COUNT-1];   // its request is a small one
 
 // ---- the connection being worked on ------------------------------------
 reg [3:0]   state = S_IDLE;
@@ -178,6 +207,11 @@ reg [1023:0] req_wire = 1024'd0;
 reg [63:0]  d_cyc = 64'd0;     // free-running cycle count
 reg [63:0]  in_cyc = 64'd0;    // the cycle the beat being worked on was taken
 reg [63:0]  first = 64'd0;     // the cycle the current request's first byte was taken
+reg         is_small = 1'b0;      // the request read is a small one (no pool buffer)
+reg [31:0]  seg_after = 32'd0; // bytes of the beat's segment after the beat
+// a small request is being read into the small ring (one at a time: the ring packs one request's
+// beats after another's; a second connection's whole small request meanwhile goes to the pool)
+reg         small_reasm = 1'b0;
 
 // ---- the parser --------------------------------------------------------
 reg  [511:0] p_tdata;
@@ -216,7 +250,9 @@ offrac_req_header_parse parse_inst (
 
 // ---- the pool ----------------------------------------------------------
 wire        abort_take = abort_valid && abort_ready;
-wire        pool_abort = abort_take && c_rx[abort_conn] == RX_PAYLOAD;
+wire        part_abort = abort_take && c_rx[abort_conn] == RX_PAYLOAD;
+wire        pool_abort = part_abort && !c_small[abort_conn];
+wire        small_abort = part_abort && c_small[abort_conn];
 reg         a_tvalid;
 wire        a_tready;
 wire        a_ok;
@@ -234,7 +270,7 @@ offrac_pool_admit #(
     .s_admit_size(req_len), .s_admit_tvalid(a_tvalid), .s_admit_tready(a_tready),
     .m_admit_ok(a_ok), .m_admit_buffer(a_buffer), .m_admit_size(a_size),
     .m_admit_tvalid(a_out_valid), .m_admit_tready(a_out_ready),
-    .finish_valid(fin_valid), .finish_buffer(buf_id),
+    .finish_valid(fin_valid && !is_small), .finish_buffer(buf_id),
     .abort_valid(pool_abort), .abort_buffer(c_buf[abort_conn]), .abort_size(c_len[abort_conn]),
     .release_valid(release_valid), .release_buffer(release_buffer), .release_size(release_size),
     .buf_used(buf_used), .buf_reassembling(buf_reassembling)
@@ -304,6 +340,21 @@ end
 
 wire [7:0] cur_fn = h_hop_function[8*h_hop_index[2:0] +: 8];
 
+// the core's small-request rule (engine.rs `admit`): the payload arrived whole (in the same segment
+// as the header's end: the bytes in hand after the header plus the segment's later beats), the
+// request is small, and the small queue has room for its payload
+wire [32:0] seg_have   = {25'd0, wlen} + {1'b0, seg_after};
+wire [32:0] small_room = {1'b0, small_used} + {1'b0, h_payload_len};
+wire        small_fits = SMALL_MAX != 0 && seg_have >= {1'b0, h_payload_len}
+                         && {1'b0, h_payload_len} + 33'd64 <= SMALL_MAX
+                         && small_room <= SMALL_BYTES;
+wire        small_take = small_fits && !small_reasm;
+// the branch of S_PARSED that takes a request into the small queue
+wire        admissible = state == S_PARSED && h_valid && !probing && !h_fatal && h_error == 0
+                         && !(h_reply_device != 8'hFF && !h_flags[2]) && !chain_bad
+                         && h_payload_len <= MAX_PAYLOAD;
+wire        small_reserve = admissible && small_take;
+
 // the parsed header as the wire has it (a valid header: its reserved bytes are 0)
 reg [1023:0] h_wire;
 integer hw;
@@ -345,6 +396,7 @@ reg [63:0]  buf_tkeep = 64'd0;
 reg         buf_tlast = 1'b0;
 reg [BUF_WIDTH-1:0] buf_tuser = {BUF_WIDTH{1'b0}};
 reg         buf_tvalid = 1'b0;
+reg         buf_tsmall = 1'b0;
 reg         req_tvalid = 1'b0;
 
 assign abort_ready       = state == S_IDLE && !buf_tvalid && !req_tvalid;
@@ -356,10 +408,13 @@ generate
         assign conn_clean[gc] = c_rx[gc] == RX_HEADER && c_rlen[gc] == 0 && !(state != S_IDLE && conn == gc);
     end
 endgenerate
+assign owe_valid = (state == S_RESP && r_ready) || (state == S_DONE && fin_valid);
+assign owe_conn  = conn;
 assign m_buf_axis_tdata  = buf_tdata;
 assign m_buf_axis_tkeep  = buf_tkeep;
 assign m_buf_axis_tuser  = buf_tuser;   // held with its beat: the dispatcher may move on to another connection
 assign m_buf_axis_tlast  = buf_tlast;
+assign m_buf_axis_tsmall = buf_tsmall;
 assign m_buf_axis_tvalid = buf_tvalid;
 assign m_req_tvalid      = req_tvalid;
 
@@ -414,6 +469,7 @@ task save;
         c_hcnt[conn] <= req_hcnt;
         c_wire[conn] <= req_wire;
         c_first[conn] <= first;
+        c_small[conn] <= is_small;
         state <= S_IDLE;
     end
 endtask
@@ -443,8 +499,17 @@ always @(posedge clk) begin
     if (m_buf_axis_tready) begin
         buf_tvalid <= 1'b0;
     end
-    m_abort_valid <= pool_abort;
+    m_abort_valid <= part_abort;
     m_abort_buffer <= c_buf[abort_conn];
+    m_abort_small <= small_abort;
+    if (small_abort) begin
+        small_reasm <= 1'b0;
+    end
+    // the small queue's bytes: reserved at the decision, freed as a small request leaves the queue
+    // (the executor took it) or is abandoned by its connection's close
+    small_used <= small_used + (small_reserve ? h_payload_len : 32'd0)
+                - (small_release_valid ? small_release_size : 32'd0)
+                - (small_abort ? c_len[abort_conn] : 32'd0);
     case (state)
         S_IDLE: begin
             if (abort_take) begin
@@ -468,6 +533,8 @@ always @(posedge clk) begin
                 req_param  <= c_par[s_axis_tuser];
                 req_hcnt   <= c_hcnt[s_axis_tuser];
                 req_wire   <= c_wire[s_axis_tuser];
+                is_small      <= c_small[s_axis_tuser];
+                seg_after  <= s_axis_tseg > in_bytes ? s_axis_tseg - in_bytes : 32'd0;
                 in_cyc     <= d_cyc;
                 // a new request's first byte is in this beat when the connection holds none of it
                 first      <= (c_rx[s_axis_tuser] == RX_HEADER && c_rlen[s_axis_tuser] == 7'd0)
@@ -517,6 +584,7 @@ always @(posedge clk) begin
                         buf_tkeep  <= {64{1'b1}} >> (64 - beat_pay);
                         buf_tlast  <= rem == beat_pay;
                         buf_tuser  <= buf_id;
+                        buf_tsmall <= is_small;
                         w    <= w >> (8 * beat_pay);
                         wlen <= wlen - beat_pay;
                         rem  <= rem - beat_pay;
@@ -590,7 +658,19 @@ always @(posedge clk) begin
                     refuse(chain_status, h_request_id, h_tenant, chain_hop, chain_detail, h_payload_len, 1'b0);
                 end else if (h_payload_len > MAX_PAYLOAD) begin
                     refuse(ST_TOO_LARGE, h_request_id, h_tenant, h_hop_index, MAX_PAYLOAD, h_payload_len, 1'b0);
+                end else if (small_take) begin
+                    // the single-fragment FIFO: no pool buffer, the small queue's bytes reserved
+                    is_small <= 1'b1;
+                    small_reasm <= 1'b1;
+                    rem   <= h_payload_len;
+                    if (h_payload_len == 0) begin
+                        state <= S_DONE;
+                    end else begin
+                        rx    <= RX_PAYLOAD;
+                        state <= S_WORK;
+                    end
                 end else begin
+                    is_small <= 1'b0;
                     state <= S_ADMIT;
                 end
             end
@@ -635,6 +715,10 @@ always @(posedge clk) begin
                 m_req_hop_count  <= req_hcnt;
                 m_req_hdr        <= req_wire;
                 m_req_reassembly <= d_cyc - first;
+                m_req_small      <= is_small;
+                if (is_small) begin
+                    small_reasm <= 1'b0;
+                end
                 rx    <= RX_HEADER;
                 first <= in_cyc;
                 state <= S_WORK;
@@ -649,10 +733,14 @@ always @(posedge clk) begin
         req_tvalid <= 1'b0;
         buf_tvalid <= 1'b0;
         m_abort_valid <= 1'b0;
+        m_abort_small <= 1'b0;
+        small_used <= 32'd0;
+        small_reasm <= 1'b0;
         for (c = 0; c < CONN_COUNT; c = c + 1) begin
             c_rx[c]   <= RX_HEADER;
             c_rlen[c] <= 7'd0;
             c_res[c]  <= 512'd0;
+            c_small[c] <= 1'b0;
         end
     end
 end

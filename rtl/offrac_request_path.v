@@ -95,7 +95,11 @@ module offrac_request_path #(
     parameter MAPID_MAX_BEATS  = (MAX_PAYLOAD + 63) / 64,   // MapId's result buffer takes the largest payload
     parameter BUCKET_SETS_MAX    = 4,
     parameter BUCKET_BORDERS_MAX = 32,
-    parameter [255:0] PEERS = 256'h0   // devices a later hop may be forwarded to (m_net_axis_*)
+    parameter [255:0] PEERS = 256'h0,  // devices a later hop may be forwarded to (m_net_axis_*)
+    // the single-fragment FIFO (the core's small_request_max and small_queue_bytes; 0: off);
+    // its ring is the size of a buffer's, so SMALL_BYTES <= BUF_BYTES
+    parameter SMALL_MAX   = 0,
+    parameter SMALL_BYTES = 0
 ) (
     input  wire                   clk,
     input  wire                   rst,
@@ -103,6 +107,7 @@ module offrac_request_path #(
     input  wire [511:0]           s_axis_tdata,
     input  wire [63:0]            s_axis_tkeep,
     input  wire [CONN_WIDTH-1:0]  s_axis_tuser,
+    input  wire [31:0]            s_axis_tseg,    // bytes of the beat's segment from it on (the dispatcher's)
     input  wire                   s_axis_tvalid,
     output wire                   s_axis_tready,
 
@@ -148,11 +153,17 @@ module offrac_request_path #(
     output wire [63:0]            cycles,         // free-running cycle count
     // for the driver: connections between requests, and nothing in flight anywhere
     output wire [CONN_COUNT-1:0]  conn_clean,
+    // per connection: answers still to come out (on m_axis_* or m_net_axis_*) for requests the
+    // dispatcher has refused or completed; with conn_clean, the connection's own work is done
+    output wire [CONN_COUNT-1:0]  conn_owed,
     output wire                   idle
 );
 
 localparam RING_BEATS = BUF_BYTES / 64 + DESC_DEPTH + 2;
 localparam RING_WIDTH = $clog2(RING_BEATS);
+// rings 0..BUF_COUNT-1 are the buffers', ring BUF_COUNT the small queue's
+localparam RB_WIDTH = BUF_WIDTH + 1;
+localparam [RB_WIDTH-1:0] SMALL_RING = BUF_COUNT;
 localparam DESC_WIDTH_FIFO = DESC_DEPTH > 1 ? $clog2(DESC_DEPTH) : 1;
 localparam [255:0] HOSTED = 256'h1CB;   // functions 0, 1, 3, 6, 7 and 8
 localparam [7:0] FN_ECHO = 8'd0, FN_TOPK = 8'd1, FN_MINMAX = 8'd3, FN_MAPID = 8'd6, FN_SPARSE = 8'd7,
@@ -167,6 +178,7 @@ wire [511:0]          b_tdata;
 wire [63:0]           b_tkeep;
 wire [BUF_WIDTH-1:0]  b_tuser;
 wire                  b_tlast;
+wire                  b_tsmall;
 wire                  b_tvalid;
 wire                  b_tready;
 
@@ -181,6 +193,7 @@ wire [63:0]           q_param;
 wire [7:0]            q_hcnt;
 wire [1023:0]         q_hdr;
 wire [63:0]           q_reasm;
+wire                  q_small;
 wire                  q_tvalid;
 wire                  q_tready;
 
@@ -192,45 +205,71 @@ wire                  d_tvalid;
 wire                  d_tready;
 
 wire                  d_busy;
+wire                  owe_valid;      // a request of owe_conn will be answered
+wire [CONN_WIDTH-1:0] owe_conn;
 wire                  d_abort_ready;
 reg                   fl_valid = 1'b0;  // a request's tail still to write (the buffer memory's packing)
 assign s_abort_ready = d_abort_ready && !fl_valid;
 wire                  ab_valid;        // a buffer lost its partial request: its ring goes back
 wire [BUF_WIDTH-1:0]  ab_buffer;
+wire                  ab_small;
+wire [RB_WIDTH-1:0]   ab_ring = ab_small ? SMALL_RING : {1'b0, ab_buffer};
 reg                   rel_valid = 1'b0;
+reg                   rel_small = 1'b0;   // the request released was a small one
 reg  [BUF_WIDTH-1:0]  rel_buffer = {BUF_WIDTH{1'b0}};
 reg  [31:0]           rel_size = 32'd0;
 
 offrac_dispatcher #(
     .CONN_COUNT(CONN_COUNT), .CONN_WIDTH(CONN_WIDTH), .BUF_COUNT(BUF_COUNT),
     .BUF_BYTES(BUF_BYTES), .BUF_POLICY(BUF_POLICY), .BUF_WIDTH(BUF_WIDTH),
-    .MAX_PAYLOAD(MAX_PAYLOAD), .HOSTED(HOSTED), .DEVICE_ID(DEVICE_ID), .PEERS(PEERS)
+    .MAX_PAYLOAD(MAX_PAYLOAD), .HOSTED(HOSTED), .DEVICE_ID(DEVICE_ID), .PEERS(PEERS),
+    .SMALL_MAX(SMALL_MAX), .SMALL_BYTES(SMALL_BYTES)
 ) disp_inst (
     .clk(clk), .rst(rst),
     .s_axis_tdata(s_axis_tdata), .s_axis_tkeep(s_axis_tkeep), .s_axis_tuser(s_axis_tuser),
-    .s_axis_tvalid(s_axis_tvalid), .s_axis_tready(s_axis_tready),
+    .s_axis_tseg(s_axis_tseg), .s_axis_tvalid(s_axis_tvalid), .s_axis_tready(s_axis_tready),
     .m_buf_axis_tdata(b_tdata), .m_buf_axis_tkeep(b_tkeep), .m_buf_axis_tuser(b_tuser),
-    .m_buf_axis_tlast(b_tlast), .m_buf_axis_tvalid(b_tvalid), .m_buf_axis_tready(b_tready),
+    .m_buf_axis_tlast(b_tlast), .m_buf_axis_tsmall(b_tsmall), .m_buf_axis_tvalid(b_tvalid), .m_buf_axis_tready(b_tready),
     .m_req_conn(q_conn), .m_req_buffer(q_buffer), .m_req_request_id(q_id),
     .m_req_tenant(q_tenant), .m_req_hop_index(q_hop), .m_req_function(q_fn),
     .m_req_len(q_len), .m_req_param(q_param), .m_req_hop_count(q_hcnt), .m_req_hdr(q_hdr),
-    .m_req_reassembly(q_reasm),
+    .m_req_reassembly(q_reasm), .m_req_small(q_small),
     .m_req_tvalid(q_tvalid), .m_req_tready(q_tready),
     .m_resp_axis_tdata(d_tdata), .m_resp_axis_tkeep(d_tkeep), .m_resp_axis_tuser(d_tuser),
     .m_resp_axis_tlast(d_tlast), .m_resp_axis_tvalid(d_tvalid), .m_resp_axis_tready(d_tready),
-    .release_valid(rel_valid), .release_buffer(rel_buffer), .release_size(rel_size),
+    .release_valid(rel_valid && !rel_small), .release_buffer(rel_buffer), .release_size(rel_size),
     .buf_used(), .buf_reassembling(),
+    .small_release_valid(rel_valid && rel_small), .small_release_size(rel_size), .small_used(),
     .abort_valid(s_abort_valid && !fl_valid), .abort_conn(s_abort_conn), .abort_ready(d_abort_ready),
-    .m_abort_valid(ab_valid), .m_abort_buffer(ab_buffer),
-    .conn_clean(conn_clean), .busy(d_busy)
+    .m_abort_valid(ab_valid), .m_abort_buffer(ab_buffer), .m_abort_small(ab_small),
+    .conn_clean(conn_clean), .owe_valid(owe_valid), .owe_conn(owe_conn), .busy(d_busy)
 );
 
+// ---- per connection: answers owed ------------------------------------------
+reg  [15:0]           owed [0:CONN_COUNT-1];
+wire                  paid_out = m_axis_tvalid && m_axis_tready && m_axis_tlast;
+wire                  paid_net = m_net_axis_tvalid && m_net_axis_tready && m_net_axis_tlast;
+integer oi;
+always @(posedge clk) begin
+    for (oi = 0; oi < CONN_COUNT; oi = oi + 1) begin
+        owed[oi] <= owed[oi] + (owe_valid && owe_conn == oi)
+                  - (paid_out && m_axis_tuser == oi) - (paid_net && m_net_axis_tuser == oi);
+        if (rst) owed[oi] <= 16'd0;
+    end
+end
+genvar og;
+generate
+    for (og = 0; og < CONN_COUNT; og = og + 1) begin : owed_bits
+        assign conn_owed[og] = owed[og] != 16'd0;
+    end
+endgenerate
+
 // ---- the buffer memory: a ring of beats per buffer -----------------------
-reg [511:0]          mem [0:BUF_COUNT*(1 << RING_WIDTH)-1];
-reg [RING_WIDTH-1:0] wp [0:BUF_COUNT-1];    // next beat written
-reg [RING_WIDTH-1:0] hp [0:BUF_COUNT-1];    // first beat of the next request described
+reg [511:0]          mem [0:(BUF_COUNT + 1)*(1 << RING_WIDTH)-1];
+reg [RING_WIDTH-1:0] wp [0:BUF_COUNT];      // next beat written
+reg [RING_WIDTH-1:0] hp [0:BUF_COUNT];      // first beat of the next request described
 reg [RING_WIDTH-1:0] rd_addr = {RING_WIDTH{1'b0}};
-reg [BUF_WIDTH-1:0]  rd_buf = {BUF_WIDTH{1'b0}};
+reg [RB_WIDTH-1:0]   rd_buf = {RB_WIDTH{1'b0}};
 reg [511:0]          rd_data;
 
 function [RING_WIDTH-1:0] ring_next(input [RING_WIDTH-1:0] p);
@@ -248,9 +287,10 @@ endfunction
 wire [31:0] q_beats = (q_len + 32'd63) >> 6;
 
 // packing: per buffer the bytes not yet a whole beat
-reg [511:0]         pend [0:BUF_COUNT-1];
-reg [5:0]           pend_n [0:BUF_COUNT-1];
-reg [BUF_WIDTH-1:0] fl_buf = {BUF_WIDTH{1'b0}};
+reg [511:0]         pend [0:BUF_COUNT];
+reg [5:0]           pend_n [0:BUF_COUNT];
+reg [RB_WIDTH-1:0]  fl_buf = {RB_WIDTH{1'b0}};
+wire [RB_WIDTH-1:0] b_ring = b_tsmall ? SMALL_RING : {1'b0, b_tuser};
 reg [511:0]         fl_data = 512'd0;
 assign b_tready = !fl_valid;
 wire b_take = b_tvalid && b_tready;
@@ -265,17 +305,24 @@ always @* begin
         b_masked[8*bk +: 8] = b_tkeep[bk] ? b_tdata[8*bk +: 8] : 8'd0;
     end
 end
-wire [1023:0] b_comb  = {512'd0, pend[b_tuser]} | ({512'd0, b_masked} << (8 * pend_n[b_tuser]));
-wire [7:0]    b_total = pend_n[b_tuser] + b_n;
+wire [1023:0] b_comb  = {512'd0, pend[b_ring]} | ({512'd0, b_masked} << (8 * pend_n[b_ring]));
+wire [7:0]    b_total = pend_n[b_ring] + b_n;
 
 // ---- the queue of complete requests --------------------------------------
-localparam QW = 64 + 1024 + CONN_WIDTH + BUF_WIDTH + RING_WIDTH + 64 + 16 + 8 + 8 + 32 + 64 + 64;
+// and of the small ones (the single-fragment FIFO's descriptors), DESC_DEPTH each
+localparam QW = 64 + 1024 + CONN_WIDTH + RB_WIDTH + RING_WIDTH + 64 + 16 + 8 + 8 + 32 + 64 + 64;
 reg [QW-1:0] fifo [0:DESC_DEPTH-1];
 reg [DESC_WIDTH_FIFO:0] f_count = 0;
 reg [DESC_WIDTH_FIFO-1:0] f_wr = 0, f_rd = 0;
-assign q_tready = f_count < DESC_DEPTH;
-wire q_take = q_tvalid && q_tready;
-wire f_pop;
+reg [QW-1:0] sfifo [0:DESC_DEPTH-1];
+reg [DESC_WIDTH_FIFO:0] s_count = 0;
+reg [DESC_WIDTH_FIFO-1:0] s_wr = 0, s_rd = 0;
+assign q_tready = q_small ? s_count < DESC_DEPTH : f_count < DESC_DEPTH;
+wire q_take = q_tvalid && q_tready && !q_small;
+wire s_take = q_tvalid && q_tready && q_small;
+wire [RB_WIDTH-1:0] q_ring = q_small ? SMALL_RING : {1'b0, q_buffer};
+wire [QW-1:0] q_desc = {q_reasm, q_hdr, q_conn, q_ring, hp[q_ring], q_id, q_tenant, q_hop, q_fn, q_len, q_param, cyc};
+wire f_pop, s_pop;
 
 integer bi;
 always @(posedge clk) begin
@@ -286,43 +333,56 @@ always @(posedge clk) begin
         fl_valid <= 1'b0;
     end else if (b_take) begin
         if (b_total >= 64 || b_tlast) begin
-            mem[{b_tuser, wp[b_tuser]}] <= b_comb[511:0];
-            wp[b_tuser] <= ring_next(wp[b_tuser]);
-            pend[b_tuser]   <= b_tlast ? 512'd0 : b_comb[1023:512];
-            pend_n[b_tuser] <= b_tlast ? 6'd0 : b_total - 8'd64;
+            mem[{b_ring, wp[b_ring]}] <= b_comb[511:0];
+            wp[b_ring] <= ring_next(wp[b_ring]);
+            pend[b_ring]   <= b_tlast ? 512'd0 : b_comb[1023:512];
+            pend_n[b_ring] <= b_tlast ? 6'd0 : b_total - 8'd64;
             if (b_tlast && b_total > 64) begin
                 fl_valid <= 1'b1;
-                fl_buf   <= b_tuser;
+                fl_buf   <= b_ring;
                 fl_data  <= b_comb[1023:512];
             end
         end else begin
-            pend[b_tuser]   <= b_comb[511:0];
-            pend_n[b_tuser] <= b_total[5:0];
+            pend[b_ring]   <= b_comb[511:0];
+            pend_n[b_ring] <= b_total[5:0];
         end
     end
     if (q_take) begin
-        fifo[f_wr] <= {q_reasm, q_hdr, q_conn, q_buffer, hp[q_buffer], q_id, q_tenant, q_hop, q_fn, q_len, q_param, cyc};
-        hp[q_buffer] <= ring_add(hp[q_buffer], q_beats);
+        fifo[f_wr] <= q_desc;
         f_wr <= (f_wr == DESC_DEPTH - 1) ? 0 : f_wr + 1'b1;
+    end
+    if (s_take) begin
+        sfifo[s_wr] <= q_desc;
+        s_wr <= (s_wr == DESC_DEPTH - 1) ? 0 : s_wr + 1'b1;
+    end
+    if (q_take || s_take) begin
+        hp[q_ring] <= ring_add(hp[q_ring], q_beats);
     end
     if (f_pop) begin
         f_rd <= (f_rd == DESC_DEPTH - 1) ? 0 : f_rd + 1'b1;
     end
+    if (s_pop) begin
+        s_rd <= (s_rd == DESC_DEPTH - 1) ? 0 : s_rd + 1'b1;
+    end
     f_count <= f_count + q_take - f_pop;
+    s_count <= s_count + s_take - s_pop;
     rd_data <= mem[{rd_buf, rd_addr}];
     if (ab_valid) begin
         // the abandoned request's beats and residue are dropped: the buffer's ring ends where its
         // complete requests end (the dispatcher took the abort with none of them still to describe)
-        wp[ab_buffer]     <= hp[ab_buffer];
-        pend[ab_buffer]   <= 512'd0;
-        pend_n[ab_buffer] <= 6'd0;
+        wp[ab_ring]     <= hp[ab_ring];
+        pend[ab_ring]   <= 512'd0;
+        pend_n[ab_ring] <= 6'd0;
     end
     if (rst) begin
         f_count <= 0;
         f_wr <= 0;
         f_rd <= 0;
+        s_count <= 0;
+        s_wr <= 0;
+        s_rd <= 0;
         fl_valid <= 1'b0;
-        for (bi = 0; bi < BUF_COUNT; bi = bi + 1) begin
+        for (bi = 0; bi <= BUF_COUNT; bi = bi + 1) begin
             pend[bi]   <= 512'd0;
             pend_n[bi] <= 6'd0;
             wp[bi] <= {RING_WIDTH{1'b0}};
@@ -332,7 +392,7 @@ always @(posedge clk) begin
 end
 
 wire [CONN_WIDTH-1:0] h_conn;
-wire [BUF_WIDTH-1:0]  h_buffer;
+wire [RB_WIDTH-1:0]   h_buffer;   // its ring (SMALL_RING: a small request)
 wire [RING_WIDTH-1:0] h_start;
 wire [63:0]           h_id;
 wire [15:0]           h_tenant;
@@ -343,7 +403,9 @@ wire [63:0]           h_param;
 wire [63:0]           h_cycle;
 wire [1023:0]         h_hdr;
 wire [63:0]           h_reasm;
-assign {h_reasm, h_hdr, h_conn, h_buffer, h_start, h_id, h_tenant, h_hop, h_fn, h_len, h_param, h_cycle} = fifo[f_rd];
+// the head the executor takes next: a small request before the buffers' (the core's drain order)
+assign {h_reasm, h_hdr, h_conn, h_buffer, h_start, h_id, h_tenant, h_hop, h_fn, h_len, h_param, h_cycle} =
+    s_count != 0 ? sfifo[s_rd] : fifo[f_rd];
 
 // ---- the chained hop: the router's next local hop, waiting for the executor ----
 // One at a time (the executor runs one hop at a time): its header, then its
@@ -429,7 +491,8 @@ wire                 rt_busy;
 
 // a chained hop first: it holds no pool buffer, and the router waits on it
 assign c_pop = e_state == E_IDLE && c_valid;
-assign f_pop = e_state == E_IDLE && !c_valid && f_count != 0;
+assign s_pop = e_state == E_IDLE && !c_valid && s_count != 0;
+assign f_pop = e_state == E_IDLE && !c_valid && s_count == 0 && f_count != 0;
 
 // accelerator inputs
 reg          a_meta_valid;
@@ -482,7 +545,7 @@ always @(posedge clk) begin
                 e_times  <= c_times;
                 e_left   <= (c_len == 0) ? 32'd1 : (c_len + 32'd63) >> 6;
                 e_state  <= E_META;
-            end else if (f_count != 0) begin
+            end else if (s_count != 0 || f_count != 0) begin
                 e_chain  <= 1'b0;
                 e_conn   <= h_conn;
                 e_whdr   <= h_hdr;
@@ -497,7 +560,8 @@ always @(posedge clk) begin
                 e_left   <= (h_len == 0) ? 32'd1 : (h_len + 32'd63) >> 6;
                 rd_buf   <= h_buffer;
                 rd_addr  <= h_start;
-                rel_buffer <= h_buffer;
+                rel_buffer <= h_buffer[BUF_WIDTH-1:0];
+                rel_small  <= h_buffer == SMALL_RING;
                 rel_size   <= h_len;
                 e_state  <= E_META;
             end
@@ -754,7 +818,7 @@ always @(posedge clk) begin
     end
 end
 
-assign idle = !d_busy && !ab_valid && f_count == 0 && e_state == E_IDLE && !fl_valid && !m_axis_tvalid && !locked
+assign idle = !d_busy && !ab_valid && f_count == 0 && s_count == 0 && e_state == E_IDLE && !fl_valid && !m_axis_tvalid && !locked
             && !rt_busy && c_st == C_HDR;
 
 offrac_axis_reg #(.WIDTH(512 + 64 + CONN_WIDTH + 1)) out_reg (

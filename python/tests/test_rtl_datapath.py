@@ -122,7 +122,7 @@ def test_response_bytes_same_as_software(node: Node, rtl: Node) -> None:
 
 
 def test_connections_reused(node: Node, rtl: Node) -> None:
-    """More clients one after another than the RTL has connection indices (16), some closing in
+    """More clients one after another than the RTL has connection indices (32), some closing in
     the middle of a request: each index is given back (those left mid-request once the RTL has
     taken their close) and every later client is served."""
     for i in range(40):
@@ -143,7 +143,7 @@ def test_connections_reused(node: Node, rtl: Node) -> None:
 
 
 def test_close_mid_request_frees_the_pool(node: Node, rtl: Node) -> None:
-    """While one client stays connected, 40 clients (more than the RTL's 16 reassembly buffers and 16
+    """While one client stays connected, 40 clients (more than the RTL's 16 reassembly buffers and 32
     connection indices) each send a header and half of its payload, or part of a header, and
     disconnect: the RTL is told each close and frees the partial request's buffer (the core's
     handle_close), so no buffer or index leaks; a full-size call then succeeds on the client that

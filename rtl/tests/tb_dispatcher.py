@@ -26,6 +26,8 @@ BUSY, UNKNOWN_FUNCTION, TOO_LARGE, MALFORMED, UNSUPPORTED_VERSION, UNREACHABLE =
 ID_NONE = (1 << 64) - 1
 # as test_rtl.py builds it
 CONNS, BUF_COUNT, BUF_BYTES, MAX_PAYLOAD, DEVICE_ID = 4, 2, 512, 400, 3
+SMALL_MAX, SMALL_BYTES = 264, 300  # the single-fragment FIFO: payloads up to 200 bytes, 300 queued
+SMALL = -1  # a complete request's place: the small ring, not a buffer
 HOSTED = {0, 1, 3}
 
 
@@ -169,6 +171,9 @@ def idle(dut: Any) -> None:
     dut.s_axis_tdata.value = 0
     dut.s_axis_tkeep.value = 0
     dut.s_axis_tuser.value = 0
+    dut.s_axis_tseg.value = 0
+    dut.small_release_valid.value = 0
+    dut.small_release_size.value = 0
     dut.release_valid.value = 0
     dut.release_buffer.value = 0
     dut.release_size.value = 0
@@ -202,7 +207,7 @@ async def run(
     last_refused = [-1] * CONNS  # refusals in order per connection (the two ports may overtake each other)
     releases: list[tuple[int, int, int]] = []  # (cycle, buffer, size)
     pending: list[int | None] = []  # the model's answer to the admission made last cycle
-    counts = {"admitted": 0, "busy": 0, "refused": 0, "beats": len(todo)}
+    counts = {"admitted": 0, "busy": 0, "refused": 0, "small": 0, "beats": len(todo)}
     offering: tuple[int, bytes] | None = None
     for cycle in range(30_000):
         idle(dut)
@@ -214,14 +219,19 @@ async def run(
             c, data = offering
             dut.s_axis_tvalid.value = 1
             dut.s_axis_tuser.value = c
+            dut.s_axis_tseg.value = len(data)  # a segment of its own
             dut.s_axis_tkeep.value = (1 << len(data)) - 1
             # bytes past tkeep are junk on the wire: the dispatcher must ignore them
             dut.s_axis_tdata.value = int.from_bytes(data + rng.randbytes(64 - len(data)), "little")
         if releases and releases[0][0] <= cycle:
             _, b, size = releases.pop(0)
-            dut.release_valid.value = 1
-            dut.release_buffer.value = b
-            dut.release_size.value = size
+            if b == SMALL:
+                dut.small_release_valid.value = 1
+                dut.small_release_size.value = size
+            else:
+                dut.release_valid.value = 1
+                dut.release_buffer.value = b
+                dut.release_size.value = size
             released = (b, size)
         else:
             released = None
@@ -244,13 +254,15 @@ async def run(
             counts["busy"] += pending[-1] is None
         if sig(p.finish_valid):
             pool.reasm[sig(p.finish_buffer)] = False
-        if released:  # lands on the edge, after this cycle's admission (as in the RTL)
+        if (
+            released and released[0] != SMALL
+        ):  # lands on the edge, after this cycle's admission (as in the RTL)
             pool.used[released[0]] -= released[1]
         if sig(dut.m_buf_axis_tvalid) and sig(dut.m_buf_axis_tready):
             keep = sig(dut.m_buf_axis_tkeep)
             n = bin(keep).count("1")
             assert keep == (1 << n) - 1 and n > 0
-            b = sig(dut.m_buf_axis_tuser)
+            b = SMALL if sig(dut.m_buf_axis_tsmall) else sig(dut.m_buf_axis_tuser)
             collecting[b] = collecting.get(b, b"") + kept(dut.m_buf_axis_tdata, n)
             if sig(dut.m_buf_axis_tlast):  # complete in its buffer (another may start there before it leaves)
                 complete.setdefault(b, []).append(collecting.pop(b))
@@ -261,7 +273,8 @@ async def run(
             assert rid not in done
             done.add(rid)
             assert sig(dut.m_req_conn) == r.conn and sig(dut.m_req_len) == len(r.payload)
-            b = sig(dut.m_req_buffer)
+            b = SMALL if sig(dut.m_req_small) else sig(dut.m_req_buffer)
+            counts["small"] += b == SMALL
             got_p = complete[b].pop(0) if r.payload else b""
             assert got_p == r.payload, f"payload of request {rid}"
             assert rid > last_id[r.conn]
@@ -403,19 +416,19 @@ async def refused_header_before_its_extension(dut: Any) -> None:
         "budget_us": 0,
     }
     wire = encode_request(fields, hops)
-    replies, done, _ = await replay_beat(dut, random.Random(5), 0, wire[:64], 1.0)
+    replies, done, _ = await replay_segment(dut, random.Random(5), 0, wire[:64], 1.0)
     assert done == [] and len(replies) == 1, (replies, done)
     conn, head = replies[0]
     assert conn == 0 and int.from_bytes(head[4:6], "little") == MALFORMED
     assert int.from_bytes(head[8:16], "little") == 77 and head[6] == 0
     # the extension and the payload are skipped; the request after them is admitted
     for k, rest in enumerate((wire[64:], bytes(3))):
-        replies, done, _ = await replay_beat(dut, random.Random(6 + k), 0, rest, 1.0)
+        replies, done, _ = await replay_segment(dut, random.Random(6 + k), 0, rest, 1.0)
         assert replies == [] and done == [], (replies, done)
     nxt = encode_request(
         {**fields, "flags": 0, "hop_count": 1, "request_id": 78, "payload_len": 0}, hops[:1] + [(0, 0, 0)] * 7
     )
-    replies, done, _ = await replay_beat(dut, random.Random(8), 0, nxt, 1.0)
+    replies, done, _ = await replay_segment(dut, random.Random(8), 0, nxt, 1.0)
     assert replies == [] and done == [(0, 78, 0)], (replies, done)
 
 
@@ -451,6 +464,7 @@ async def request_latency(dut: Any) -> None:
                 dut.s_axis_tdata.value = int.from_bytes(chunk, "little")
                 dut.s_axis_tkeep.value = (1 << len(chunk)) - 1
                 dut.s_axis_tuser.value = 0
+                dut.s_axis_tseg.value = len(chunk)  # a segment a beat
 
             return f
 
@@ -460,7 +474,8 @@ async def request_latency(dut: Any) -> None:
     first, _ = await cycles_to(
         dut, beat_drives(wire_request(1, 0, 0)), "s_axis_tvalid", "s_axis_tready", "m_req_tvalid"
     )
-    measured["header only: header in -> request out"] = first
+    # no payload: it arrived whole, so it is small (the single-fragment FIFO, no pool admission)
+    measured["header only (small): header in -> request out"] = first
     for _ in range(4):
         await FallingEdge(dut.clk)
     dut.release_valid.value = 1  # give the buffer back, as the drain would
@@ -484,7 +499,7 @@ async def request_latency(dut: Any) -> None:
 
 # What the dispatcher takes today (checked, so that a change shows); docs/rtl.md, "Cycles per request".
 LATENCY = {
-    "header only: header in -> request out": 6,
+    "header only (small): header in -> request out": 4,  # 6 through the pool, before the small FIFO
     "384 B payload: header in -> request out": 24,
     "384 B payload: last beat in -> request out": 3,
     "refusal: header in -> answer out": 4,
@@ -492,8 +507,8 @@ LATENCY = {
 
 
 def engine_answers(traces: list[list[tuple[int, bytes | None]]]) -> list[list[dict[str, Any]]]:
-    """What `Engine` itself does with each beat (crates/core/examples/engine_replay.rs); a beat
-    without bytes is the connection's close."""
+    """What `Engine` itself does with each segment (crates/core/examples/engine_replay.rs: one
+    `handle_bytes` call each); a segment without bytes is the connection's close."""
     config = {
         "buffers": BUF_COUNT,
         "buffer_bytes": BUF_BYTES,
@@ -501,6 +516,8 @@ def engine_answers(traces: list[list[tuple[int, bytes | None]]]) -> list[list[di
         "max_payload": MAX_PAYLOAD,
         "device_id": DEVICE_ID,
         "hosted": sorted(HOSTED),
+        "small_request_max": SMALL_MAX,
+        "small_queue_bytes": SMALL_BYTES,
     }
     text = json.dumps(
         {"config": config, "traces": [[[c, None if d is None else d.hex()] for c, d in t] for t in traces]}
@@ -512,8 +529,45 @@ def engine_answers(traces: list[list[tuple[int, bytes | None]]]) -> list[list[di
     return answers
 
 
+def segments(rng: random.Random, streams: list[list[Req]]) -> list[tuple[int, bytes]]:
+    """Each connection's bytes cut into segments (reads) interleaved at random: a beat's worth or a
+    few bytes (a header split across reads), a few hundred bytes, or up to the end of a request
+    (whole requests in one read: the small ones arrive whole). About half the connections send only
+    short reads, so their requests hold buffers while the others' come in: the pool fills."""
+    per = []
+    for c, reqs in enumerate(streams):
+        short = rng.random() < 0.5
+        data = b"".join(r.wire for r in reqs)
+        ends, at = [], 0
+        for r in reqs:
+            at += len(r.wire)
+            ends.append(at)
+        cuts, i = [], 0
+        while i < len(data):
+            later = [e for e in ends if e > i]
+            if short:
+                n = rng.choice([rng.randint(1, 64), rng.randint(1, 8)])
+            else:
+                n = rng.choice(
+                    [
+                        rng.randint(1, 64),
+                        rng.randint(65, 700),
+                        later[0] - i,
+                        later[min(1, len(later) - 1)] - i,
+                    ]
+                )
+            cuts.append((c, data[i : i + n]))
+            i += n
+        per.append(cuts)
+    out = []
+    while any(per):
+        c = rng.choice([i for i, p in enumerate(per) if p])
+        out.append(per[c].pop(0))
+    return out
+
+
 def with_closes(rng: random.Random, trace: list[tuple[int, bytes]]) -> list[tuple[int, bytes | None]]:
-    """The trace with one to three connections closed at random points of its second half (a beat
+    """The trace with one to three connections closed at random points of its second half (a segment
     without bytes): the connection's partial request, if any, is dropped, and its later bytes are a
     new connection's (mostly the rest of a request, so a bad magic: MALFORMED, and closed again)."""
     out: list[tuple[int, bytes | None]] = list(trace)
@@ -522,28 +576,39 @@ def with_closes(rng: random.Random, trace: list[tuple[int, bytes]]) -> list[tupl
     return out
 
 
-async def replay_beat(
+async def replay_segment(
     dut: Any, rng: random.Random, conn: int, data: bytes | None, p_out: float
 ) -> tuple[list[tuple[int, bytes]], list[tuple[int, int, int]], list[tuple[int, int]]]:
-    """One beat in (or the connection's close, when `data` is None: abort_* until taken); every
-    output it causes, taken with the sinks stalled at random; then quiet.
+    """One segment in, cut into beats of 1..64 bytes (mostly 64) each carrying the bytes of the
+    segment from it on (s_axis_tseg), or the connection's close when `data` is None (abort_* until
+    taken); every output it causes, taken with the sinks stalled at random; then quiet.
 
     Returns the answers (connection, header with `payload_len` zeroed), the complete requests
-    (connection, request id, length) and their buffers (buffer, length), in the order they came."""
+    (connection, request id, length) and where they were (buffer or SMALL, length), in the order
+    they came."""
     replies: list[tuple[int, bytes]] = []
     done: list[tuple[int, int, int]] = []
     held: list[tuple[int, int]] = []
+    beats: list[bytes] = []
+    i = 0
+    while data is not None and i < len(data):
+        n = rng.choice([64, 64, 64, rng.randint(1, 64)])
+        beats.append(data[i : i + n])
+        i += n
+    left = 0 if data is None else len(data)
     offered, quiet = True, 0
-    for _ in range(2_000):
+    for _ in range(4_000):
         idle(dut)
         if offered and data is None:
             dut.abort_valid.value = 1
             dut.abort_conn.value = conn
         elif offered:
+            b = beats[0]
             dut.s_axis_tvalid.value = 1
             dut.s_axis_tuser.value = conn
-            dut.s_axis_tkeep.value = (1 << len(data)) - 1
-            dut.s_axis_tdata.value = int.from_bytes(data + rng.randbytes(64 - len(data)), "little")
+            dut.s_axis_tseg.value = left
+            dut.s_axis_tkeep.value = (1 << len(b)) - 1
+            dut.s_axis_tdata.value = int.from_bytes(b + rng.randbytes(64 - len(b)), "little")
         ready = rng.random() < p_out or quiet > 0
         dut.m_buf_axis_tready.value = int(ready)
         dut.m_req_tready.value = int(ready)
@@ -553,55 +618,71 @@ async def replay_beat(
             sig(s) for s in (dut.m_buf_axis_tvalid, dut.m_req_tvalid, dut.m_resp_axis_tvalid)
         )
         if offered and sig(dut.abort_ready if data is None else dut.s_axis_tready):
-            offered = False
+            if data is None:
+                offered = False
+            else:
+                left -= len(beats.pop(0))
+                offered = bool(beats)
         if ready and sig(dut.m_req_tvalid):
             done.append((sig(dut.m_req_conn), sig(dut.m_req_request_id), sig(dut.m_req_len)))
-            held.append((sig(dut.m_req_buffer), sig(dut.m_req_len)))
+            held.append((SMALL if sig(dut.m_req_small) else sig(dut.m_req_buffer), sig(dut.m_req_len)))
         if ready and sig(dut.m_resp_axis_tvalid):
             head = bytearray(int(dut.m_resp_axis_tdata.value).to_bytes(64, "little"))
             replies.append((sig(dut.m_resp_axis_tuser), bytes(head)))
-        # quiet: the beat taken, nothing offered and the dispatcher ready for the next beat
+        # quiet: the segment taken, nothing offered and the dispatcher ready for the next beat
         quiet = quiet + 1 if not busy and sig(dut.s_axis_tready) else 0
         await FallingEdge(dut.clk)
         if quiet >= 4:
             return replies, done, held
-    raise AssertionError(f"the beat on connection {conn} was not used up in 2000 cycles")
+    raise AssertionError(f"the segment on connection {conn} was not used up in 4000 cycles")
 
 
 @cocotb.test()
 async def engine_replay(dut: Any) -> None:
-    """The dispatcher against `Engine` itself: the same beats, the same answers, admissions and buffers.
+    """The dispatcher against `Engine` itself: the same segments, the same answers, admissions, buffers
+    and small-request decisions.
 
-    Each trace: four connections' requests of every kind (tb traffic), cut and interleaved at random,
-    fed one beat at a time, with one to three connection closes among the beats (abort_*, the
-    engine's handle_close). After each beat, as the engine drains a complete request out of the pool at
-    the end of the segment that completed it, the replay releases the buffers of the requests that
-    came out; then it compares, for that beat, every answer (connection, the whole 64-byte header
-    except `payload_len`: the RTL sends no message text), every complete request (connection, request
-    id, length) in order, and which buffers hold a partial request. Any difference fails the trace."""
+    Each trace: four connections' requests of every kind (tb traffic), cut into segments (reads) and
+    interleaved at random, with one to three connection closes among them (abort_*, the engine's
+    handle_close). Each segment is one `handle_bytes` call of the engine and, for the RTL, beats of
+    1..64 bytes carrying the bytes of the segment from them on (s_axis_tseg), fed one after another.
+    After each segment, as the engine drains complete requests out of the pool and the small queue at
+    the end of the call that completed them, the replay releases the buffers (and the small queue's
+    bytes) of the requests that came out; then it compares, for that segment, every answer
+    (connection, the whole 64-byte header except `payload_len`: the RTL sends no message text), the
+    complete requests (connection, request id, length; the engine dispatches the small ones first,
+    so as sets), how many went to the small queue, the small queue's bytes and which buffers hold a
+    partial request. Any difference fails the trace."""
     traces = int(os.environ.get("OFFRAC_RTL_TRACES", "25"))
     seed = int(os.environ.get("OFFRAC_RTL_TRACE_SEED", "1"))
     await fresh(dut)
     rng = random.Random(seed)
     streams = [traffic(rng, rng.randint(3, 12), 1 + 1000 * t) for t in range(traces)]
-    # closes drawn apart, so that the traces' beats stay those of the replay without them
+    # closes drawn apart, so that the traces' segments stay those of the replay without them
     crng = random.Random(seed + 7919)
-    cut = [with_closes(crng, beats(rng, s)) for s in streams]
+    cut = [with_closes(crng, segments(rng, s)) for s in streams]
     expected = engine_answers(cut)
-    diverged, totals = 0, {"beats": 0, "answers": 0, "admitted": 0, "busy": 0, "closes": 0, "dropped": 0}
+    diverged = 0
+    totals = {"segments": 0, "bytes": 0, "answers": 0, "admitted": 0, "small": 0, "busy": 0}
+    totals |= {"closes": 0, "dropped": 0}
     for t, (trace, want) in enumerate(zip(cut, expected, strict=True)):
         await reset(dut)
         p_out = rng.choice([1.0, 0.6, 0.2])
         for k, ((conn, data), w) in enumerate(zip(trace, want, strict=True)):
-            replies, done, held = await replay_beat(dut, rng, conn, data, p_out)
+            replies, done, held = await replay_segment(dut, rng, conn, data, p_out)
             for b, size in held:  # the engine's drain: out of the pool at the end of the segment
-                dut.release_valid.value = 1
-                dut.release_buffer.value = b
-                dut.release_size.value = size
+                if b == SMALL:
+                    dut.small_release_valid.value = 1
+                    dut.small_release_size.value = size
+                else:
+                    dut.release_valid.value = 1
+                    dut.release_buffer.value = b
+                    dut.release_size.value = size
                 await FallingEdge(dut.clk)
                 idle(dut)
             await ReadOnly()
             reassembling = [b for b in range(BUF_COUNT) if sig(dut.buf_reassembling) >> b & 1]
+            small_used = sig(dut.small_used)
             await FallingEdge(dut.clk)
             events = w["events"]
             w_replies = [
@@ -612,20 +693,23 @@ async def engine_replay(dut: Any) -> None:
                 for e in events
                 if "reply" in e
             ]
-            w_done = [tuple(e["dispatch"]) for e in events if "dispatch" in e]
-            got = (replies, done, reassembling)
-            exp = (w_replies, w_done, w["reassembling"])
+            w_done = sorted(tuple(e["dispatch"]) for e in events if "dispatch" in e)
+            small = sum(b == SMALL for b, _ in held)
+            got = (replies, sorted(done), small, small_used, reassembling)
+            exp = (w_replies, w_done, w["small"], w["small_bytes"], w["reassembling"])
             if got != exp:
                 diverged += 1
-                dut._log.error("trace %d beat %d (connection %d): rtl %s, engine %s", t, k, conn, got, exp)
+                dut._log.error("trace %d segment %d (connection %d): rtl %s, engine %s", t, k, conn, got, exp)
                 break
-            totals["beats"] += 1
+            totals["segments"] += 1
+            totals["bytes"] += 0 if data is None else len(data)
             if data is None:
                 totals["closes"] += 1
                 # a close that dropped a partial request in a buffer (the engine's pool abort)
                 totals["dropped"] += int(k > 0 and sorted(want[k - 1]["reassembling"]) != w["reassembling"])
             totals["answers"] += len(replies)
             totals["admitted"] += len(done)
+            totals["small"] += small
             totals["busy"] += sum(int.from_bytes(h[4:6], "little") == BUSY for _, h in replies)
     dut._log.info("engine replay: %d traces, %s, %d diverged", traces, totals, diverged)
     if out := os.environ.get("OFFRAC_TRACE_SUMMARY"):
@@ -633,3 +717,5 @@ async def engine_replay(dut: Any) -> None:
             json.dump({"traces": traces, **totals, "diverged": diverged}, f)
     assert diverged == 0, f"{diverged} of {traces} traces diverged from the engine"
     assert totals["admitted"] > 0 and totals["answers"] > 0
+    # the generator reaches every case: small requests taken, split ones and a full pool refused
+    assert totals["small"] > 0 and totals["busy"] > 0, totals

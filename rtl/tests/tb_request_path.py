@@ -25,9 +25,18 @@ on device PEER leaves on the network egress (m_net_axis_*, tdest the device) as 
 software forwards (hop_index advanced, payload_len the output's, FORWARDED set; request_id the
 caller's, see docs/rtl.md) followed by the local hops' output; the egress port stalls at random too.
 
-Parameters (test_rtl.py): 4 connections, 4 buffers of 1 KiB (a buffer reassembles one request at a time, so
-fewer buffers than connections would refuse BUSY whenever they interleave), MAX_PAYLOAD 512, DESC_DEPTH 4,
-top-k K_MAX 16, MapId TABLE_BITS 6 (at most 32 keys) and MAX_BEATS 8, PEERS device 9.
+The single-fragment FIFO (small_past_a_full_pool): with every buffer held by a partial request, a small
+request whose payload comes in its header's segment (s_axis_tseg) is still answered, one split across
+segments is BUSY; a small request abandoned by its connection's close gives its bytes back.
+In the random rounds each connection's beats are grouped into segments of 1 to 6 beats (segment_beats),
+so small requests arrive whole, on several connections at once (one is read into the small ring at a
+time, the others go to the pool); one_request_cycles pins a small request and the same bytes a
+segment a beat.
+
+Parameters (test_rtl.py): 8 connections (the random traffic uses 4), 4 buffers of 1 KiB (a buffer
+reassembles one request at a time, so fewer buffers than connections would refuse BUSY whenever they
+interleave), MAX_PAYLOAD 512, DESC_DEPTH 4, top-k K_MAX 16, MapId TABLE_BITS 6 (at most 32 keys) and
+MAX_BEATS 8, PEERS device 9, SMALL_MAX 320 (payloads up to 256 bytes) and SMALL_BYTES 512.
 """
 
 from __future__ import annotations
@@ -255,11 +264,31 @@ def cut(rng: random.Random, streams: list[bytes]) -> list[tuple[int, bytes]]:
         pos[c] += n
 
 
+def segment_beats(beats: list[tuple[int, bytes]]) -> list[int]:
+    """Group each connection's beats, in its order, into segments (reads) of 1 to 6 beats: per beat, the
+    bytes of its segment from it on (s_axis_tseg). The connections' beats stay interleaved, so several
+    small requests may be in flight at once (the dispatcher reads one at a time into the small ring,
+    the others go to the pool). Drawn from a generator of its own: the beats stay those of before."""
+    srng = random.Random(len(beats) * 7919 + sum(len(d) for _, d in beats))
+    segs = [0] * len(beats)
+    for conn in {c for c, _ in beats}:
+        idxs = [i for i, (c, _) in enumerate(beats) if c == conn]
+        while idxs:
+            n = srng.randint(1, 6)
+            group, idxs = idxs[:n], idxs[n:]
+            left = sum(len(beats[i][1]) for i in group)
+            for i in group:
+                segs[i] = left
+                left -= len(beats[i][1])
+    return segs
+
+
 def idle(dut: Any) -> None:
     dut.s_axis_tvalid.value = 0
     dut.s_axis_tdata.value = 0
     dut.s_axis_tkeep.value = 0
     dut.s_axis_tuser.value = 0
+    dut.s_axis_tseg.value = 0
     dut.m_axis_tready.value = 0
     dut.m_net_axis_tready.value = 0
     dut.s_cfg_tvalid.value = 0
@@ -356,6 +385,7 @@ async def run(dut: Any, rng: random.Random, reqs: list[Req], p_in: float, p_out:
     expect(reqs)
     streams = [b"".join(r.wire() for r in reqs if r.conn == c) for c in range(CONNS)]
     beats = cut(rng, streams)
+    segs = segment_beats(beats)
     # each request's first and last byte offsets in its connection's stream, and the cycles the
     # beats carrying them were taken (reassembly: from the first to the last, at least)
     spans: dict[int, tuple[int, int]] = {}
@@ -378,6 +408,8 @@ async def run(dut: Any, rng: random.Random, reqs: list[Req], p_in: float, p_out:
     forwarded: dict[int, bytes] = {}
     bi = 0
     quiet = 0
+    small = 0  # complete requests the dispatcher took into the single-fragment FIFO
+    second = 0  # whole small requests sent to the pool: another was being read into the small ring
     for cycle in range(400_000):
         on = bi < len(beats) and rng.random() < p_in
         dut.s_axis_tvalid.value = int(on)
@@ -387,11 +419,16 @@ async def run(dut: Any, rng: random.Random, reqs: list[Req], p_in: float, p_out:
             dut.s_axis_tdata.value = int.from_bytes(data + junk, "little")
             dut.s_axis_tkeep.value = (1 << len(data)) - 1
             dut.s_axis_tuser.value = c
+            dut.s_axis_tseg.value = segs[bi]
         ready = rng.random() < p_out
         dut.m_axis_tready.value = int(ready)
         net_ready = rng.random() < p_out
         dut.m_net_axis_tready.value = int(net_ready)
         await ReadOnly()
+        d = dut.disp_inst
+        small += sig(d.m_req_tvalid) and sig(d.m_req_tready) and sig(d.m_req_small)
+        # a whole small request while another is read into the small ring: to the pool
+        second += sig(d.admissible) and sig(d.small_fits) and sig(d.small_reasm)
         if net_ready and sig(dut.m_net_axis_tvalid):
             quiet = 0
             conn = sig(dut.m_net_axis_tuser)
@@ -503,9 +540,13 @@ async def run(dut: Any, rng: random.Random, reqs: list[Req], p_in: float, p_out:
     assert not missing, f"{len(missing)} requests never answered: {missing[:5]}"
     assert all(not p for p in partial + net_partial), "a response left unfinished"
     await ReadOnly()
-    assert sig(dut.idle) == 1 and sig(dut.conn_clean) == (1 << CONNS) - 1, "work left in flight at the end"
-    # every byte reserved in the pool given back exactly once (seen inside: the top has no port for it)
+    every = (1 << len(dut.conn_clean)) - 1
+    assert sig(dut.idle) == 1 and sig(dut.conn_clean) == every, "work left in flight at the end"
+    assert sig(dut.conn_owed) == 0, f"answers still owed: {sig(dut.conn_owed):x}"
+    # every byte reserved in the pool, and in the small queue, given back exactly once (seen inside:
+    # the top has no port for them)
     assert sig(dut.disp_inst.buf_used) == 0, f"pool bytes still reserved: {sig(dut.disp_inst.buf_used):x}"
+    assert sig(dut.disp_inst.small_used) == 0, f"small bytes still reserved: {sig(dut.disp_inst.small_used)}"
     await FallingEdge(dut.clk)
     busy = sum(1 for f in answered.values() if f["status"] == ST_BUSY)
     dut._log.info(
@@ -527,10 +568,14 @@ async def run(dut: Any, rng: random.Random, reqs: list[Req], p_in: float, p_out:
     # complete request waits in the dispatcher, which counts; one_request_cycles pins it exactly)
     chains = sum(1 for r in reqs if r.more and r.rid in answered and answered[r.rid]["status"] != ST_BUSY)
     dut._log.info("%d chains answered, %d forwarded", chains, len(forwarded))
+    dut._log.info("%d of them small (the single-fragment FIFO), %d small ones to the pool", small, second)
+    FIFO["small"] += small
+    FIFO["small to the pool"] += second
     return {"busy": busy, "chains": chains, "forwarded": len(forwarded), "traced": traced}
 
 
 SEEN: dict[tuple[object, object], int] = {}  # (function, "ok" or the status) over the answers
+FIFO = {"small": 0, "small to the pool": 0}  # the dispatcher's small-request decisions in run()
 
 
 def traffic(rng: random.Random, per_conn: int, first: int, refusals: bool, chains: bool = False) -> list[Req]:
@@ -560,6 +605,9 @@ async def clients(dut: Any) -> None:
         assert SEEN.get((fn, "ok"), 0) >= 3, (fn, SEEN)
     for fn in (3, 7, 8):
         assert SEEN.get((fn, ST_BAD_INPUT), 0) >= 1, (fn, SEEN)
+    # small requests taken whole, and one sent to the pool while another was read into the small ring
+    dut._log.info("single-fragment FIFO: %s", FIFO)
+    assert FIFO["small"] >= 10 and FIFO["small to the pool"] >= 1, FIFO
 
 
 @cocotb.test()
@@ -575,6 +623,10 @@ async def backpressure(dut: Any) -> None:
     # the pool must be free again: a clean round admits everything
     counts = await run(dut, rng, traffic(rng, 4, 0x4000, refusals=False), p_in=0.1, p_out=1.0)
     assert counts["busy"] == 0
+
+
+# an echo of 256 bytes (5 beats): one segment (the single-fragment FIFO), a segment a beat (the pool)
+SMALL_PINS = ((22, 28), (24, 30))
 
 
 @cocotb.test()
@@ -599,10 +651,17 @@ async def one_request_cycles(dut: Any) -> None:
         (0, 0, xs, [(1, 8, 0xFF)], (193, 194)),
         (0, 0, rng.randbytes(512), [(0, 0, 0xFF)], (56, 70)),
     ]
-    for fn, param, payload, more, pin in [(*c[:3], [], c[3]) for c in singles] + chained:
+    # the single-fragment FIFO: 256 bytes in one segment (small: no pool admission), then the same
+    # bytes a segment a beat (through the pool)
+    small = random.Random(6).randbytes(256)
+    # (..., one segment: the beats carry the bytes of the whole request from them on)
+    cases = [(*c[:3], [], c[3], False) for c in singles] + [(*c, False) for c in chained]
+    cases += [(0, 0, small, [], SMALL_PINS[0], True), (0, 0, small, [], SMALL_PINS[1], False)]
+    for fn, param, payload, more, pin, one_segment in cases:
         out = b""
         wire = Req(0, 77, fn, param, payload, more=more).wire()
         chunks = [wire[i : i + 64] for i in range(0, len(wire), 64)]
+        segs = [len(wire) - 64 * i if one_segment else len(c) for i, c in enumerate(chunks)]
         t = 0
         ci = 0
         first_out = -1
@@ -613,6 +672,7 @@ async def one_request_cycles(dut: Any) -> None:
                 dut.s_axis_tdata.value = int.from_bytes(chunks[ci], "little")
                 dut.s_axis_tkeep.value = (1 << len(chunks[ci])) - 1
                 dut.s_axis_tuser.value = 0
+                dut.s_axis_tseg.value = segs[ci]
             await ReadOnly()
             if ci < len(chunks) and sig(dut.s_axis_tready):
                 ci += 1
@@ -629,10 +689,11 @@ async def one_request_cycles(dut: Any) -> None:
         await FallingEdge(dut.clk)
         dut.s_axis_tvalid.value = 0
         dut._log.info(
-            "function %d%s, %d payload bytes: %d cycles to the header, %d to the last beat",
+            "function %d%s, %d payload bytes%s: %d cycles to the header, %d to the last beat",
             fn,
             "".join(f" then {m[0]}" for m in more),
             len(payload),
+            " (one segment: small)" if one_segment else "",
             first_out,
             t,
         )
@@ -643,6 +704,8 @@ async def one_request_cycles(dut: Any) -> None:
         if all(m[0] == 0 for m in more) and fn == 0:
             assert out[64:] == payload, "an echo chain changed the bytes"
         assert (first_out, t) == pin, f"cycles {(first_out, t)}, pinned {pin}"
+        if len(payload) == len(small):
+            continue
         # reassembly, pinned: 576 bytes (9 beats) from the first beat taken to the pool's finish; behind
         # a local hop the chain's earlier queue and exec are added (Job::advance: complete_at = now),
         # here the echo's 1 + 2 cycles
@@ -674,19 +737,24 @@ async def chains(dut: Any) -> None:
 
 
 async def feed(
-    dut: Any, beats: list[tuple[int, bytes]], out: list[tuple[int, bytes]], limit: int = 20_000
+    dut: Any,
+    beats: list[tuple[int, bytes]] | list[tuple[int, bytes, int]],
+    out: list[tuple[int, bytes]],
+    limit: int = 20_000,
 ) -> None:
     """Feed the beats in order (output always ready), then clock until the path is idle; every output
-    beat is appended to `out` as (connection, its bytes)."""
+    beat is appended to `out` as (connection, its bytes). A beat is a segment of its own, or carries
+    the bytes of its segment from it on as a third element (s_axis_tseg)."""
     bi, quiet = 0, 0
     dut.m_axis_tready.value = 1
     for _ in range(limit):
         dut.s_axis_tvalid.value = int(bi < len(beats))
         if bi < len(beats):
-            conn, data = beats[bi]
+            conn, data = beats[bi][0], beats[bi][1]
             dut.s_axis_tdata.value = int.from_bytes(data, "little")
             dut.s_axis_tkeep.value = (1 << len(data)) - 1
             dut.s_axis_tuser.value = conn
+            dut.s_axis_tseg.value = beats[bi][2] if len(beats[bi]) == 3 else len(data)
         await ReadOnly()
         if bi < len(beats) and sig(dut.s_axis_tready):
             bi += 1
@@ -776,3 +844,72 @@ async def close_mid_request(dut: Any) -> None:
         f = parse_response(got[r.conn][0])
         assert (f["status"], f["request_id"]) == (ST_OK, r.rid), f
         assert got[r.conn][0][64:] == r.payload, f"connection {r.conn}: the echo came back changed"
+
+
+def segment(conn: int, wire: bytes) -> list[tuple[int, bytes, int]]:
+    """`wire` as one segment of connection `conn`: beats of 64 bytes (the last shorter), each with the
+    bytes of the segment from it on (s_axis_tseg)."""
+    return [(conn, wire[i : i + 64], len(wire) - i) for i in range(0, len(wire), 64)]
+
+
+@cocotb.test()
+async def small_past_a_full_pool(dut: Any) -> None:
+    """The single-fragment FIFO (OffRAC §3, the core's small-request queue): with every buffer held by
+    a partial request, a small request whose payload came in its header's segment is answered (echo,
+    an empty echo, top-k), while the same request split across segments is BUSY; a small request
+    abandoned by its connection's close gives its bytes back (three in a row, each 250 of the 512
+    bytes: kept, the fourth would not fit and go to the full pool, BUSY); once the partial requests
+    are closed, the pool serves again."""
+    idle(dut)
+    await start(dut)
+    await load_dictionary(dut)
+    rng = random.Random(90)
+    out: list[tuple[int, bytes]] = []
+    # connections 4..7: the header and 100 bytes of a 400-byte request each: every buffer reassembling
+    holders = [Req(c, 0x7000 + c, 0, 0, rng.randbytes(400)).wire()[:164] for c in range(4, 8)]
+    await feed(dut, [b for c, w in zip(range(4, 8), holders, strict=True) for b in segment(c, w)], out)
+    assert out == [], "a partial request was answered"
+    whole = Req(0, 0x7100, 0, 0, rng.randbytes(200))
+    empty = Req(0, 0x7101, 0, 0, b"")
+    topk = Req(2, 0x7102, 1, 4, i32s([rng.randrange(-99, 99) for _ in range(60)]))
+    split = Req(1, 0x7103, 0, 0, rng.randbytes(100))
+    sw = split.wire()
+    beats = segment(0, whole.wire()) + segment(0, empty.wire()) + segment(2, topk.wire())
+    beats += segment(1, sw[:64]) + segment(1, sw[64:])  # the header, then its payload in a later read
+    await feed(dut, beats, out)
+    got = responses(out)
+    assert sorted(got) == [0, 1, 2], sorted(got)
+    f = parse_response(got[1][0])
+    assert (f["status"], f["request_id"]) == (ST_BUSY, split.rid), f"split across segments: {f}"
+    for r, b in [(whole, got[0][0]), (empty, got[0][1]), (topk, got[2][0])]:
+        f = parse_response(b)
+        assert (f["status"], f["request_id"]) == (ST_OK, r.rid), f"small {r.rid:#x}: {f}"
+        if r.function == 0:
+            assert b[64:] == r.payload, f"small {r.rid:#x}: the echo came back changed"
+    status, _, result = software([("topk", 4, topk.payload)])[0]
+    assert (status, got[2][0][64:]) == (0, result), "top-k of a small request"
+    out.clear()
+    # connection 3: a small request's header and part of its payload (the segment says 314 bytes),
+    # then its close; three times, then a whole small one of 250 bytes still fits
+    for k in range(3):
+        w = Req(3, 0x7200 + k, 0, 0, rng.randbytes(250)).wire()
+        await feed(dut, segment(3, w)[:2], out)
+        assert not sig(dut.conn_clean) >> 3 & 1, "connection 3 holds its partial small request"
+        await abort(dut, 3)
+        await feed(dut, [], out)
+        assert sig(dut.conn_clean) >> 3 & 1, "connection 3 not clean after its close"
+    last = Req(3, 0x7300, 0, 0, rng.randbytes(250))
+    await feed(dut, segment(3, last.wire()), out)
+    got = responses(out)
+    f = parse_response(got[3][0])
+    assert (f["status"], f["request_id"]) == (ST_OK, last.rid) and got[3][0][64:] == last.payload, f
+    out.clear()
+    # the holders close: every buffer free again, a request through the pool is answered
+    for c in range(4, 8):
+        await abort(dut, c)
+    big = Req(5, 0x7400, 0, 0, rng.randbytes(500))
+    await feed(dut, segment(5, big.wire()), out)
+    got = responses(out)
+    f = parse_response(got[5][0])
+    assert (f["status"], f["request_id"]) == (ST_OK, big.rid) and got[5][0][64:] == big.payload, f
+    assert sig(dut.conn_owed) == 0, "answers owed after every one went out"

@@ -6,8 +6,10 @@ testbenches trust it for the random cases.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -23,6 +25,19 @@ BUILD = Path(os.environ.get("OFFRAC_RTL_BUILD", RTL / "build"))
 # Core traces replayed per configuration (make rtl-traces raises it); CI keeps it small.
 TRACES = int(os.environ.get("OFFRAC_RTL_TRACES", "25"))
 TRACE_SEED = int(os.environ.get("OFFRAC_RTL_TRACE_SEED", "1"))
+EXAMPLES = RTL.parent / "target" / "release" / "examples"
+
+
+@functools.cache
+def workspace_build() -> None:
+    """The examples the benches run (engine_replay, accel_oracle, rtl_trace), built as `make build`
+    builds everything: the whole workspace with the same features, so that a build here does not
+    change feature unification and recompile the dependencies `make build` compiled."""
+    cargo = os.environ.get("CARGO", "cargo")
+    cmd = [cargo, "build", "--release", "-q", "--workspace", "--bins", "--examples"]
+    if shutil.which("verilator"):  # the Makefile's RTL_FEATURES
+        cmd += ["--features", "offrac-cli/rtl"]
+    subprocess.run(cmd, check=True, cwd=RTL.parent)
 
 
 # Modules a top instantiates, and the parameters a testbench needs (small limits are cheap to reach).
@@ -73,6 +88,9 @@ PARAMETERS: dict[str, dict[str, object]] = {
         "MAX_PAYLOAD": 400,
         "HOSTED": "256'hb",
         "DEVICE_ID": 3,
+        # the single-fragment FIFO: payloads up to 200 bytes, 300 bytes queued (two of 200 fill it)
+        "SMALL_MAX": 264,
+        "SMALL_BYTES": 300,
     },
     # as tb_chain_router.py expects: device 3, functions 0, 1 and 6 hosted, peers 1, 7 and 200
     "offrac_chain_router": {
@@ -84,7 +102,7 @@ PARAMETERS: dict[str, dict[str, object]] = {
     },
     # as tb_request_path.py expects
     "offrac_request_path": {
-        "CONN_COUNT": 4,
+        "CONN_COUNT": 8,
         "BUF_COUNT": 4,
         "BUF_BYTES": 1024,
         "MAX_PAYLOAD": 512,
@@ -93,6 +111,9 @@ PARAMETERS: dict[str, dict[str, object]] = {
         "MAPID_TABLE_BITS": 6,
         # MAPID_MAX_BEATS left to its default, MAX_PAYLOAD / 64 = 8: MapId takes what the dispatcher admits
         "PEERS": "256'h200",  # device 9
+        # the single-fragment FIFO: payloads up to 256 bytes, 512 bytes queued
+        "SMALL_MAX": 320,
+        "SMALL_BYTES": 512,
     },
 }
 
@@ -137,10 +158,8 @@ def test_rtl(toplevel: str, bench: str) -> None:
 def accel_oracle() -> Path:
     """The software built-ins behind a JSON interface (crates/accel/examples/accel_oracle.rs): the
     expected outputs of the accelerators that must be bit-exact with them come from the shipping code."""
-    cargo = os.environ.get("CARGO", "cargo")
-    cmd = [cargo, "build", "--release", "-q", "-p", "offrac-accel", "--example", "accel_oracle"]
-    subprocess.run(cmd, check=True, cwd=RTL.parent)
-    return RTL.parent / "target" / "release" / "examples" / "accel_oracle"
+    workspace_build()
+    return EXAMPLES / "accel_oracle"
 
 
 @pytest.mark.parametrize(
@@ -211,11 +230,13 @@ def core_traces(kind: str, name: str, *config: str) -> Path:
     """Traces from the sans-IO core (crates/core/examples/rtl_trace.rs) for one RTL configuration."""
     out = BUILD / "traces" / f"{name}-{TRACES}-{TRACE_SEED}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    cargo = os.environ.get("CARGO", "cargo")
-    cmd = [cargo, "run", "--release", "-q", "-p", "offrac-core", "--example", "rtl_trace", "--"]
+    workspace_build()
     with open(out, "w") as f:
         subprocess.run(
-            [*cmd, kind, str(TRACES), str(TRACE_SEED), *config], stdout=f, check=True, cwd=RTL.parent
+            [EXAMPLES / "rtl_trace", kind, str(TRACES), str(TRACE_SEED), *config],
+            stdout=f,
+            check=True,
+            cwd=RTL.parent,
         )
     return out
 
@@ -223,13 +244,11 @@ def core_traces(kind: str, name: str, *config: str) -> Path:
 def test_dispatcher() -> None:
     """The dispatcher's own bench, including its replay against `Engine` itself
     (crates/core/examples/engine_replay.rs answers the same beats)."""
-    cargo = os.environ.get("CARGO", "cargo")
-    cmd = [cargo, "build", "--release", "-q", "-p", "offrac-core", "--example", "engine_replay"]
-    subprocess.run(cmd, check=True, cwd=RTL.parent)
+    workspace_build()
     summary = BUILD / "traces" / f"dispatcher-engine-{TRACES}-{TRACE_SEED}.summary.json"
     summary.parent.mkdir(parents=True, exist_ok=True)
     env = {
-        "OFFRAC_ENGINE_REPLAY": str(RTL.parent / "target" / "release" / "examples" / "engine_replay"),
+        "OFFRAC_ENGINE_REPLAY": str(EXAMPLES / "engine_replay"),
         "OFFRAC_RTL_TRACES": str(TRACES),
         "OFFRAC_RTL_TRACE_SEED": str(TRACE_SEED),
         "OFFRAC_TRACE_SUMMARY": str(summary),

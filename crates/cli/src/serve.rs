@@ -190,6 +190,8 @@ fn rtl_settings(c: &offrac_node::NodeConfig) -> offrac_rtl_model::RtlSettings {
         buffers: c.engine.buffers,
         buffer_bytes: c.engine.buffer_bytes,
         max_payload: c.engine.max_payload,
+        small_request_max: c.engine.small_request_max,
+        small_queue_bytes: c.engine.small_queue_bytes,
         dictionary: c.state.dictionary.keys(),
         borders: c.state.borders.to_vec(),
         other,

@@ -8,18 +8,19 @@
 //! ```
 //! Input: `{"config": {...}, "traces": [[[conn, "hex bytes"], ...], ...]}`,
 //! the configuration the RTL was built with (`buffers`, `buffer_bytes`,
-//! `policy` spelled as in the node's TOML, `max_payload`, `device_id`, `hosted` function ids) and, per
-//! trace, the beats in arrival order. Each beat is one `handle_bytes` call
-//! (a beat whose bytes are `null` is the connection's close: `handle_close`,
-//! after which its later bytes are a new connection's) of a fresh engine per trace, with the small-request queue off (the RTL
-//! has none) and a slot per hosted function that finishes every job at once
-//! (so a complete request leaves the pool at the end of the beat it
-//! completed in, as the engine drains it).
+//! `policy` spelled as in the node's TOML, `max_payload`, `device_id`, `hosted` function ids,
+//! and optionally `small_request_max` and `small_queue_bytes`, 0 when absent: the small-request
+//! queue off) and, per trace, the segments in arrival order. Each segment is one `handle_bytes`
+//! call (a segment whose bytes are `null` is the connection's close: `handle_close`,
+//! after which its later bytes are a new connection's) of a fresh engine per trace, with a slot
+//! per hosted function that finishes every job at once (so a complete request leaves the pool,
+//! or the small queue, at the end of the segment it completed in, as the engine drains it).
 //!
-//! Output, per trace and per beat, what the engine did in that call:
+//! Output, per trace and per segment, what the engine did in that call:
 //! `reply` (connection and the 64-byte response header, hex), `dispatch`
 //! (connection, request id, payload length) and `close` (connection); then
-//! `reassembling`, the buffers holding a partial request after the beat.
+//! `reassembling`, the buffers holding a partial request after the segment, `small`, the
+//! requests it admitted to the small queue, and `small_bytes`, the small queue's bytes after it.
 
 use std::io::Read;
 use std::time::Duration;
@@ -65,8 +66,8 @@ fn config(cfg: &Value) -> Result<EngineConfig, String> {
         buffer_bytes,
         buffer_policy: policy,
         max_payload: field(cfg, "max_payload")?,
-        small_request_max: 0,
-        small_queue_bytes: 0,
+        small_request_max: cfg["small_request_max"].as_u64().unwrap_or(0),
+        small_queue_bytes: cfg["small_queue_bytes"].as_u64().unwrap_or(0),
         slot_policy: SlotPolicy::Rr,
         slot_queue_bytes: buffer_bytes,
         // Time does not pass in a replay: no request is ever collected.
@@ -86,6 +87,7 @@ fn replay(cfg: &EngineConfig, beats: &Value) -> Result<Value, String> {
     let mut out = Vec::new();
     for beat in beats.as_array().ok_or("a trace is a list of beats")? {
         let conn = beat[0].as_u64().ok_or("a beat's connection")?;
+        let small_before = engine.stats().admitted_small;
         if beat[1].is_null() {
             engine.handle_close(now, conn);
         } else {
@@ -112,7 +114,12 @@ fn replay(cfg: &EngineConfig, beats: &Value) -> Result<Value, String> {
         let reassembling: Vec<usize> = (0..pool.len())
             .filter(|&b| pool.is_reassembling(b))
             .collect();
-        out.push(json!({"events": events, "reassembling": reassembling}));
+        out.push(json!({
+            "events": events,
+            "reassembling": reassembling,
+            "small": engine.stats().admitted_small - small_before,
+            "small_bytes": engine.small_queue().1,
+        }));
     }
     Ok(Value::Array(out))
 }

@@ -15,6 +15,7 @@ struct RpIn {
     uint8_t conn;
     uint8_t valid;
     uint8_t out_ready;
+    uint32_t seg;
     uint8_t cfg_valid;
     uint32_t cfg_data;
     uint8_t cfg_last;
@@ -72,6 +73,7 @@ void rp_cycle(void* p, const RpIn* in, RpOut* out) {
     }
     t->s_axis_tkeep = in->keep;
     t->s_axis_tuser = in->conn;
+    t->s_axis_tseg = in->seg;
     t->s_axis_tvalid = in->valid;
     t->m_axis_tready = in->out_ready;
     t->s_cfg_tdata = in->cfg_data;
@@ -109,6 +111,7 @@ void rp_cycle(void* p, const RpIn* in, RpOut* out) {
 uint64_t rp_cycles(void* p) { return static_cast<Rp*>(p)->top->cycles; }
 uint8_t rp_idle(void* p) { return static_cast<Rp*>(p)->top->idle; }
 uint64_t rp_conn_clean(void* p) { return static_cast<Rp*>(p)->top->conn_clean; }
+uint64_t rp_conn_owed(void* p) { return static_cast<Rp*>(p)->top->conn_owed; }
 uint32_t rp_dict_size(void* p) { return static_cast<Rp*>(p)->top->cfg_dict_size; }
 uint8_t rp_cfg_overflow(void* p) { return static_cast<Rp*>(p)->top->cfg_overflow; }
 uint8_t rp_bcfg_sets(void* p) { return static_cast<Rp*>(p)->top->bcfg_sets; }

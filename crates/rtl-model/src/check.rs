@@ -7,7 +7,7 @@
 
 use crate::params::{
     BUCKET_BORDERS_MAX, BUCKET_SETS_MAX, BUF_BYTES, BUF_COUNT, DEVICE_ID, HOSTED, MAPID_DICT_MAX,
-    MAPID_TABLE_BITS, MAX_PAYLOAD,
+    MAPID_TABLE_BITS, MAX_PAYLOAD, SMALL_QUEUE_BYTES, SMALL_REQUEST_MAX,
 };
 use crate::RtlError;
 
@@ -24,6 +24,9 @@ pub struct RtlSettings {
     pub buffers: usize,
     pub buffer_bytes: u64,
     pub max_payload: u64,
+    /// `[pool] small_request_max` and `small_queue_bytes` (the single-fragment FIFO's).
+    pub small_request_max: u64,
+    pub small_queue_bytes: u64,
     /// MapId's distinct keys in index order (the dictionary to load).
     pub dictionary: Vec<u32>,
     /// Bucketize's border sets (each already checked finite and ascending).
@@ -131,6 +134,14 @@ pub fn check_settings(s: &RtlSettings) -> Result<Vec<String>, RtlError> {
         warnings.push(format!(
             "[pool] {} buffers of {} bytes: the RTL keeps its {BUF_COUNT} of {BUF_BYTES} (BUSY decisions may differ)",
             s.buffers, s.buffer_bytes
+        ));
+    }
+    if s.small_request_max != SMALL_REQUEST_MAX as u64
+        || s.small_queue_bytes != SMALL_QUEUE_BYTES as u64
+    {
+        warnings.push(format!(
+            "[pool] small_request_max {} and small_queue_bytes {}: the RTL's single-fragment FIFO keeps              its {SMALL_REQUEST_MAX} and {SMALL_QUEUE_BYTES} (BUSY decisions may differ)",
+            s.small_request_max, s.small_queue_bytes
         ));
     }
     if s.dictionary.len() > MAPID_DICT_MAX {

@@ -13,6 +13,7 @@ struct RpIn {
     conn: u8,
     valid: u8,
     out_ready: u8,
+    seg: u32,
     cfg_valid: u8,
     cfg_data: u32,
     cfg_last: u8,
@@ -44,6 +45,7 @@ extern "C" {
     fn rp_cycles(p: *mut c_void) -> u64;
     fn rp_idle(p: *mut c_void) -> u8;
     fn rp_conn_clean(p: *mut c_void) -> u64;
+    fn rp_conn_owed(p: *mut c_void) -> u64;
     fn rp_dict_size(p: *mut c_void) -> u32;
     fn rp_cfg_overflow(p: *mut c_void) -> u8;
     fn rp_bcfg_sets(p: *mut c_void) -> u8;
@@ -68,8 +70,9 @@ impl OutBeat {
 
 /// What waits to go into the RTL, in order.
 enum Input {
-    /// Bytes of a connection, one beat.
-    Beat(u8, Vec<u8>),
+    /// Bytes of a connection, one beat, and the bytes of its segment from
+    /// it on (s_axis_tseg: this beat's and the segment's later beats').
+    Beat(u8, Vec<u8>, u32),
     /// The connection closed (s_abort_*).
     Close(u8),
 }
@@ -136,6 +139,7 @@ impl Model {
             conn: 0,
             valid: 0,
             out_ready: self.out_ready as u8,
+            seg: 0,
             cfg_valid: 0,
             cfg_data: 0,
             cfg_last: 0,
@@ -159,28 +163,39 @@ impl Model {
         }
     }
 
-    /// Queue `bytes` of connection `conn` (< CONNECTIONS) as beats of up to 64 bytes.
+    /// Queue `bytes` of connection `conn` (< CONNECTIONS) as one segment
+    /// (one read: the core's one `handle_bytes` call), in beats of up to 64 bytes.
     pub fn push(&mut self, conn: u8, bytes: &[u8]) {
         assert!(
             (conn as usize) < CONNECTIONS,
             "connection {conn} out of range"
         );
+        let mut rest = bytes.len();
         for chunk in bytes.chunks(64) {
-            self.input.push_back(Input::Beat(conn, chunk.to_vec()));
+            let seg = u32::try_from(rest).unwrap_or(u32::MAX);
+            self.input.push_back(Input::Beat(conn, chunk.to_vec(), seg));
+            rest -= chunk.len();
         }
     }
 
-    /// Queue one beat of 1..=64 bytes as it is (a segment's cut).
+    /// Queue one beat of 1..=64 bytes as it is, a segment of its own.
     pub fn push_beat(&mut self, conn: u8, beat: &[u8]) {
+        self.push_segment_beat(conn, beat, beat.len());
+    }
+
+    /// Queue one beat of 1..=64 bytes of a segment (a read) of which
+    /// `seg_rest` bytes, this beat's included, are still to be queued.
+    pub fn push_segment_beat(&mut self, conn: u8, beat: &[u8], seg_rest: usize) {
         assert!(
             (conn as usize) < CONNECTIONS,
             "connection {conn} out of range"
         );
         assert!(
-            !beat.is_empty() && beat.len() <= 64,
-            "a beat has 1..=64 bytes"
+            !beat.is_empty() && beat.len() <= 64 && beat.len() <= seg_rest,
+            "a beat has 1..=64 bytes of its segment"
         );
-        self.input.push_back(Input::Beat(conn, beat.to_vec()));
+        let seg = u32::try_from(seg_rest).unwrap_or(u32::MAX);
+        self.input.push_back(Input::Beat(conn, beat.to_vec(), seg));
     }
 
     /// Queue the close of connection `conn` (< CONNECTIONS), after its beats
@@ -200,13 +215,21 @@ impl Model {
         self.input.len()
     }
 
+    /// Whether a beat or the close of connection `conn` is queued and not yet taken.
+    pub fn queued_for(&self, conn: u8) -> bool {
+        self.input.iter().any(|i| match i {
+            Input::Beat(c, ..) | Input::Close(c) => *c == conn,
+        })
+    }
+
     /// Run `n` cycles; returns how many input beats the RTL took.
     pub fn step(&mut self, n: u64) -> usize {
         let mut taken = 0;
         for _ in 0..n {
             let mut i = self.idle_input();
             match self.input.front() {
-                Some(Input::Beat(conn, bytes)) => {
+                Some(Input::Beat(conn, bytes, seg)) => {
+                    i.seg = *seg;
                     i.data[..bytes.len()].copy_from_slice(bytes);
                     i.keep = if bytes.len() == 64 {
                         u64::MAX
@@ -257,6 +280,19 @@ impl Model {
     pub fn idle(&self) -> bool {
         // SAFETY: raw is live.
         self.input.is_empty() && unsafe { rp_idle(self.raw) } != 0
+    }
+
+    /// Per connection: answers still to come out for requests the RTL has
+    /// refused or taken whole (a partial request owes none).
+    pub fn conn_owed(&self, conn: u8) -> bool {
+        // SAFETY: raw is live.
+        (unsafe { rp_conn_owed(self.raw) } >> conn) & 1 == 1
+    }
+
+    /// Per connection: its own work is done (no bytes queued or held, no
+    /// answer owed): its index may go to a new client.
+    pub fn conn_done(&self, conn: u8) -> bool {
+        !self.queued_for(conn) && self.conn_clean(conn) && !self.conn_owed(conn)
     }
 
     /// Per connection: between requests with no bytes held.

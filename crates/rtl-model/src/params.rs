@@ -3,11 +3,13 @@
 // and the crate checks a node configuration against them, so both read this
 // one file (`include!`d by build.rs, a module of the crate).
 
-/// Connections the instance keeps (`CONN_COUNT`).
-pub const CONNECTIONS: usize = 16;
-/// Reassembly buffers (`BUF_COUNT`): one per connection, as the RTL has no
-/// connection close yet (a client gone in the middle of a request holds its
-/// buffer until the driver resets the model); the software's default is 4.
+/// Connections the instance keeps (`CONN_COUNT`): more than the buffers, so
+/// that with every buffer held by a partial request a client can still send
+/// a small request (the single-fragment FIFO's case).
+pub const CONNECTIONS: usize = 32;
+/// Reassembly buffers (`BUF_COUNT`): half the connections (a client gone in
+/// the middle of a request gives its buffer back through its close, and a
+/// small request needs none); the software's default is 4.
 pub const BUF_COUNT: usize = 16;
 /// Bytes per reassembly buffer (`BUF_BYTES`): the software's default `[pool] buffer_bytes`.
 pub const BUF_BYTES: usize = 2 * 1024 * 1024;
@@ -16,6 +18,15 @@ pub const BUF_BYTES: usize = 2 * 1024 * 1024;
 pub const MAX_PAYLOAD: usize = 2 * 1024 * 1024;
 /// Complete requests queued for the executor (`DESC_DEPTH`).
 pub const DESC_DEPTH: usize = 16;
+/// The single-fragment FIFO (`SMALL_MAX`): a request of at most this many
+/// bytes with its header whose payload came in the read its header ended in
+/// skips the pool, as the core's small-request queue does: the software's
+/// default `[pool] small_request_max`.
+pub const SMALL_REQUEST_MAX: usize = 1500;
+/// Payload bytes the single-fragment FIFO holds (`SMALL_BYTES`; its ring is
+/// a buffer's size, so at most `BUF_BYTES`): the software's default
+/// `[pool] small_queue_bytes`.
+pub const SMALL_QUEUE_BYTES: usize = 1024 * 1024;
 /// The device id stamped on responses (`DEVICE_ID`).
 pub const DEVICE_ID: u8 = 0;
 /// Top-k's sorted array (`TOPK_K_MAX`): min(K, n) above it is UNSUPPORTED
@@ -42,6 +53,8 @@ pub fn verilator_parameters() -> Vec<String> {
         format!("-GBUF_BYTES={BUF_BYTES}"),
         format!("-GMAX_PAYLOAD={MAX_PAYLOAD}"),
         format!("-GDESC_DEPTH={DESC_DEPTH}"),
+        format!("-GSMALL_MAX={SMALL_REQUEST_MAX}"),
+        format!("-GSMALL_BYTES={SMALL_QUEUE_BYTES}"),
         format!("-GDEVICE_ID={DEVICE_ID}"),
         format!("-GTOPK_K_MAX={TOPK_K_MAX}"),
         format!("-GMAPID_TABLE_BITS={MAPID_TABLE_BITS}"),

@@ -8,12 +8,19 @@
 //! caller's: the built-in one, or a `--config` file's once `check_settings`
 //! has passed it.
 //!
-//! A connection index is given back when its client has gone and the model
-//! is idle: at once when the RTL holds no bytes of it (it closed between
-//! requests), else once the RTL has taken its close (s_abort_*: the partial
-//! request is dropped and its reassembly buffer freed, as the core's
-//! `handle_close` does). With all indices taken, new clients wait in the
-//! listen backlog.
+//! Each read of a connection is one segment: its beats carry the bytes of
+//! the read from them on (s_axis_tseg), so that the RTL's single-fragment
+//! FIFO knows a request whose payload came with its header's end, as the
+//! core's small-request queue does with one `handle_bytes` call per read.
+//!
+//! A connection index is given back when its client has closed and that
+//! connection's own work is done, whatever the other connections do: all its
+//! bytes taken by the RTL, no answer owed to it (conn_owed) and none
+//! waiting to be written; at once when the RTL holds no bytes of it (it
+//! closed between requests), else once the RTL has taken its close
+//! (s_abort_*: the partial request is dropped and its buffer freed, as the
+//! core's `handle_close` does). With all indices taken, new clients wait in
+//! the listen backlog.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -46,17 +53,17 @@ pub struct ServeStats {
 enum Slot {
     Free,
     Active(Conn),
-    /// The client has gone; responses still to come are dropped.
-    Gone,
-    /// Gone, and the RTL still held bytes of it: its close is queued, free
-    /// once the model has taken it.
-    Closing,
+    /// The client closed with a partial request in the RTL: its close is
+    /// queued; free once the model has taken it and owes the connection nothing.
+    Closing(Conn),
 }
 
 struct Conn {
     stream: TcpStream,
     inbuf: Vec<u8>,
     in_pos: usize,
+    /// The reads (segments) whose bytes are in `inbuf` from `in_pos` on, not yet all queued.
+    segs: std::collections::VecDeque<usize>,
     outbuf: Vec<u8>,
     eof: bool,
 }
@@ -102,6 +109,7 @@ pub fn serve(
                         stream,
                         inbuf: Vec::new(),
                         in_pos: 0,
+                        segs: std::collections::VecDeque::new(),
                         outbuf: Vec::new(),
                         eof: false,
                     });
@@ -120,6 +128,7 @@ pub fn serve(
                         Ok(0) => c.eof = true,
                         Ok(n) => {
                             c.inbuf.extend_from_slice(&scratch[..n]);
+                            c.segs.push_back(n);
                             progress = true;
                         }
                         Err(e) if e.kind() == ErrorKind::WouldBlock => break,
@@ -129,18 +138,23 @@ pub fn serve(
                 }
             }
         }
-        // Queue beats, one per connection with bytes in turn, up to QUEUE beats.
+        // Queue beats, one per connection with bytes in turn, up to QUEUE beats; a beat never
+        // spans two reads, and carries the bytes of its read from it on.
         let mut any = true;
         while any && model.queued() < QUEUE {
             any = false;
             for k in 0..CONNECTIONS {
                 let i = (next_in + k) % CONNECTIONS;
                 if let Slot::Active(c) = &mut slots[i] {
-                    let left = c.inbuf.len() - c.in_pos;
-                    if left > 0 {
-                        let n = left.min(64);
-                        model.push_beat(i as u8, &c.inbuf[c.in_pos..c.in_pos + n]);
+                    if let Some(seg) = c.segs.front_mut() {
+                        let rest = *seg;
+                        let n = rest.min(64);
+                        model.push_segment_beat(i as u8, &c.inbuf[c.in_pos..c.in_pos + n], rest);
                         c.in_pos += n;
+                        *seg -= n;
+                        if *seg == 0 {
+                            c.segs.pop_front();
+                        }
                         if c.in_pos == c.inbuf.len() {
                             c.inbuf.clear();
                             c.in_pos = 0;
@@ -170,13 +184,13 @@ pub fn serve(
             if b.last {
                 stats.responses += 1;
             }
-            if let Slot::Active(c) = &mut slots[b.conn as usize] {
+            if let Slot::Active(c) | Slot::Closing(c) = &mut slots[b.conn as usize] {
                 c.outbuf.extend_from_slice(b.payload());
             }
         }
         // Write back; retire clients that have gone.
         for (i, slot) in slots.iter_mut().enumerate() {
-            if let Slot::Active(c) = slot {
+            if let Slot::Active(c) | Slot::Closing(c) = slot {
                 while !c.outbuf.is_empty() {
                     match c.stream.write(&c.outbuf) {
                         Ok(0) => break,
@@ -192,31 +206,41 @@ pub fn serve(
                         }
                     }
                 }
-                // Gone: it closed, all its bytes are in the RTL and all its answers are out.
-                if c.eof && c.in_pos == c.inbuf.len() && c.outbuf.is_empty() && model.idle() {
-                    *slot = Slot::Gone;
-                }
             }
-            if matches!(slot, Slot::Gone) && model.idle() {
-                *slot = if model.conn_clean(i as u8) {
-                    Slot::Free
-                } else {
-                    model.close(i as u8);
-                    stats.closes += 1;
-                    tracing::debug!(
-                        conn = i,
-                        "client gone mid-request: its close goes to the RTL"
-                    );
-                    Slot::Closing
-                };
-                progress = true;
-            } else if matches!(slot, Slot::Closing) && model.idle() {
-                // the close was taken (idle: nothing queued); the RTL holds no bytes of it now
-                if !model.conn_clean(i as u8) {
-                    tracing::warn!(conn = i, "the RTL still holds bytes of a closed connection");
+            let conn = i as u8;
+            // Its own work done: it closed, all its bytes are in the RTL (its close too, when
+            // Closing), no answer is owed to it and none waits to be written.
+            let settled = |c: &Conn| {
+                c.eof
+                    && c.segs.is_empty()
+                    && c.outbuf.is_empty()
+                    && !model.queued_for(conn)
+                    && !model.conn_owed(conn)
+            };
+            match slot {
+                Slot::Active(c) if settled(c) => {
+                    if model.conn_clean(conn) {
+                        *slot = Slot::Free;
+                    } else {
+                        // a partial request (or a beat still being worked on): close it
+                        model.close(conn);
+                        stats.closes += 1;
+                        tracing::debug!(
+                            conn = i,
+                            "client gone mid-request: its close goes to the RTL"
+                        );
+                        if let Slot::Active(c) = std::mem::replace(slot, Slot::Free) {
+                            *slot = Slot::Closing(c);
+                        }
+                    }
+                    progress = true;
                 }
-                *slot = Slot::Free;
-                progress = true;
+                // the close was taken: the RTL holds no bytes of it now
+                Slot::Closing(c) if settled(c) && model.conn_clean(conn) => {
+                    *slot = Slot::Free;
+                    progress = true;
+                }
+                _ => {}
             }
         }
         if !progress {

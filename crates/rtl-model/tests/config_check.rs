@@ -19,6 +19,8 @@ fn ok() -> RtlSettings {
         buffers: BUF_COUNT,
         buffer_bytes: BUF_BYTES as u64,
         max_payload: MAX_PAYLOAD as u64,
+        small_request_max: 1500,
+        small_queue_bytes: 1 << 20,
         dictionary: vec![1, 2, 3],
         borders: vec![vec![0.0, 1.0]],
         other: vec![],
@@ -44,6 +46,13 @@ fn the_instance_s_own_sizes_are_hosted() {
         check_settings(&s).unwrap().len(),
         1,
         "a smaller pool is a warning"
+    );
+    s.buffers = BUF_COUNT;
+    s.small_request_max = 0;
+    let w = check_settings(&s).unwrap();
+    assert!(
+        w.len() == 1 && w[0].contains("small_request_max 0"),
+        "another small-request queue is a warning: {w:?}"
     );
 }
 

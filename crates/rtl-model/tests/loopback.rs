@@ -287,3 +287,252 @@ fn close_mid_request_frees_its_buffer() {
         check(&out, &[&whole]);
     }
 }
+
+fn echo(id: u64, len: usize, r: &mut Lcg) -> Call {
+    Call {
+        id,
+        function: 0,
+        param: 0,
+        payload: (0..len).map(|_| r.next() as u8).collect(),
+    }
+}
+
+/// One answer's header and payload.
+fn answer(bytes: &[u8]) -> (ResponseHeader, &[u8]) {
+    let h: [u8; 64] = bytes[..64].try_into().expect("a whole header");
+    let h = ResponseHeader::decode(&h).expect("a valid response header");
+    let len = h.payload_len as usize;
+    (h, &bytes[64..64 + len])
+}
+
+/// The model's 16 buffers each held by a partial request (connections 16..32: the header and
+/// 100 bytes of a 10,000-byte echo, one segment each).
+fn hold_every_buffer(m: &mut Model, r: &mut Lcg) {
+    for c in 16..32u8 {
+        let w = wire(&echo(7000 + c as u64, 10_000, r));
+        m.push(c, &w[..164]);
+    }
+    run_until_idle(m, |b| {
+        panic!("an answer to a partial request: {:?}", b.conn)
+    });
+}
+
+#[test]
+fn small_request_past_a_full_pool() {
+    // the single-fragment FIFO: a small request whose payload comes in its header's segment skips the
+    // pool; split across segments it needs a buffer, and every one is held: BUSY
+    let mut m = Model::new();
+    let mut r = Lcg(11);
+    hold_every_buffer(&mut m, &mut r);
+    let small = echo(7100, 200, &mut r);
+    m.push(0, &wire(&small));
+    let split = wire(&echo(7101, 200, &mut r));
+    m.push(1, &split[..64]);
+    m.push(1, &split[64..]);
+    let mut out: Vec<Vec<u8>> = vec![Vec::new(); 2];
+    run_until_idle(&mut m, |b| {
+        out[b.conn as usize].extend_from_slice(b.payload())
+    });
+    let (h, payload) = answer(&out[0]);
+    assert_eq!((h.status, h.request_id), (Status::Ok, 7100));
+    assert_eq!(
+        payload,
+        small.payload.as_slice(),
+        "the small echo came back changed"
+    );
+    let (h, _) = answer(&out[1]);
+    assert_eq!(
+        (h.status, h.request_id),
+        (Status::Busy, 7101),
+        "split across segments"
+    );
+    // the holders close: their buffers come back, the split request is served
+    for c in 16..32u8 {
+        m.close(c);
+    }
+    m.push(1, &split[..64]);
+    m.push(1, &split[64..]);
+    let mut out = Vec::new();
+    run_until_idle(&mut m, |b| out.extend_from_slice(b.payload()));
+    assert_eq!(answer(&out).0.status, Status::Ok);
+}
+
+#[test]
+fn a_connection_is_done_while_others_work() {
+    // connection 1's request is answered while connection 0 still has top-k work queued: its own work
+    // is done (the driver may give its index to a new client) though the model is not idle
+    let mut m = Model::new();
+    let mut r = Lcg(12);
+    let heavy: Vec<Call> = (0..6)
+        .map(|i| Call {
+            id: 8000 + i,
+            function: 1,
+            param: 64,
+            payload: (0..4000)
+                .flat_map(|_| (r.next() as i32).to_le_bytes())
+                .collect(),
+        })
+        .collect();
+    for c in &heavy {
+        m.push(0, &wire(c));
+    }
+    let light = echo(8100, 100, &mut r);
+    m.push(1, &wire(&light));
+    let mut out = Vec::new();
+    let mut done_while_busy = false;
+    for _ in 0..100_000 {
+        m.step(16);
+        while let Some(b) = m.pop() {
+            if b.conn == 1 {
+                out.extend_from_slice(b.payload());
+            }
+        }
+        if out.len() == 64 + light.payload.len() {
+            assert!(
+                m.conn_done(1),
+                "connection 1's answer is out: its work is done"
+            );
+            done_while_busy = !m.idle() && !m.conn_done(0);
+            break;
+        }
+        assert!(
+            !m.conn_done(1),
+            "connection 1 done before its answer came out"
+        );
+    }
+    assert!(done_while_busy, "the model was idle by then: nothing shown");
+    run_until_idle(&mut m, |_| {});
+    assert!(m.conn_done(0) && m.conn_done(1));
+}
+
+#[test]
+fn tcp_small_request_past_a_full_pool() {
+    // through the driver with real sockets: each read is a segment
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&stop);
+    let state = offrac_accel::FunctionState::default();
+    let (keys, borders) = (state.dictionary.keys(), state.borders.to_vec());
+    let (ready_tx, ready) = std::sync::mpsc::channel();
+    let server = std::thread::spawn(move || {
+        offrac_rtl_model::serve(listener, &flag, &keys, &borders, move || {
+            let _ = ready_tx.send(());
+        })
+    });
+    // serving (the dictionary loaded): from now on each write below is read as it comes
+    ready.recv().unwrap();
+    let mut r = Lcg(13);
+    // 16 clients hold every buffer with a partial request
+    let holders: Vec<TcpStream> = (0..16)
+        .map(|i| {
+            let mut s = TcpStream::connect(addr).unwrap();
+            s.write_all(&wire(&echo(9000 + i, 10_000, &mut r))[..164])
+                .unwrap();
+            s
+        })
+        .collect();
+    let call = |bytes: &[&[u8]]| -> Vec<u8> {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(TIMEOUT)).unwrap();
+        s.set_nodelay(true).unwrap();
+        for (i, b) in bytes.iter().enumerate() {
+            if i > 0 {
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            }
+            s.write_all(b).unwrap();
+        }
+        let mut head = [0u8; 64];
+        s.read_exact(&mut head).unwrap();
+        let h = ResponseHeader::decode(&head).expect("a valid response header");
+        let mut rest = vec![0u8; h.payload_len as usize];
+        s.read_exact(&mut rest).unwrap();
+        [head.to_vec(), rest].concat()
+    };
+    // the header, then its payload in a later segment: a buffer is needed and none is free
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let split = wire(&echo(9100, 200, &mut r));
+    let got = call(&[&split[..64], &split[64..]]);
+    assert_eq!(
+        answer(&got).0.status,
+        Status::Busy,
+        "split: {:?}",
+        answer(&got).0
+    );
+    // the same request in one write (one segment): answered past the full pool
+    let small = echo(9101, 200, &mut r);
+    let got = call(&[&wire(&small)]);
+    let (h, payload) = answer(&got);
+    assert_eq!((h.status, h.request_id), (Status::Ok, 9101));
+    assert_eq!(payload, small.payload.as_slice());
+    drop(holders);
+    stop.store(true, Ordering::Relaxed);
+    let stats = server.join().unwrap().unwrap();
+    assert_eq!(stats.responses, 2);
+}
+
+#[test]
+fn tcp_index_given_back_under_load() {
+    // One client keeps the model busy with a long batch of top-k requests; meanwhile 40 clients
+    // (more than the 31 indices left) come one after another, each with one echo, and close: each
+    // index is given back once that connection's own work is done, not when the whole model is idle
+    // (which it is not until the batch is done), so all 40 are served before the batch is.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&stop);
+    let state = offrac_accel::FunctionState::default();
+    let (keys, borders) = (state.dictionary.keys(), state.borders.to_vec());
+    let (ready_tx, ready) = std::sync::mpsc::channel();
+    let server = std::thread::spawn(move || {
+        offrac_rtl_model::serve(listener, &flag, &keys, &borders, move || {
+            let _ = ready_tx.send(());
+        })
+    });
+    ready.recv().unwrap();
+    let mut r = Lcg(14);
+    let batch: Vec<Call> = (0..60)
+        .map(|i| Call {
+            id: 10_000 + i,
+            function: 1,
+            param: 64,
+            payload: (0..4000)
+                .flat_map(|_| (r.next() as i32).to_le_bytes())
+                .collect(),
+        })
+        .collect();
+    let loader = std::thread::spawn(move || {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(TIMEOUT)).unwrap();
+        let writer = {
+            let mut s = s.try_clone().unwrap();
+            let bytes: Vec<u8> = batch.iter().flat_map(wire).collect();
+            std::thread::spawn(move || s.write_all(&bytes).unwrap())
+        };
+        let want: usize = batch.iter().map(|c| 64 + software(c).len()).sum();
+        let mut got = vec![0u8; want];
+        s.read_exact(&mut got).unwrap();
+        let done = std::time::Instant::now();
+        writer.join().unwrap();
+        check(&got, &batch.iter().collect::<Vec<_>>());
+        done
+    });
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    for i in 0..40u64 {
+        let c = echo(11_000 + i, 100, &mut r);
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(TIMEOUT)).unwrap();
+        s.write_all(&wire(&c)).unwrap();
+        let mut got = vec![0u8; 64 + 100];
+        s.read_exact(&mut got).unwrap();
+        check(&got, &[&c]);
+    }
+    let clients_done = std::time::Instant::now();
+    let batch_done = loader.join().unwrap();
+    assert!(
+        clients_done < batch_done,
+        "the 40 clients waited for the batch: an index was given back only when the model was idle"
+    );
+    stop.store(true, Ordering::Relaxed);
+    server.join().unwrap().unwrap();
+}
