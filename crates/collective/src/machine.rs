@@ -45,6 +45,12 @@ pub struct Config {
     pub early_ttl: Duration,
     /// Largest work buffer of one collective.
     pub max_work_bytes: usize,
+    /// The node's driver asks a peer to answer every `ack_window`-th message
+    /// it sends on a link (the others are answered only if refused), and
+    /// keeps a record of at most this many unanswered messages per link
+    /// (plus those sent while an asked-for answer travels). 1: every message
+    /// is answered.
+    pub ack_window: usize,
 }
 
 impl Default for Config {
@@ -58,6 +64,7 @@ impl Default for Config {
             early_max_bytes: 64 << 20,
             early_ttl: Duration::from_secs(30),
             max_work_bytes: 1 << 30,
+            ack_window: 16,
         }
     }
 }
