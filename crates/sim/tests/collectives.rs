@@ -162,3 +162,37 @@ fn a_broadcasts_data_is_not_answered_but_every_ack_window_th_message() {
         assert_eq!(writes, 2 * ROUNDS);
     });
 }
+
+/// Rank 1's node refuses the root's data (larger than its `max_payload`):
+/// its refusal is an answer though nobody asked for one, and the root,
+/// whose broadcast already succeeded, tells rank 1 with an `ABORT`, so rank
+/// 1 fails at once instead of at its deadline (1 s).
+#[test]
+fn a_refused_data_message_fails_the_waiting_rank_at_once() {
+    for_seeds(|seed| {
+        let mut w = common::cluster(seed, 2, |i, c| {
+            c.link_ns = LINK_NS;
+            if i == 1 {
+                c.engine.max_payload = 512;
+            }
+        });
+        w.run_for(5 * MS); // the link comes up
+        let clients: Vec<usize> = (0..2).map(|i| w.connect_to(i)).collect();
+        w.run_for(MS);
+        let data: Vec<i32> = (0..256).collect(); // 1 KiB: beyond rank 1's 512 bytes
+        w.send(clients[1], &bcast(1, 7, 2, data.len(), &[]));
+        w.run_for(MS);
+        let called = w.now();
+        w.send(clients[0], &bcast(1, 7, 2, data.len(), &data));
+        w.run_for(20 * MS);
+        let root = w.answers_to(clients[0], 1);
+        assert_eq!(root.len(), 1, "{root:?}");
+        assert_eq!(root[0].header.status, Status::Ok, "the root's part was done");
+        let a = w.answers_to(clients[1], 1);
+        assert_eq!(a.len(), 1, "rank 1 is answered within 20 ms: {a:?}");
+        assert_eq!(a[0].header.status, Status::Unreachable);
+        let why = String::from_utf8_lossy(&a[0].payload);
+        assert!(why.contains("could not deliver"), "{why}");
+        assert!(a[0].at - called < 10 * MS, "{} µs", (a[0].at - called) / US);
+    });
+}
