@@ -19,9 +19,8 @@ fn descriptors_match_the_vectors() {
         // A node-to-node message's byte 7 holds its flags (the driver reads
         // and clears them); a call's is the driver's too but not a flag here.
         let mut cleared = bytes.clone();
-        let res = take_message_flags(&mut cleared).and_then(|flags| {
-            Descriptor::decode(&cleared).map(|(d, body)| (d, body, flags))
-        });
+        let res = take_message_flags(&mut cleared)
+            .and_then(|flags| Descriptor::decode(&cleared).map(|(d, body)| (d, body, flags)));
         if let Some(want) = t["error"].as_str() {
             let e = res.expect_err(name);
             assert!(e.to_string().contains(want), "{name}: {e}");

@@ -386,7 +386,12 @@ fn node_to_node_messages_are_answered_only_when_asked_or_refused() {
         bytes.extend(raw_message(id, 900, Kind::Data, 0));
     }
     bytes.extend(raw_message(6, 901, Kind::Ready, 0));
-    bytes.extend(raw_message(7, 902, Kind::Data, offrac_collective::MSG_ANSWER));
+    bytes.extend(raw_message(
+        7,
+        902,
+        Kind::Data,
+        offrac_collective::MSG_ANSWER,
+    ));
     s.write_all(&bytes).unwrap();
     let (h, payload) = read_answer(&mut s);
     assert_eq!(
@@ -398,7 +403,10 @@ fn node_to_node_messages_are_answered_only_when_asked_or_refused() {
     s.write_all(&raw_message(8, 903, Kind::Data, 2)).unwrap();
     let (h, payload) = read_answer(&mut s);
     assert_eq!((h.request_id, h.status), (8, Status::BadInput));
-    assert!(String::from_utf8_lossy(&payload).contains("byte 7"), "{payload:?}");
+    assert!(
+        String::from_utf8_lossy(&payload).contains("byte 7"),
+        "{payload:?}"
+    );
     let mut bad = raw_message(9, 904, Kind::Data, 0);
     bad[HEADER_LEN + 2] = 9; // dtype 9
     s.write_all(&bad).unwrap();
@@ -406,7 +414,8 @@ fn node_to_node_messages_are_answered_only_when_asked_or_refused() {
     assert_eq!((h.request_id, h.status), (9, Status::BadInput));
     // Nothing else comes: messages 1-6 were never answered.
     s.write_all(&raw_message(10, 905, Kind::Ready, 0)).unwrap();
-    s.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
     let mut buf = [0u8; 1];
     match s.read(&mut buf) {
         Ok(0) => panic!("the node closed the connection"),

@@ -187,7 +187,11 @@ fn a_refused_data_message_fails_the_waiting_rank_at_once() {
         w.run_for(20 * MS);
         let root = w.answers_to(clients[0], 1);
         assert_eq!(root.len(), 1, "{root:?}");
-        assert_eq!(root[0].header.status, Status::Ok, "the root's part was done");
+        assert_eq!(
+            root[0].header.status,
+            Status::Ok,
+            "the root's part was done"
+        );
         let a = w.answers_to(clients[1], 1);
         assert_eq!(a.len(), 1, "rank 1 is answered within 20 ms: {a:?}");
         assert_eq!(a[0].header.status, Status::Unreachable);
