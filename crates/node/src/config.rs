@@ -837,6 +837,19 @@ mod tests {
     }
 
     #[test]
+    fn ack_window_is_read_and_zero_is_refused() {
+        let c = NodeConfig::parse("[collectives]\nack_window = 4\n").unwrap();
+        assert_eq!(c.collectives.ack_window, 4);
+        let d = NodeConfig::parse("").unwrap();
+        assert_eq!(d.collectives.ack_window, 16);
+        let zero = NodeConfig::parse("[collectives]\nack_window = 0\n");
+        assert!(
+            matches!(&zero, Err(ConfigError::BadCollectives(m)) if m.contains("ack_window")),
+            "{zero:?}"
+        );
+    }
+
+    #[test]
     fn empty_file_means_defaults() {
         let c = NodeConfig::parse("").unwrap();
         assert_eq!(c.engine.slots.len(), FunctionId::ALL.len());
