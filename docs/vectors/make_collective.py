@@ -8,7 +8,8 @@ Run: python3 docs/vectors/make_collective.py > docs/vectors/collective.json
 import json
 import struct
 
-# kind op dtype redop root algorithm src reserved tag count step offset timeout_ms members
+# kind op dtype redop root algorithm src flags tag count step offset timeout_ms members
+# (byte 7, "flags": 0 in a call's descriptor here; in a node-to-node message bit 0 asks for an answer)
 DESC = "<BBBBBBBBQIIII32s"
 
 
@@ -31,7 +32,7 @@ def vector(name, fields, body=b"", error=None):
             "root",
             "algorithm",
             "src",
-            "reserved",
+            "flags",
             "tag",
             "count",
             "step",
@@ -69,6 +70,21 @@ VECTORS = [
         "abort: rank 1 failed with UNREACHABLE (code 2 in offset)",
         (4, 3, 1, 1, 0, 4, 1, 0, 9, 8, 0, 2, 0, members([0, 1])),
         b"device 3 went down",
+    ),
+    vector(
+        "data asking for an answer (byte 7 bit 0): rank 1 sends step 0 of a broadcast",
+        (2, 1, 1, 0, 0, 1, 1, 1, 12, 1, 0, 0, 0, members([0, 1])),
+        struct.pack("<f", 0.5),
+    ),
+    vector(
+        "ready asking for an answer (byte 7 bit 0)",
+        (3, 4, 1, 0, 0, 1, 0, 1, 5, 1000, 1, 0, 0, members([0, 1])),
+    ),
+    vector(
+        "data with an undefined bit of byte 7",
+        (2, 1, 1, 0, 0, 1, 1, 2, 12, 1, 0, 0, 0, members([0, 1])),
+        struct.pack("<f", 0.5),
+        error="byte 7",
     ),
     vector(
         "allreduce without a reduction",

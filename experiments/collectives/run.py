@@ -126,7 +126,7 @@ def run_ranks(
                 "offrac",
                 *("--op", op, "--variant", variant, "--sizes", ",".join(map(str, sizes))),
                 *("--reps", str(reps), "--addr", f"{hosts.ip(i)}:{PORT}", "--members", members),
-                *("--device", str(i), "--first-tag", str(first_tag)),
+                *("--device", str(i), "--first-tag", str(first_tag), "--poll-us", str(POLL_US)),
             ],
             stdout=outs[i],
             stderr=errs[i],
@@ -254,6 +254,8 @@ def algorithm_of(lines: list[dict[str, object]], nbytes: int) -> str:
 
 
 VARIANTS = ["payload", "buffers"]
+# The ranks' clients poll this long for an answer before blocking (--poll-us; 0: block at once).
+POLL_US = 0
 
 
 def main() -> None:
@@ -289,7 +291,16 @@ def main() -> None:
         help="the nodes' [io] spin_us: how long a yield-mode node polls and yields, or a poll-mode "
         "node busy-polls, after its last event before it sleeps (default 1000)",
     )
+    ap.add_argument(
+        "--poll-us",
+        type=int,
+        default=0,
+        help="the offrac ranks' clients poll the socket and sched_yield for up to this many µs "
+        "after each call before they block (Client(poll_us=...), as MPI's ranks yield; default 0)",
+    )
     a = ap.parse_args()
+    global POLL_US
+    POLL_US = a.poll_us
     ranks = [int(r) for r in (a.ranks or ("2,4" if a.quick else "2,4,8")).split(",")]
     reps = a.reps or (5 if a.quick else 20)
     if a.sizes:

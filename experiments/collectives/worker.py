@@ -73,7 +73,9 @@ def run_offrac(a: argparse.Namespace) -> None:
 
     members = [int(m) for m in a.members.split(",")]
     op: str = a.op
-    with Communicator(a.addr, members, device=a.device, timeout=120, first_tag=a.first_tag) as comm:
+    with Communicator(
+        a.addr, members, device=a.device, timeout=120, first_tag=a.first_tag, poll_us=a.poll_us
+    ) as comm:
         rank, size = comm.rank, comm.size
         one = np.ones(1, dtype=np.float32)
         for nbytes in a.sizes:
@@ -153,6 +155,12 @@ def main() -> None:
     p.add_argument("--members", default="")
     p.add_argument("--device", type=int, default=0)
     p.add_argument("--first-tag", type=int, default=1)
+    p.add_argument(
+        "--poll-us",
+        type=int,
+        default=0,
+        help="the client polls (and yields) this long for an answer before blocking",
+    )
     a = p.parse_args()
     run_offrac(a) if a.mode == "offrac" else run_mpi(a)
 

@@ -9,6 +9,7 @@ import heapq
 import itertools
 import json
 import math
+import os
 import random
 import socket
 import struct
@@ -491,9 +492,18 @@ class Client:
         reconnect: bool = False,
         reconnect_attempts: int = 5,
         reconnect_backoff: tuple[float, float] = (0.05, 1.0),
+        poll_us: int = 0,
     ) -> None:
         if busy_retries < 0:
             raise ValueError("busy_retries must be >= 0")
+        if isinstance(poll_us, bool) or not isinstance(poll_us, int) or poll_us < 0:  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise ValueError(f"poll_us must be an int >= 0 (microseconds), not {poll_us!r}")
+        #: A caller waiting for its answer first polls the socket without blocking, yielding
+        #: the core between polls (``sched_yield``), for up to this many microseconds before
+        #: it blocks in ``recv`` (0: it blocks at once). MPI's ranks wait this way.
+        self.poll_us: int = poll_us
+        #: Reads that found their bytes while polling (``poll_us``), not in a blocking ``recv``.
+        self.polled_reads: int = 0
         lo, hi = busy_backoff
         if not 0 <= lo <= hi:
             raise ValueError("busy_backoff must be (low, high) with 0 <= low <= high")
@@ -1978,7 +1988,9 @@ class Client:
             elif self._rcvtimeo:
                 self._recv_timeout(0.0)
             try:
-                k = self._sock.recv_into(memoryview(self._rbuf)[self._rend :])
+                k = self._poll_read(deadline)
+                if k < 0:
+                    k = self._sock.recv_into(memoryview(self._rbuf)[self._rend :])
             except BlockingIOError:
                 continue  # SO_RCVTIMEO expired: the deadline is checked above
             except OSError as e:
@@ -1991,6 +2003,27 @@ class Client:
                 )
             self._rend += k
         return True
+
+    def _poll_read(self, deadline: float | None) -> int:
+        """With ``poll_us``, on a caller's thread (not the reader thread's): read without
+        blocking, ``sched_yield`` between empty polls, for up to ``poll_us`` µs (and not past
+        ``deadline``). The bytes read (0: the node closed), or -1: nothing came, block."""
+        if not self.poll_us or threading.current_thread() is self._reader:
+            return -1
+        end = time.monotonic() + self.poll_us * 1e-6
+        if deadline is not None:
+            end = min(end, deadline)
+        view = memoryview(self._rbuf)[self._rend :]
+        while True:
+            try:
+                k = self._sock.recv_into(view, 0, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                if time.monotonic() >= end:
+                    return -1
+                os.sched_yield()
+                continue
+            self.polled_reads += 1
+            return k
 
     def _recv_timeout(self, seconds: float) -> None:
         """Bound the next blocking ``recv`` by the kernel (``SO_RCVTIMEO``; 0: no bound)

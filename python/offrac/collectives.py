@@ -141,7 +141,9 @@ class Communicator:
     node when not given). ``timeout``: each collective's deadline, in seconds. ``first_tag``:
     the tag of the first call (every rank the same); a node refuses a tag used on the same
     members in the last 30 s, so a new communicator on the same members starts past the
-    tags of the previous one."""
+    tags of the previous one. ``poll_us``: the client it opens polls for its answers that
+    long before it blocks (:class:`~offrac.client.Client`'s ``poll_us``, as MPI's ranks
+    poll and yield); ignored when ``address`` is a client."""
 
     def __init__(
         self,
@@ -151,9 +153,12 @@ class Communicator:
         device: int | None = None,
         timeout: float = 10.0,
         first_tag: int = 1,
+        poll_us: int = 0,
     ) -> None:
         self._own = not isinstance(address, Client)
-        self.client: Client = Client(address, timeout=timeout + 5) if isinstance(address, str) else address
+        self.client: Client = (
+            Client(address, timeout=timeout + 5, poll_us=poll_us) if isinstance(address, str) else address
+        )
         self.members: list[int] = sorted(set(members))
         if device is None:
             device = int(self.client.describe()["device"])

@@ -238,3 +238,24 @@ def test_out_arrays_take_the_answer_straight_from_the_socket(node: Node) -> None
             c.call("echo", b"x", out=np.empty(1, np.uint8))
         with pytest.raises(TypeError, match="contiguous"):
             c.call("minmax", x[:10], out=np.empty(20, np.float32)[::2])
+
+
+def test_a_polling_client_reads_its_answers_while_polling(node: Node) -> None:
+    # A 1 s poll window: every answer comes well within it, so each is read by a
+    # non-blocking poll, never by a blocking recv.
+    with node.client(poll_us=1_000_000) as c:
+        before = c.polled_reads
+        for i in range(20):
+            assert c.call("echo", b"p%d" % i) == b"p%d" % i
+        assert c.polled_reads - before >= 20
+    # Without it (the default) nothing is read by polling.
+    with node.client() as c:
+        for i in range(5):
+            assert c.call("echo", b"b%d" % i) == b"b%d" % i
+        assert c.polled_reads == 0
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True])
+def test_poll_us_must_be_a_non_negative_int(node: Node, bad: object) -> None:
+    with pytest.raises(ValueError, match="poll_us"):
+        Client(node.address, poll_us=bad)  # type: ignore[arg-type]

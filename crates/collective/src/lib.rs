@@ -9,4 +9,7 @@ pub mod wire;
 
 pub use machine::{CallId, Collectives, Config, FailKind, Failure, Key, Out, Stats};
 pub use plan::Thresholds;
-pub use wire::{Algorithm, Descriptor, Dtype, Kind, Members, Op, RedOp, WireError, DESCRIPTOR_LEN};
+pub use wire::{
+    take_message_flags, Algorithm, Descriptor, Dtype, Kind, Members, Op, RedOp, WireError,
+    DESCRIPTOR_LEN, MSG_ANSWER,
+};

@@ -45,6 +45,12 @@ pub struct Config {
     pub early_ttl: Duration,
     /// Largest work buffer of one collective.
     pub max_work_bytes: usize,
+    /// The node's driver asks a peer to answer every `ack_window`-th message
+    /// it sends on a link (the others are answered only if refused), and
+    /// keeps a record of at most this many unanswered messages per link
+    /// (plus those sent while an asked-for answer travels). 1: every message
+    /// is answered.
+    pub ack_window: usize,
 }
 
 impl Default for Config {
@@ -58,6 +64,7 @@ impl Default for Config {
             early_max_bytes: 64 << 20,
             early_ttl: Duration::from_secs(30),
             max_work_bytes: 1 << 30,
+            ack_window: 16,
         }
     }
 }
@@ -186,6 +193,10 @@ pub struct Collectives {
     early_bytes: usize,
     /// Tags that ended here, until when their late messages are dropped.
     finished: FxHashMap<Key, Instant>,
+    /// Collectives that succeeded here, until `early_ttl` after: their
+    /// descriptor and this node's rank, to tell a peer that refused one of
+    /// their messages (it would wait for it in vain).
+    succeeded: FxHashMap<Key, (Instant, Descriptor, u8)>,
     out: VecDeque<Out>,
     stats: Stats,
 }
@@ -199,6 +210,7 @@ impl Collectives {
             early: FxHashMap::default(),
             early_bytes: 0,
             finished: FxHashMap::default(),
+            succeeded: FxHashMap::default(),
             out: VecDeque::new(),
             stats: Stats::default(),
         }
@@ -496,6 +508,9 @@ impl Collectives {
 
     /// A message of `key` to `device` could not be delivered (its link is
     /// down or it answered an error): the collective fails.
+    /// If the collective already succeeded here (a root whose part was to
+    /// send), the refusing device is sent an `ABORT` instead, once: it would
+    /// otherwise wait for the refused data until its deadline.
     pub fn handle_send_failed(&mut self, now: Instant, key: Key, device: u8, why: &str) {
         if self.running.contains_key(&key) {
             let f = Failure::new(
@@ -504,6 +519,23 @@ impl Collectives {
                 format!("cannot deliver to device {device}: {why}"),
             );
             self.fail(now, key, f, true);
+        } else if let Some((_, desc, rank)) = self.succeeded.remove(&key) {
+            let reason = format!(
+                "device {} could not deliver a message of the collective to device {device}: {why}",
+                self.me
+            );
+            let message = desc.message(
+                Kind::Abort,
+                rank,
+                0,
+                FailKind::Unreachable.code(),
+                reason.as_bytes(),
+            );
+            self.out.push_back(Out::Send {
+                device,
+                key,
+                message,
+            });
         }
     }
 
@@ -578,6 +610,7 @@ impl Collectives {
         });
         self.early_bytes -= freed;
         self.finished.retain(|_, &mut until| until > now);
+        self.succeeded.retain(|_, (until, _, _)| *until > now);
     }
 
     pub fn poll_timeout(&self) -> Option<Instant> {
@@ -655,6 +688,8 @@ impl Collectives {
             if r.step == r.plan.steps.len() {
                 let r = self.running.remove(&key).expect("running");
                 self.finished.insert(key, now + self.cfg.early_ttl);
+                self.succeeded
+                    .insert(key, (now + self.cfg.early_ttl, r.desc, r.rank as u8));
                 self.stats.completed += 1;
                 let out = in_work(&r.plan, &r.plan.output);
                 let out = if out == (0..r.work.len()) {

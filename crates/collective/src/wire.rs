@@ -165,6 +165,30 @@ pub enum WireError {
     NoRedOp(&'static str),
     #[error("reserved byte 7 of the collective descriptor is {0}, must be 0")]
     Reserved(u8),
+    #[error("byte 7 of a node-to-node collective message is {0:#x}: only bit 0 (answer this message) is defined")]
+    MessageFlags(u8),
+}
+
+/// Byte 7 of a node-to-node message (`DATA`, `READY`, `ABORT`), bit 0: the
+/// receiver answers this message with an empty `OK` once it has handled it
+/// (and every message the link carried before it). A message without it is
+/// answered only if it is refused (`docs/protocol.md`, "Collectives").
+pub const MSG_ANSWER: u8 = 1;
+
+/// The flags in byte 7 of a node-to-node message, cleared so that
+/// [`Descriptor::decode`] reads the rest; `Ok(0)` and nothing changed for a
+/// call (whose byte 7 the driver reads) or a payload too short or of an
+/// unknown kind (left to [`Descriptor::decode`] to refuse).
+pub fn take_message_flags(payload: &mut [u8]) -> Result<u8, WireError> {
+    if payload.len() < DESCRIPTOR_LEN || !matches!(payload[0], 2..=4) {
+        return Ok(0);
+    }
+    let flags = payload[7];
+    if flags & !MSG_ANSWER != 0 {
+        return Err(WireError::MessageFlags(flags));
+    }
+    payload[7] = 0;
+    Ok(flags)
 }
 
 impl Descriptor {
@@ -324,5 +348,24 @@ mod tests {
         let mut b = sample().encode();
         b[0] = 0;
         assert_eq!(Descriptor::decode(&b).unwrap_err(), WireError::Kind(0));
+    }
+
+    #[test]
+    fn message_flags_are_read_and_cleared_for_node_to_node_messages_only() {
+        let d = sample();
+        let mut m = d.message(Kind::Data, 1, 0, 0, b"ab");
+        m[7] = MSG_ANSWER;
+        assert_eq!(take_message_flags(&mut m), Ok(MSG_ANSWER));
+        assert_eq!(m[7], 0);
+        assert_eq!(Descriptor::decode(&m).unwrap().0.kind, Kind::Data);
+        let mut m = d.message(Kind::Ready, 1, 0, 0, b"");
+        assert_eq!(take_message_flags(&mut m), Ok(0));
+        m[7] = 2;
+        assert_eq!(take_message_flags(&mut m), Err(WireError::MessageFlags(2)));
+        // A call's byte 7 is not a message's: left for the driver.
+        let mut c = d.encode();
+        c[7] = 3;
+        assert_eq!(take_message_flags(&mut c), Ok(0));
+        assert_eq!(c[7], 3);
     }
 }

@@ -187,6 +187,7 @@ struct RawCollectives {
     max_timeout_ms: Option<u64>,
     early_max_bytes: Option<usize>,
     max_work_bytes: Option<usize>,
+    ack_window: Option<usize>,
 }
 
 fn collective_settings(
@@ -214,6 +215,12 @@ fn collective_settings(
     }
     c.early_max_bytes = r.early_max_bytes.unwrap_or(c.early_max_bytes);
     c.max_work_bytes = r.max_work_bytes.unwrap_or(c.max_work_bytes);
+    c.ack_window = r.ack_window.unwrap_or(c.ack_window);
+    if c.ack_window == 0 {
+        return Err(ConfigError::BadCollectives(
+            "ack_window must be at least 1 (1: every node-to-node message is answered)".into(),
+        ));
+    }
     if c.segment_bytes < 4 || c.segment_bytes as u64 + 64 > max_payload {
         return Err(ConfigError::BadCollectives(format!(
             "segment_bytes {} must be at least 4 and fit a request with its 64-byte descriptor (max_payload {max_payload})",
@@ -825,6 +832,19 @@ mod tests {
                     offrac_core::ConfigError::ZeroQueueDepth(0)
                 ))
             ),
+            "{zero:?}"
+        );
+    }
+
+    #[test]
+    fn ack_window_is_read_and_zero_is_refused() {
+        let c = NodeConfig::parse("[collectives]\nack_window = 4\n").unwrap();
+        assert_eq!(c.collectives.ack_window, 4);
+        let d = NodeConfig::parse("").unwrap();
+        assert_eq!(d.collectives.ack_window, 16);
+        let zero = NodeConfig::parse("[collectives]\nack_window = 0\n");
+        assert!(
+            matches!(&zero, Err(ConfigError::BadCollectives(m)) if m.contains("ack_window")),
             "{zero:?}"
         );
     }

@@ -360,6 +360,11 @@ impl Metrics {
                 "Links closed because the peer refused this node's hello (another node key?).",
                 e.links.hellos_refused,
             ),
+            (
+                "offrac_collective_acks_total",
+                "OK answers from peers to collective messages that asked for one (every ack_window-th of a link).",
+                e.links.collective_answers,
+            ),
         ] {
             gauge(&mut o, name, help, "counter");
             let _ = writeln!(o, "{name} {v}");

@@ -6,7 +6,7 @@ mod common;
 
 use common::collective::allreduce_payload;
 use offrac_client::{Client, ClientError, RetryPolicy, Status};
-use offrac_collective::Algorithm;
+use offrac_collective::{Algorithm, Kind};
 use offrac_node::NodeHandle;
 use offrac_proto::{RequestHeader, ResponseHeader, FN_COLLECTIVE, HEADER_LEN};
 use std::io::{Read, Write};
@@ -359,5 +359,89 @@ fn a_refused_call_fails_the_waiting_ranks_at_once() {
     }
     for n in nodes {
         n.shutdown().unwrap();
+    }
+}
+
+/// A message from rank 1's node as raw bytes: `kind` of an all-reduce of 4
+/// i32 under `tag`, `flags` in byte 7.
+fn raw_message(id: u64, tag: u64, kind: Kind, flags: u8) -> Vec<u8> {
+    let mut payload = allreduce_payload(tag, 4, Algorithm::RecursiveDoubling, 0, 0, &[]);
+    payload[0] = kind as u8;
+    payload[6] = 1; // src: rank 1
+    payload[7] = flags;
+    if kind == Kind::Data {
+        payload.extend([0u8; 16]);
+    }
+    let header = RequestHeader::single(id, FN_COLLECTIVE, 0, payload.len() as u32);
+    let mut bytes = header.encode_wire()[..header.wire_len()].to_vec();
+    bytes.extend(payload);
+    bytes
+}
+
+fn read_answer(s: &mut std::net::TcpStream) -> (ResponseHeader, Vec<u8>) {
+    let mut head = [0u8; HEADER_LEN];
+    s.read_exact(&mut head).unwrap();
+    let h = ResponseHeader::decode(&head).unwrap();
+    let mut payload = vec![0u8; h.payload_len as usize];
+    s.read_exact(&mut payload).unwrap();
+    (h, payload)
+}
+
+/// Node-to-node collective messages are answered only when the sender asks
+/// (byte 7 bit 0) or when they are refused, on a real socket: the node
+/// stays silent about the others (`docs/protocol.md`, "Collectives").
+#[test]
+fn node_to_node_messages_are_answered_only_when_asked_or_refused() {
+    let nodes = cluster();
+    let mut s = std::net::TcpStream::connect(nodes[0].addr).unwrap();
+    s.set_nodelay(true).unwrap();
+    // Five data segments and a READY of a collective rank 0 was not called
+    // for (kept as early data), none asking for an answer; then one that asks.
+    let mut bytes = Vec::new();
+    for id in 1..=5 {
+        bytes.extend(raw_message(id, 900, Kind::Data, 0));
+    }
+    bytes.extend(raw_message(6, 901, Kind::Ready, 0));
+    bytes.extend(raw_message(
+        7,
+        902,
+        Kind::Data,
+        offrac_collective::MSG_ANSWER,
+    ));
+    s.write_all(&bytes).unwrap();
+    let (h, payload) = read_answer(&mut s);
+    assert_eq!(
+        (h.request_id, h.status, payload.len()),
+        (7, Status::Ok, 0),
+        "the first answer is the asked-for one: {h:?}"
+    );
+    // Unknown bits of byte 7 and an undecodable descriptor: refused.
+    s.write_all(&raw_message(8, 903, Kind::Data, 2)).unwrap();
+    let (h, payload) = read_answer(&mut s);
+    assert_eq!((h.request_id, h.status), (8, Status::BadInput));
+    assert!(
+        String::from_utf8_lossy(&payload).contains("byte 7"),
+        "{payload:?}"
+    );
+    let mut bad = raw_message(9, 904, Kind::Data, 0);
+    bad[HEADER_LEN + 2] = 9; // dtype 9
+    s.write_all(&bad).unwrap();
+    let (h, _) = read_answer(&mut s);
+    assert_eq!((h.request_id, h.status), (9, Status::BadInput));
+    // Nothing else comes: messages 1-6 were never answered.
+    s.write_all(&raw_message(10, 905, Kind::Ready, 0)).unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let mut buf = [0u8; 1];
+    match s.read(&mut buf) {
+        Ok(0) => panic!("the node closed the connection"),
+        Ok(_) => panic!("an answer nobody asked for"),
+        Err(e) => assert!(
+            matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ),
+            "{e}"
+        ),
     }
 }

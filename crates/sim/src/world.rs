@@ -223,6 +223,8 @@ pub struct SimNode {
     installing: Vec<bool>,
     /// Until when the I/O thread is busy with the writes it issued (`write_ns`).
     io_free: Nanos,
+    /// Writes the I/O thread issued (answers to clients, messages on links).
+    writes: u64,
 }
 
 impl SimNode {
@@ -240,11 +242,17 @@ impl SimNode {
             down: false,
             finished_at: None,
             io_free: 0,
+            writes: 0,
         })
     }
 
     pub fn driver(&self) -> &Driver {
         &self.driver
+    }
+
+    /// Writes this node's I/O thread issued so far (answers and link messages).
+    pub fn writes(&self) -> u64 {
+        self.writes
     }
 }
 
@@ -968,6 +976,7 @@ impl World {
     /// writes before it).
     fn write_done(&mut self, node: usize) -> Nanos {
         let n = &mut self.nodes[node];
+        n.writes += 1;
         if n.cfg.write_ns == 0 {
             return self.now;
         }

@@ -110,3 +110,93 @@ fn a_calls_answer_times_its_reassembly_apart_from_the_collective() {
         );
     });
 }
+
+/// `rounds` 2-rank broadcasts one after another (rank 1 waiting, then the
+/// root's call); each must succeed. Returns the writes of rank 1's node and
+/// the answers rank 0's node got to its collective messages.
+fn broadcasts(seed: u64, ack_window: usize, rounds: u64) -> (u64, u64) {
+    let mut w = common::cluster(seed, 2, |_, c| {
+        c.link_ns = LINK_NS;
+        c.write_ns = WRITE_NS;
+        c.driver.collectives.ack_window = ack_window;
+    });
+    w.run_for(5 * MS); // the link comes up
+    let clients: Vec<usize> = (0..2).map(|i| w.connect_to(i)).collect();
+    w.run_for(MS);
+    let data: Vec<i32> = (0..256).collect();
+    let before = w.node(1).writes();
+    for r in 0..rounds {
+        let id = r + 1;
+        w.send(clients[1], &bcast(id, 100 + r, 2, data.len(), &[]));
+        w.run_for(MS);
+        w.send(clients[0], &bcast(id, 100 + r, 2, data.len(), &data));
+        w.run_for(5 * MS);
+        for (rank, &c) in clients.iter().enumerate() {
+            let a = w.answers_to(c, id);
+            assert_eq!(a.len(), 1, "round {r}, rank {rank}: {a:?}");
+            assert_eq!(a[0].header.status, Status::Ok, "round {r}, rank {rank}");
+        }
+    }
+    let writes = w.node(1).writes() - before;
+    (writes, w.node(0).driver().link_stats().collective_answers)
+}
+
+#[test]
+fn a_broadcasts_data_is_not_answered_but_every_ack_window_th_message() {
+    const ROUNDS: u64 = 32;
+    for_seeds(|seed| {
+        // The default: a peer answers one message in 16 (the sender then
+        // forgets the records of the ones before), so the waiting rank's
+        // node writes its client's answer and, every 16th broadcast, an
+        // acknowledgement; before, it acknowledged every message.
+        let (writes, acks) = broadcasts(seed, 16, ROUNDS);
+        assert_eq!(acks, ROUNDS / 16, "answers to the root's node");
+        assert_eq!(
+            writes,
+            ROUNDS + ROUNDS / 16,
+            "rank 1's node: one answer per broadcast plus one acknowledgement per 16"
+        );
+        // A window of 1 is the old rule: every message answered.
+        let (writes, acks) = broadcasts(seed, 1, ROUNDS);
+        assert_eq!(acks, ROUNDS);
+        assert_eq!(writes, 2 * ROUNDS);
+    });
+}
+
+/// Rank 1's node refuses the root's data (larger than its `max_payload`):
+/// its refusal is an answer though nobody asked for one, and the root,
+/// whose broadcast already succeeded, tells rank 1 with an `ABORT`, so rank
+/// 1 fails at once instead of at its deadline (1 s).
+#[test]
+fn a_refused_data_message_fails_the_waiting_rank_at_once() {
+    for_seeds(|seed| {
+        let mut w = common::cluster(seed, 2, |i, c| {
+            c.link_ns = LINK_NS;
+            if i == 1 {
+                c.engine.max_payload = 512;
+            }
+        });
+        w.run_for(5 * MS); // the link comes up
+        let clients: Vec<usize> = (0..2).map(|i| w.connect_to(i)).collect();
+        w.run_for(MS);
+        let data: Vec<i32> = (0..256).collect(); // 1 KiB: beyond rank 1's 512 bytes
+        w.send(clients[1], &bcast(1, 7, 2, data.len(), &[]));
+        w.run_for(MS);
+        let called = w.now();
+        w.send(clients[0], &bcast(1, 7, 2, data.len(), &data));
+        w.run_for(20 * MS);
+        let root = w.answers_to(clients[0], 1);
+        assert_eq!(root.len(), 1, "{root:?}");
+        assert_eq!(
+            root[0].header.status,
+            Status::Ok,
+            "the root's part was done"
+        );
+        let a = w.answers_to(clients[1], 1);
+        assert_eq!(a.len(), 1, "rank 1 is answered within 20 ms: {a:?}");
+        assert_eq!(a[0].header.status, Status::Unreachable);
+        let why = String::from_utf8_lossy(&a[0].payload);
+        assert!(why.contains("could not deliver"), "{why}");
+        assert!(a[0].at - called < 10 * MS, "{} µs", (a[0].at - called) / US);
+    });
+}

@@ -2,13 +2,17 @@
 //! function 251 leave the engine like control requests; a client's call
 //! goes to the sans-IO [`Collectives`] machine and is answered when its
 //! collective ends; a message from another rank's node is handed to the
-//! machine and acknowledged at once (`OK`, or `BAD_INPUT` if it does not
-//! decode). The machine's messages travel on the links to the peers as
-//! ordinary requests; a refused message or a link that goes down fails the
-//! collectives it concerns.
+//! machine and answered only if it is refused (`BAD_INPUT` if it does not
+//! decode) or its sender asked for an answer (byte 7 bit 0, on every
+//! `ack_window`-th message of a link). The machine's messages travel on the
+//! links to the peers as ordinary requests; a refused message or a link that
+//! goes down fails the collectives it concerns.
 
 use super::{Driver, Io, LinkState};
-use offrac_collective::{Algorithm, CallId, Collectives, FailKind, Key, Kind, Out, DESCRIPTOR_LEN};
+use offrac_collective::{
+    take_message_flags, Algorithm, CallId, Collectives, FailKind, Key, Kind, Out, DESCRIPTOR_LEN,
+    MSG_ANSWER,
+};
 use offrac_core::{nanos, BufferError, ConnId, Instant, Job, TenantKey};
 use offrac_proto::{RequestHeader, ResponseHeader, Status, FN_COLLECTIVE};
 use rustc_hash::FxHashMap;
@@ -145,23 +149,33 @@ impl Driver {
                     link_of[d as usize].is_some()
                 });
         } else {
-            let (status, msg) = match self.collectives.handle_message(now, &job.payload) {
-                Ok(()) => (Status::Ok, String::new()),
-                Err(e) => (Status::BadInput, e.to_string()),
+            // A message from another rank's node: answered only when refused,
+            // or when its sender asked (byte 7 bit 0, `MSG_ANSWER`: every
+            // `ack_window`-th message of a link, so that the sender can
+            // forget what it sent before; `docs/protocol.md`, "Collectives").
+            let mut payload = job.payload;
+            let (status, msg, answer) = match take_message_flags(&mut payload) {
+                Err(e) => (Status::BadInput, e.to_string(), true),
+                Ok(flags) => match self.collectives.handle_message(now, &payload) {
+                    Ok(()) => (Status::Ok, String::new(), flags & MSG_ANSWER != 0),
+                    Err(e) => (Status::BadInput, e.to_string(), true),
+                },
             };
             // What the message set going first (the next step's data to the
-            // peers, a finished call's answer to its client), the sender's
-            // acknowledgement last: nobody waits for it, and writing it
-            // wakes the sender's node, which on shared cores may take the
-            // core before the waiting rank's answer is out.
+            // peers, a finished call's answer to its client), an answer to
+            // the sender last: nobody waits for it, and writing it wakes the
+            // sender's node, which on shared cores may take the core before
+            // the waiting rank's answer is out.
             self.collective_outs(now);
-            let me = self.engine.config().device_id;
-            let header = ResponseHeader::answer(&job.header, status, me, msg.len() as u32);
-            self.out.push_back(Io::Send {
-                conn: job.conn,
-                header,
-                payload: msg.into_bytes(),
-            });
+            if answer {
+                let me = self.engine.config().device_id;
+                let header = ResponseHeader::answer(&job.header, status, me, msg.len() as u32);
+                self.out.push_back(Io::Send {
+                    conn: job.conn,
+                    header,
+                    payload: msg.into_bytes(),
+                });
+            }
             return;
         }
         self.collective_outs(now);
@@ -300,6 +314,17 @@ impl Driver {
         }
         let id = l.next_id;
         l.next_id += 1;
+        // Ask for an answer on every `ack_window`-th message: the peer's
+        // `OK` to it says that it handled every earlier message of the link
+        // too (a refusal is written before it), so their records go.
+        let mut message = message;
+        l.unasked += 1;
+        if l.unasked >= self.collectives.config().ack_window.max(1) {
+            l.unasked = 0;
+            if let Some(b) = message.get_mut(7) {
+                *b |= MSG_ANSWER;
+            }
+        }
         let header = RequestHeader::single(id, FN_COLLECTIVE, 0, message.len() as u32);
         l.collective.insert(id, key);
         if l.state == LinkState::Up {

@@ -17,7 +17,7 @@ use offrac_proto::{
 };
 use rustc_hash::FxHashMap;
 use std::cmp::Reverse;
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
 /// The driver's name for a link to a peer (an index into the device table).
@@ -71,8 +71,12 @@ pub(super) struct Link {
     pub(super) state: LinkState,
     backoff: Duration,
     forwarded: FxHashMap<u64, Forwarded>,
-    /// Collective messages sent and not acknowledged yet (`driver/collective.rs`).
-    pub(super) collective: FxHashMap<u64, offrac_collective::Key>,
+    /// Collective messages sent whose peer has not said yet that it handled
+    /// them (`driver/collective.rs`): by link-local id, so that a refusal
+    /// fails its collective; fewer than `ack_window` past the last answer.
+    pub(super) collective: BTreeMap<u64, offrac_collective::Key>,
+    /// Collective messages sent since the last one that asked for an answer.
+    pub(super) unasked: usize,
     /// Forwarded while connecting: written when the link comes up.
     pub(super) waiting: VecDeque<(RequestHeader, Vec<u8>)>,
     /// Payload bytes of the forwarded requests not answered yet.
@@ -97,6 +101,8 @@ pub struct LinkStats {
     pub connects: u64,
     /// Links closed because the peer refused this node's hello.
     pub hellos_refused: u64,
+    /// `OK` answers to collective messages (only those that asked for one).
+    pub collective_answers: u64,
 }
 
 impl Link {
@@ -107,7 +113,8 @@ impl Link {
             state: LinkState::Connecting,
             backoff: min_backoff,
             forwarded: FxHashMap::default(),
-            collective: FxHashMap::default(),
+            collective: BTreeMap::new(),
+            unasked: 0,
             waiting: VecDeque::new(),
             bytes: 0,
             rx: Vec::new(),
@@ -215,6 +222,7 @@ impl Driver {
         l.rx.clear();
         l.bytes = 0;
         l.collective.clear();
+        l.unasked = 0;
         let mut lost: Vec<(u64, Forwarded)> = l.forwarded.drain().collect();
         lost.sort_unstable_by_key(|(id, _)| *id);
         self.out.push_back(Io::CloseLink { link });
@@ -362,7 +370,11 @@ impl Driver {
                         let why = String::from_utf8_lossy(&payload).into_owned();
                         refused.push((key, l.device, why));
                     }
-                    Some(_) => {}
+                    Some(_) => {
+                        // Asked for: the peer handled every earlier message.
+                        l.collective = l.collective.split_off(&h.request_id);
+                        self.link_stats.collective_answers += 1;
+                    }
                     None => self.link_stats.late += 1,
                 },
             }
