@@ -66,6 +66,9 @@ pub struct Stats {
     pub fills_refused: u64,
     pub invalidations: u64,
     pub backend_failures: u64,
+    /// Requests sent again on a fresh backend connection after a reused one
+    /// failed before any answer byte ([`Machine::backend_opened`]).
+    pub backend_retries: u64,
 }
 
 #[derive(Debug, Default)]
@@ -125,6 +128,15 @@ struct Conn {
     /// No more requests are read: close once everything queued is answered.
     closing: bool,
     backend_dead: bool,
+    /// Every byte given to the current backend connection, kept while that
+    /// connection was a reused one (it served earlier requests and sat idle)
+    /// and has answered nothing: if it fails now, memcached closed it before
+    /// reading them, and they are sent again on a fresh one (once).
+    replay: Option<Vec<u8>>,
+    /// The retry was made (a connection retries once).
+    retried: bool,
+    /// The next backend connection must be a new one, not a reused one.
+    fresh_backend: bool,
 }
 
 pub struct Machine {
@@ -178,6 +190,9 @@ impl Machine {
             eof: false,
             closing: false,
             backend_dead: false,
+            replay: None,
+            retried: false,
+            fresh_backend: false,
         })
     }
 
@@ -271,6 +286,10 @@ impl Machine {
         if c.backend_dead {
             return;
         }
+        if !bytes.is_empty() {
+            // memcached answered on this connection: a failure from now on is not retried.
+            c.replay = None;
+        }
         c.backend_in.extend_from_slice(bytes);
         loop {
             let c = &mut self.conns[id];
@@ -325,9 +344,45 @@ impl Machine {
     }
 
     /// The backend connection failed or closed: every awaited answer becomes
-    /// `SERVER_ERROR backend unavailable` (in order), then the client is closed.
+    /// `SERVER_ERROR backend unavailable` (in order), then the client is closed;
+    /// unless the connection was a reused one that answered nothing, which
+    /// memcached closed while it sat idle (a restart, its idle timeout) and
+    /// the requests never reached: they are then sent again, once, on a
+    /// fresh connection. (A memcached that applied a request and died before
+    /// the first byte of its answer would see it twice; see docs/inline.md.)
     pub fn backend_failed(&mut self, id: usize, now: Instant) {
+        let Some(c) = self.conns.get_mut(id) else {
+            return;
+        };
+        if !c.backend_dead && !c.retried {
+            if let Some(again) = c.replay.take() {
+                c.retried = true;
+                c.fresh_backend = true;
+                c.backend_in = Vec::new();
+                // The unwritten rest of `to_backend` is a suffix of `again`.
+                c.to_backend = again;
+                self.stats.backend_retries += 1;
+                return;
+            }
+        }
         self.fail(id, now);
+    }
+
+    /// The driver gave this connection a backend connection: a `reused` one
+    /// (idle in a pool after serving earlier requests) may have been closed
+    /// by memcached meanwhile, so what is sent on it is kept until it
+    /// answers, for one retry ([`Self::backend_failed`]).
+    pub fn backend_opened(&mut self, id: usize, reused: bool) {
+        let Some(c) = self.conns.get_mut(id) else {
+            return;
+        };
+        c.fresh_backend = false;
+        c.replay = (reused && !c.retried).then(|| c.to_backend.clone());
+    }
+
+    /// The next backend connection must be a new one (a retry).
+    pub fn wants_fresh_backend(&self, id: usize) -> bool {
+        self.conns.get(id).is_some_and(|c| c.fresh_backend)
     }
 
     /// Fails connections whose oldest awaited answer is older than the backend timeout.
@@ -370,6 +425,7 @@ impl Machine {
         }
         self.stats.backend_failures += 1;
         c.backend_dead = true;
+        c.replay = None;
         c.closing = true;
         c.backend_in = Vec::new();
         c.to_backend = Vec::new();
@@ -524,6 +580,9 @@ impl Machine {
         let c = &mut self.conns[id];
         for b in bytes {
             c.to_backend.extend_from_slice(b);
+            if let Some(r) = c.replay.as_mut() {
+                r.extend_from_slice(b);
+            }
         }
         c.queue.push_back(Entry::Wait { expect, since: now });
     }
@@ -756,6 +815,12 @@ impl super::inline::InlineMachine for Machine {
     fn backend_failed(&mut self, id: usize, now: Now) {
         Machine::backend_failed(self, id, now.mono)
     }
+    fn backend_opened(&mut self, id: usize, reused: bool) {
+        Machine::backend_opened(self, id, reused)
+    }
+    fn wants_fresh_backend(&self, id: usize) -> bool {
+        Machine::wants_fresh_backend(self, id)
+    }
     fn take_backend_reset(&mut self, _id: usize) -> bool {
         false
     }
@@ -809,6 +874,11 @@ impl super::inline::InlineMachine for Machine {
                 "offrac_attach_backend_failures_total",
                 "Backend connections that failed or timed out with requests in flight.",
                 s.backend_failures,
+            ),
+            Counter::total(
+                "offrac_attach_backend_retries_total",
+                "Requests sent again on a fresh backend connection after a reused one closed unanswered.",
+                s.backend_retries,
             ),
             Counter::gauge(
                 "offrac_attach_cache_bytes",
@@ -928,6 +998,62 @@ mod tests {
             max_pending: 8,
             ..Settings::default()
         }
+    }
+
+    /// A reused backend connection (a pool's) that fails before answering
+    /// anything had been closed by memcached while idle: the requests go
+    /// again, once, on a fresh connection, and each is answered once. A
+    /// connection that answered a byte, a new one, or the retry's own
+    /// failure, gives `SERVER_ERROR` as before.
+    #[test]
+    fn a_reused_connection_that_fails_unanswered_is_retried_once_on_a_fresh_one() {
+        let now = Instant::now();
+        let mut m = Machine::new(small());
+        let c = m.open();
+        m.client_input(c, b"get k\r\nset j 0 0 1\r\nx\r\n", now);
+        m.backend_opened(c, true);
+        // Part written, part still waiting, when the connection fails.
+        let sent = std::mem::take(m.backend_out(c).unwrap());
+        assert_eq!(sent, b"gets k\r\nset j 0 0 1\r\nx\r\n");
+        m.backend_out(c).unwrap().extend_from_slice(&sent[8..]);
+        m.backend_failed(c, now);
+        assert_eq!(take(&mut m, c), b"", "nothing answered yet");
+        assert!(m.wants_fresh_backend(c));
+        assert!(m.awaits_backend(c));
+        assert_eq!(m.backend_out(c).unwrap().as_slice(), &sent[..]);
+        m.backend_opened(c, false);
+        assert!(!m.wants_fresh_backend(c));
+        std::mem::take(m.backend_out(c).unwrap());
+        m.backend_input(c, b"VALUE k 0 1 5\r\nv\r\nEND\r\nSTORED\r\n", now);
+        assert_eq!(take(&mut m, c), b"VALUE k 0 1\r\nv\r\nEND\r\nSTORED\r\n");
+        assert_eq!(m.stats().backend_retries, 1);
+        assert_eq!(m.stats().backend_failures, 0);
+        // The retry's own failure is not retried again.
+        m.client_input(c, b"get a\r\n", now);
+        m.backend_failed(c, now);
+        assert_eq!(take(&mut m, c), BACKEND_DOWN);
+        assert_eq!(m.stats().backend_retries, 1);
+
+        // A reused connection that answered a byte: its failure is not retried.
+        let d = m.open();
+        m.backend_opened(d, true);
+        m.client_input(d, b"get a\r\nget b\r\n", now);
+        m.backend_input(d, b"VAL", now);
+        m.backend_failed(d, now);
+        assert_eq!(take(&mut m, d), [BACKEND_DOWN, BACKEND_DOWN].concat());
+        // A new connection's failure is not retried.
+        let e = m.open();
+        m.client_input(e, b"get a\r\n", now);
+        m.backend_opened(e, false);
+        m.backend_failed(e, now);
+        assert_eq!(take(&mut m, e), BACKEND_DOWN);
+        // Nor a timeout on a reused one (memcached silent, not gone).
+        let f = m.open();
+        m.client_input(f, b"get a\r\n", now);
+        m.backend_opened(f, true);
+        m.tick(now + Duration::from_secs(10));
+        assert_eq!(take(&mut m, f), BACKEND_DOWN);
+        assert_eq!(m.stats().backend_retries, 1);
     }
 
     /// The driver polls for memcached's answer only while the machine says

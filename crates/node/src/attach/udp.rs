@@ -176,19 +176,32 @@ pub struct UdpStats {
     pub datagrams_sent: u64,
     /// Datagrams the socket would not take (full send buffer or an error): lost, as UDP may lose them.
     pub send_failed: u64,
-    /// Backend connects tried for UDP requests (a miss or an update with no idle pooled one).
+    /// New backend connections for UDP requests (a miss or an update with no
+    /// idle pooled one, or a retry) seen to work: a write taken or bytes read.
     pub backend_connects: u64,
+    /// New backend connections for UDP requests that failed (refused, reset,
+    /// or timed out) before they were seen to work.
+    pub backend_connect_failures: u64,
     /// UDP requests given an idle pooled backend connection instead.
     pub backend_reused: u64,
     /// Pooled connections found closed or with stray bytes when taken (dropped, not used).
     pub backend_stale: u64,
 }
 
-/// The UDP side's counters for /metrics (docs/inline.md lists them).
-pub fn counters(s: &UdpStats, in_flight: usize) -> Vec<Counter> {
+/// The UDP side's counters for /metrics (docs/operations.md lists them);
+/// `per_loop` is the requests each event loop admitted.
+pub fn counters(s: &UdpStats, in_flight: usize, per_loop: &[u64]) -> Vec<Counter> {
     const DROPPED: &str = "offrac_attach_udp_dropped_total";
     const DROPPED_HELP: &str = "UDP datagrams dropped unanswered, by reason.";
-    vec![
+    let loops = per_loop.iter().enumerate().map(|(i, &n)| {
+        Counter::total(
+            "offrac_attach_udp_loop_requests_total",
+            "UDP requests admitted, by the event loop whose socket read them.",
+            n,
+        )
+        .with("loop", i.to_string())
+    });
+    let mut out = vec![
         Counter::total(
             "offrac_attach_udp_datagrams_received_total",
             "UDP datagrams read.",
@@ -230,8 +243,13 @@ pub fn counters(s: &UdpStats, in_flight: usize) -> Vec<Counter> {
         ),
         Counter::total(
             "offrac_attach_udp_backend_connects_total",
-            "Backend connects tried for UDP requests (no idle pooled one).",
+            "New backend connections for UDP requests that worked.",
             s.backend_connects,
+        ),
+        Counter::total(
+            "offrac_attach_udp_backend_connect_failures_total",
+            "New backend connections for UDP requests that failed before working.",
+            s.backend_connect_failures,
         ),
         Counter::total(
             "offrac_attach_udp_backend_reused_total",
@@ -248,7 +266,9 @@ pub fn counters(s: &UdpStats, in_flight: usize) -> Vec<Counter> {
             "UDP requests in flight.",
             in_flight as u64,
         ),
-    ]
+    ];
+    out.extend(loops);
+    out
 }
 
 /// The UDP requests in flight, keyed by (peer, request id), at most `cap`.
@@ -257,6 +277,8 @@ pub struct UdpTable {
     cap: usize,
     inflight: HashSet<(SocketAddr, u16)>,
     pub stats: UdpStats,
+    /// Requests admitted by each event loop (each reads its own socket).
+    pub per_loop: Vec<u64>,
 }
 
 /// An admitted request: answer it to `peer` with `request_id`.
@@ -273,7 +295,16 @@ impl UdpTable {
             cap,
             inflight: HashSet::new(),
             stats: UdpStats::default(),
+            per_loop: Vec::new(),
         }
+    }
+
+    /// Event loop `me` admitted a request.
+    pub fn admitted_on(&mut self, me: usize) {
+        if self.per_loop.len() <= me {
+            self.per_loop.resize(me + 1, 0);
+        }
+        self.per_loop[me] += 1;
     }
 
     pub fn in_flight(&self) -> usize {
