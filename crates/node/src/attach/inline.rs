@@ -108,6 +108,15 @@ pub trait InlineMachine {
         Vec::new()
     }
 
+    /// Note each answer of `id` as a [`super::udp::Unit`] from now on (a UDP
+    /// pseudo-connection, framed by them); machines that do not say leave
+    /// the UDP side to cut the answer stream itself.
+    fn track_units(&mut self, _id: usize) {}
+    /// The units noted since the last call, in output order.
+    fn take_units(&mut self, _id: usize) -> Vec<super::udp::Unit> {
+        Vec::new()
+    }
+
     /// An answer is owed by the backend on this connection (a request was
     /// forwarded and its answer is not all in): the driver may poll for it a
     /// little while instead of sleeping. False for machines that do not say.

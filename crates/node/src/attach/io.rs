@@ -59,6 +59,8 @@ struct UdpReq {
     answer: Vec<u8>,
     /// The answer went over `MAX_ANSWER_BYTES` (its bytes are dropped).
     overflow: bool,
+    /// The machine's units of the answer (how memcached would cut it into messages).
+    units: Vec<udp::Unit>,
 }
 
 /// Idle backend connections a loop keeps for its UDP requests: a miss or an
@@ -879,6 +881,7 @@ impl<M: InlineMachine> Driver<M> {
                     request_id,
                     answer: Vec::new(),
                     overflow: false,
+                    units: Vec::new(),
                 }),
                 awaits: false,
                 connecting: false,
@@ -895,15 +898,18 @@ impl<M: InlineMachine> Driver<M> {
             return false;
         };
         let mut g = self.shared.lock();
+        let units = g.machine.take_units(id);
         let Some(out) = g.machine.client_out(id).filter(|o| !o.is_empty()) else {
             return false;
         };
         if r.overflow || r.answer.len() + out.len() > MAX_ANSWER_BYTES {
             r.overflow = true;
             r.answer = Vec::new();
+            r.units = Vec::new();
             out.clear();
         } else {
             r.answer.append(out);
+            r.units.extend(units);
         }
         true
     }
@@ -916,7 +922,7 @@ impl<M: InlineMachine> Driver<M> {
         let datagrams = match self.shared.lock().udp.as_mut() {
             Some(t) => {
                 t.done(r.peer, r.request_id);
-                t.answer(r.request_id, answer)
+                t.answer(r.request_id, answer, &r.units)
             }
             None => return,
         };

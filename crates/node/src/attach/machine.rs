@@ -18,6 +18,7 @@ use super::cache::{Cache, Item};
 use super::inline::{Counter, Now};
 use super::reply::{frame_len, parse_get, write_value, Frame, GetReply, ReplyError};
 use super::text::{Key, Request, RequestParser};
+use super::udp::{GetShape, Unit};
 use slab::Slab;
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -111,8 +112,12 @@ enum Expect {
 }
 
 enum Entry {
-    Ready(Vec<u8>),
-    Wait { expect: Expect, since: Instant },
+    /// An answer made (with its get's shape, for UDP framing).
+    Ready(Vec<u8>, Option<GetShape>),
+    Wait {
+        expect: Expect,
+        since: Instant,
+    },
 }
 
 struct Conn {
@@ -123,6 +128,10 @@ struct Conn {
     to_client: Vec<u8>,
     to_backend: Vec<u8>,
     client_gone: bool,
+    /// Each answer's length (and a get's shape) as it goes out, for a UDP
+    /// pseudo-connection (memcached frames a get's UDP answer by which of its
+    /// keys were found, udp.rs); None for TCP clients.
+    units: Option<Vec<Unit>>,
     /// The client half-closed: what it sent is answered, then the connection closes.
     eof: bool,
     /// No more requests are read: close once everything queued is answered.
@@ -187,6 +196,7 @@ impl Machine {
             to_client: Vec::new(),
             to_backend: Vec::new(),
             client_gone: false,
+            units: None,
             eof: false,
             closing: false,
             backend_dead: false,
@@ -329,11 +339,9 @@ impl Machine {
                 unreachable!("front checked above")
             };
             let raw: Vec<u8> = c.backend_in.drain(..n).collect();
-            let answer = self.complete(expect, raw, get, now);
+            let (answer, shape) = self.complete(expect, raw, get, now);
             let c = &mut self.conns[id];
-            if !c.client_gone {
-                c.to_client.extend_from_slice(&answer);
-            }
+            Self::emit(c, &answer, shape);
             Self::flush_ready(c);
         }
     }
@@ -433,7 +441,7 @@ impl Machine {
         let mut answers = Vec::with_capacity(queue.len());
         for e in queue {
             match e {
-                Entry::Ready(b) => answers.push(Entry::Ready(b)),
+                Entry::Ready(b, shape) => answers.push(Entry::Ready(b, shape)),
                 Entry::Wait { expect, .. } => {
                     let quiet = matches!(
                         expect,
@@ -443,7 +451,7 @@ impl Machine {
                     );
                     self.release(expect, now);
                     if !quiet {
-                        answers.push(Entry::Ready(BACKEND_DOWN.to_vec()));
+                        answers.push(Entry::Ready(BACKEND_DOWN.to_vec(), None));
                     }
                 }
             }
@@ -472,21 +480,50 @@ impl Machine {
     }
 
     fn flush_ready(c: &mut Conn) {
-        while let Some(Entry::Ready(_)) = c.queue.front() {
-            if let Some(Entry::Ready(b)) = c.queue.pop_front() {
-                if !c.client_gone {
-                    c.to_client.extend_from_slice(&b);
-                }
+        while let Some(Entry::Ready(..)) = c.queue.front() {
+            if let Some(Entry::Ready(b, shape)) = c.queue.pop_front() {
+                Self::emit(c, &b, shape);
             }
+        }
+    }
+
+    /// One answer goes out to the client (noted as a unit for UDP).
+    fn emit(c: &mut Conn, bytes: &[u8], get: Option<GetShape>) {
+        if c.client_gone || bytes.is_empty() {
+            return;
+        }
+        c.to_client.extend_from_slice(bytes);
+        if let Some(u) = c.units.as_mut() {
+            u.push(Unit {
+                len: bytes.len(),
+                get,
+            });
         }
     }
 
     fn push_ready(c: &mut Conn, bytes: &[u8]) {
         if c.queue.is_empty() {
-            c.to_client.extend_from_slice(bytes);
+            Self::emit(c, bytes, None);
         } else {
-            c.queue.push_back(Entry::Ready(bytes.to_vec()));
+            c.queue.push_back(Entry::Ready(bytes.to_vec(), None));
         }
+    }
+
+    /// Note each answer of this connection as a [`Unit`] from now on (a UDP
+    /// pseudo-connection: its answer is framed by them).
+    pub fn track_units(&mut self, id: usize) {
+        if let Some(c) = self.conns.get_mut(id) {
+            c.units.get_or_insert_with(Vec::new);
+        }
+    }
+
+    /// The answers' units noted since the last call (in output order).
+    pub fn take_units(&mut self, id: usize) -> Vec<Unit> {
+        self.conns
+            .get_mut(id)
+            .and_then(|c| c.units.as_mut())
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     fn pump(&mut self, id: usize, now: Instant) {
@@ -635,22 +672,23 @@ impl Machine {
         self.stats.misses += keys.len() as u64 - n_hits;
         if n_hits == keys.len() as u64 {
             // All hits: the answer is written now (or queued behind awaited ones).
-            let c = &mut self.conns[id];
-            let direct = c.queue.is_empty();
-            let mut queued = Vec::new();
-            let out = if direct {
-                &mut c.to_client
-            } else {
-                &mut queued
-            };
+            let mut out = Vec::new();
             for k in &keys {
                 if let Some(item) = self.cache.get(k) {
-                    write_value(out, k, item.flags, &item.data, cas.then_some(item.cas));
+                    write_value(&mut out, k, item.flags, &item.data, cas.then_some(item.cas));
                 }
             }
             out.extend_from_slice(b"END\r\n");
-            if !direct {
-                c.queue.push_back(Entry::Ready(queued));
+            let shape = GetShape {
+                keys: keys.len(),
+                first_found: true,
+                last_found: true,
+            };
+            let c = &mut self.conns[id];
+            if c.queue.is_empty() {
+                Self::emit(c, &out, Some(shape));
+            } else {
+                c.queue.push_back(Entry::Ready(out, Some(shape)));
             }
             return;
         }
@@ -693,8 +731,8 @@ impl Machine {
         raw: Vec<u8>,
         get: Option<GetReply>,
         now: Instant,
-    ) -> Vec<u8> {
-        match expect {
+    ) -> (Vec<u8>, Option<GetShape>) {
+        let answer = match expect {
             Expect::Get {
                 cas,
                 keys,
@@ -708,15 +746,21 @@ impl Machine {
                         for (k, _) in misses {
                             self.miss_done(&k);
                         }
-                        return raw;
+                        return (raw, None);
                     }
                 };
                 let mut out = Vec::with_capacity(raw.len() + 64);
+                let mut found = Vec::with_capacity(keys.len());
                 for (k, known) in &keys {
                     match known {
-                        Some(h) => write_value(&mut out, k, h.flags, &h.data, cas.then_some(h.cas)),
+                        Some(h) => {
+                            found.push(true);
+                            write_value(&mut out, k, h.flags, &h.data, cas.then_some(h.cas))
+                        }
                         None => {
-                            if let Some(it) = items.iter().find(|it| it.key == *k) {
+                            let it = items.iter().find(|it| it.key == *k);
+                            found.push(it.is_some());
+                            if let Some(it) = it {
                                 write_value(
                                     &mut out,
                                     k,
@@ -729,6 +773,11 @@ impl Machine {
                     }
                 }
                 out.extend_from_slice(b"END\r\n");
+                let shape = GetShape {
+                    keys: keys.len(),
+                    first_found: found.first().copied().unwrap_or(false),
+                    last_found: found.last().copied().unwrap_or(false),
+                };
                 let flushed = flush_epoch != self.flush_epoch || !self.fills_allowed(now);
                 for (k, epoch) in misses {
                     let ok = !flushed
@@ -755,7 +804,7 @@ impl Machine {
                     }
                     self.miss_done(&k);
                 }
-                out
+                return (out, Some(shape));
             }
             Expect::Relay(_) => raw,
             Expect::Update { key, noreply } => {
@@ -781,7 +830,8 @@ impl Machine {
                     raw
                 }
             }
-        }
+        };
+        (answer, None)
     }
 }
 
@@ -890,6 +940,12 @@ impl super::inline::InlineMachine for Machine {
 
     fn awaits_backend(&self, id: usize) -> bool {
         Machine::awaits_backend(self, id)
+    }
+    fn track_units(&mut self, id: usize) {
+        Machine::track_units(self, id)
+    }
+    fn take_units(&mut self, id: usize) -> Vec<Unit> {
+        Machine::take_units(self, id)
     }
 }
 
