@@ -11,6 +11,14 @@ CPU time memcached spends per operation. Medians over rounds; ``--quick`` runs o
 ``--sets F`` makes a share F of the operations SETs (default 0.002), each of which the node
 forwards to memcached (over its backend connections: the UDP pool). Writes udp_results.csv and
 udp_summary.md here (udp_sets_results.csv and udp_sets_summary.md with ``--sets``).
+
+``--loops-ab OLD_BIN`` measures instead what spreading UDP over the event loops buys: four
+nodes in front of the same memcached, the old binary (OLD_BIN: one built before each loop read
+its own UDP socket, so only loop 0 reads UDP) and the new one (``$OFFRAC_BIN`` or
+target/release/offrac), each with ``loops = 1`` and ``loops = 2``, driven over UDP only by
+memaslap with 2 threads and 8 concurrent clients (several client sockets, which the kernel
+spreads over the loops' sockets), the nodes' order alternating by round. Writes
+udp_loops_results.csv and udp_loops_summary.md (ratios against the old binary with one loop).
 """
 
 from __future__ import annotations
@@ -161,7 +169,112 @@ def summarize(rows: list[dict[str, Any]]) -> str:
     )
 
 
+LOOPS_AB = sys.argv[sys.argv.index("--loops-ab") + 1] if "--loops-ab" in sys.argv else None
+VARIANTS = ("old_loops1", "old_loops2", "new_loops1", "new_loops2")
+LOOPS_FIELDS = ["node", "round", "ops_per_s", "gets", "get_misses", "udp_timeouts"]
+
+
+def memaslap_udp(addr: str, cfg: Path) -> dict[str, float]:
+    """memaslap over UDP with 2 threads and 8 concurrent clients."""
+    args = ["memcaslap", "-s", addr, "-F", str(cfg), "-t", f"{SECONDS}s", "-T", "2", "-c", "8", "--udp"]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    text = out.stdout + out.stderr
+
+    def num(name: str) -> float:
+        m = re.search(rf"{name}: (\d+)", text)
+        if m is None:
+            raise RuntimeError(f"memaslap printed no {name}: {text[-1500:]}")
+        return float(m.group(1))
+
+    return {
+        "ops_per_s": num("TPS"),
+        "gets": num("cmd_get"),
+        "get_misses": num("get_misses"),
+        "udp_timeouts": num("udp_timeout") + num("packet_drop"),
+    }
+
+
+def measure_loops(old_bin: str) -> list[dict[str, Any]]:
+    memcached = shutil.which("memcached")
+    if memcached is None or shutil.which("memcaslap") is None:
+        sys.exit("needs memcached and memcaslap (apt-get install memcached libmemcached-tools)")
+    new_bin = os.environ.get("OFFRAC_BIN", str(HERE.parent.parent / "target" / "release" / "offrac"))
+    mport = free_port()
+    mc = subprocess.Popen(
+        [memcached, "-l", "127.0.0.1", "-p", str(mport), "-U", "0", "-t", "2", "-m", "256", "-u", "nobody"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    rows: list[dict[str, Any]] = []
+    nodes: dict[str, Server] = {}
+    try:
+        wait_listening(("127.0.0.1", mport))
+        with tempfile.TemporaryDirectory() as tmp:
+            cmds = Path(tmp) / "cmds.cfg"
+            cmds.write_text(CMDS)
+            for v in VARIANTS:
+                cfg = Path(tmp) / f"{v}.toml"
+                cfg.write_text(
+                    '[metrics]\nlisten = ""\n'
+                    '[[attach]]\nlisten = "127.0.0.1:0"\nfunction = "memcached_cache"\n'
+                    f'backend = "127.0.0.1:{mport}"\ncapacity_bytes = 67108864\nudp = true\n'
+                    f"loops = {v[-1]}\n"
+                )
+                os.environ["OFFRAC_BIN"] = old_bin if v.startswith("old") else new_bin
+                nodes[v] = Server(["serve", "--listen", "127.0.0.1:0", "--config", str(cfg)], v)
+            os.environ["OFFRAC_BIN"] = new_bin
+            for r in range(ROUNDS):
+                for v in VARIANTS if r % 2 == 0 else VARIANTS[::-1]:
+                    res = memaslap_udp(str(nodes[v].info["attach"][0]), cmds)
+                    row = {"node": v, "round": r, **{k: res[k] for k in LOOPS_FIELDS[2:]}}
+                    log(str(row))
+                    rows.append(row)
+    finally:
+        for n in nodes.values():
+            n.stop()
+        mc.kill()
+        mc.wait()
+    return rows
+
+
+def summarize_loops(rows: list[dict[str, Any]], old_bin: str) -> str:
+    def med(v: str, field: str) -> float:
+        return median([float(r[field]) for r in rows if r["node"] == v])
+
+    base = med("old_loops1", "ops_per_s")
+    table = [
+        (
+            v,
+            f"{med(v, 'ops_per_s'):.0f}",
+            f"{med(v, 'ops_per_s') / base:.2f}x",
+            f"{med(v, 'get_misses'):.0f} / {med(v, 'gets'):.0f}",
+            f"{med(v, 'udp_timeouts'):.0f}",
+        )
+        for v in VARIANTS
+    ]
+    header = ("node", "ops/s (memaslap, UDP)", "vs old, 1 loop", "GET misses / GETs", "UDP timeouts+drops")
+    return (
+        "# UDP over one or two event loops, old vs new binary (memaslap)\n\n"
+        f"Machine: {machine()}. memaslap --udp 2 threads, 8 concurrent, 16 B keys and values, "
+        f"{100 - 100 * SETS:g} % GETs / {100 * SETS:g} % SETs; "
+        f"medians of {ROUNDS} rounds of {SECONDS} s per node, alternating; "
+        f"load average {LOAD_BEFORE[0]:.1f} before, {os.getloadavg()[0]:.1f} after. "
+        "Command: `python3 experiments/nica_cache/udp.py --loops-ab OLD_BIN` "
+        f"(old: {Path(old_bin).name}).\n\n" + md_table(header, table) + "\n"
+    )
+
+
 def main() -> None:
+    if LOOPS_AB is not None:
+        rows = measure_loops(LOOPS_AB)
+        with (HERE / "udp_loops_results.csv").open("w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=LOOPS_FIELDS)
+            w.writeheader()
+            w.writerows(rows)
+        text = summarize_loops(rows, LOOPS_AB)
+        (HERE / "udp_loops_summary.md").write_text(text)
+        print(text)
+        return
     rows = measure()
     with (HERE / f"{STEM}_results.csv").open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=FIELDS)

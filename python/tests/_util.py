@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import select
 import socket
 import time
@@ -12,11 +13,35 @@ from offrac import HEADER_LEN, Hop, RequestHeader, ResponseHeader, encode_reques
 __all__ = ["RawConn", "encode_request", "free_port", "header_with", "parse_prometheus"]
 
 
+# Ports handed out by free_port: below the kernel's ephemeral range (32768-60999), so no bind to
+# port 0 and no outgoing connection takes one meanwhile.
+_PORTS = range(20_000, 32_000)
+_next_port = [(os.getpid() * 7919) % len(_PORTS)]
+
+
+def _port_free(port: int) -> bool:
+    for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):
+        with socket.socket(socket.AF_INET, kind) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                return False
+    return True
+
+
 def free_port() -> int:
-    """A loopback port free right now (for nodes that must know each other's address)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback port free for TCP and UDP right now (for servers that must be told their port),
+    never the same twice in one process: ports come from a counter starting at a place drawn
+    from the process id (two test processes start apart), below the ephemeral range. Binding
+    port 0 and closing, as before, let another process be given the same port. A server
+    started on it can still lose it to another process: start it with a retry (see
+    ``test_inline_memcached.Memcached``)."""
+    for _ in range(len(_PORTS)):
+        port = _PORTS[_next_port[0] % len(_PORTS)]
+        _next_port[0] += 1
+        if _port_free(port):
+            return port
+    raise RuntimeError(f"no free loopback port in {_PORTS}")
 
 
 def header_with(

@@ -12,12 +12,14 @@ import re
 import shutil
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import closing
 from pathlib import Path
 
 import pytest
 from pymemcache.client.base import Client as Memcache
+from pymemcache.exceptions import MemcacheError
 
 from offrac import ConnectError, wait_listening
 
@@ -31,23 +33,40 @@ pytestmark = pytest.mark.skipif(
 
 
 class Memcached:
+    """A fresh memcached on a free port; on another port when another process took it first
+    (it exits, or what answers on the port has another pid)."""
+
     def __init__(self) -> None:
         assert MEMCACHED is not None
-        self.port = free_port()
-        self.proc = subprocess.Popen(
-            [
-                MEMCACHED,
-                *("-l", "127.0.0.1", "-p", str(self.port)),
-                *("-U", "0", "-t", "2", "-m", "64", "-u", "nobody"),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
-            wait_listening(("127.0.0.1", self.port))
-        except ConnectError:
-            self.proc.kill()
-            raise
+        for _ in range(5):
+            self.port = free_port()
+            self.proc = subprocess.Popen(
+                [
+                    MEMCACHED,
+                    *("-l", "127.0.0.1", "-p", str(self.port)),
+                    *("-U", "0", "-t", "2", "-m", "64", "-u", "nobody"),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            if self._is_ours():
+                return
+            self.stop()
+        raise RuntimeError("memcached did not get a port in five tries")
+
+    def _is_ours(self) -> bool:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                return False
+            try:
+                wait_listening(("127.0.0.1", self.port), timeout=0.2)
+                if self.stat("pid") == self.proc.pid:
+                    return True
+            except (ConnectError, OSError, KeyError, MemcacheError):
+                pass
+            time.sleep(0.02)
+        return False
 
     def stat(self, name: str) -> int:
         with closing(Memcache(("127.0.0.1", self.port))) as c:

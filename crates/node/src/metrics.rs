@@ -186,6 +186,7 @@ impl Metrics {
                     }
                     let extra = c
                         .label
+                        .as_ref()
                         .map(|(k, v)| format!(",{k}=\"{v}\""))
                         .unwrap_or_default();
                     let _ = writeln!(o, "{name}{{{labels}{extra}}} {}", c.value);

@@ -2,6 +2,7 @@
 //! sans-IO machine. Every attached function (the memcached cache, the JWT
 //! gate) implements it, so one driver moves the bytes for all of them.
 
+use std::borrow::Cow;
 use std::time::{Duration, Instant};
 
 /// The time passed into a machine: monotonic for timeouts, wall-clock
@@ -32,7 +33,7 @@ pub struct Counter {
     pub help: &'static str,
     /// A gauge (a level) rather than a counter (a running total).
     pub gauge: bool,
-    pub label: Option<(&'static str, &'static str)>,
+    pub label: Option<(&'static str, Cow<'static, str>)>,
     pub value: u64,
 }
 
@@ -54,9 +55,9 @@ impl Counter {
         }
     }
 
-    pub fn with(self, key: &'static str, value: &'static str) -> Counter {
+    pub fn with(self, key: &'static str, value: impl Into<Cow<'static, str>>) -> Counter {
         Counter {
-            label: Some((key, value)),
+            label: Some((key, value.into())),
             ..self
         }
     }
@@ -82,6 +83,13 @@ pub trait InlineMachine {
     fn backend_eof(&mut self, id: usize, now: Now);
     /// Connecting to, reading from or writing to the backend failed; the driver has dropped it.
     fn backend_failed(&mut self, id: usize, now: Now);
+    /// The driver gave `id` a backend connection: `reused` when it was an
+    /// idle one that served earlier requests (a pool's), false when new.
+    fn backend_opened(&mut self, _id: usize, _reused: bool) {}
+    /// The next backend connection of `id` must be a new one (not a pool's).
+    fn wants_fresh_backend(&self, _id: usize) -> bool {
+        false
+    }
     /// The machine wants the backend connection dropped now (taken once).
     fn take_backend_reset(&mut self, id: usize) -> bool;
     /// Handle buffered input again (called after the driver drained output).
@@ -97,6 +105,15 @@ pub trait InlineMachine {
     fn remove(&mut self, id: usize, now: Now);
     /// The machine's counters, for /metrics.
     fn counters(&self) -> Vec<Counter> {
+        Vec::new()
+    }
+
+    /// Note each answer of `id` as a [`super::udp::Unit`] from now on (a UDP
+    /// pseudo-connection, framed by them); machines that do not say leave
+    /// the UDP side to cut the answer stream itself.
+    fn track_units(&mut self, _id: usize) {}
+    /// The units noted since the last call, in output order.
+    fn take_units(&mut self, _id: usize) -> Vec<super::udp::Unit> {
         Vec::new()
     }
 

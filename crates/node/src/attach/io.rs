@@ -46,6 +46,10 @@ struct Pair {
     udp: Option<UdpReq>,
     /// The backend owed an answer when the pair was last served (counted in `Driver::awaiting`).
     awaits: bool,
+    /// A UDP request's new backend connection, not yet seen to work (a
+    /// write taken or bytes read): counted a connect once it does, a
+    /// failed connect if it fails or is closed first.
+    connecting: bool,
 }
 
 struct UdpReq {
@@ -55,6 +59,8 @@ struct UdpReq {
     answer: Vec<u8>,
     /// The answer went over `MAX_ANSWER_BYTES` (its bytes are dropped).
     overflow: bool,
+    /// The machine's units of the answer (how memcached would cut it into messages).
+    units: Vec<udp::Unit>,
 }
 
 /// Idle backend connections a loop keeps for its UDP requests: a miss or an
@@ -62,8 +68,10 @@ struct UdpReq {
 /// its request is answered; more than this many idle ones are closed.
 pub const UDP_POOL_IDLE: usize = 16;
 
-/// Loop 0's UDP socket (when the address also serves UDP) and the idle
-/// backend connections of its UDP requests (the table of requests in
+/// A loop's UDP socket (when the address also serves UDP: every loop has
+/// one, bound with `SO_REUSEPORT` to the same address, and the kernel
+/// spreads the datagrams over them by source address and port) and the idle
+/// backend connections of the loop's UDP requests (the table of requests in
 /// flight is in the shared state, where /metrics reads its counters).
 pub struct UdpSide {
     pub socket: UdpSocket,
@@ -136,9 +144,12 @@ impl<M> Shared<M> {
         self.wakers.len()
     }
 
-    /// The address serves UDP: requests in flight are held here (at most `max_requests`).
+    /// The address serves UDP: requests in flight are held here (at most
+    /// `max_requests`), each loop reading its own socket.
     pub fn serve_udp(&self, max_requests: usize) {
-        self.lock().udp = Some(UdpTable::new(max_requests));
+        let mut t = UdpTable::new(max_requests);
+        t.per_loop = vec![0; self.loops()];
+        self.lock().udp = Some(t);
     }
 }
 
@@ -154,7 +165,7 @@ impl<M: InlineMachine> Shared<M> {
             g.open as u64,
         ));
         if let Some(t) = &g.udp {
-            c.extend(udp::counters(&t.stats, t.in_flight()));
+            c.extend(udp::counters(&t.stats, t.in_flight(), &t.per_loop));
         }
         c
     }
@@ -477,6 +488,7 @@ impl<M: InlineMachine> Driver<M> {
             backend_w: false,
             udp: None,
             awaits: false,
+            connecting: false,
         });
     }
 
@@ -486,15 +498,22 @@ impl<M: InlineMachine> Driver<M> {
         let Some(Some(p)) = self.pairs.get_mut(id) else {
             return false;
         };
+        // A retry (the machine's decision) goes on a new connection.
+        let fresh = self.shared.lock().machine.wants_fresh_backend(id);
         let pooled = match (&p.udp, self.udp.as_mut()) {
-            (Some(_), Some(side)) => Some(take_pooled(side, &self.shared, &mut self.buf)),
+            (Some(_), Some(side)) if !fresh => take_pooled(side, &self.shared, &mut self.buf),
             _ => None,
         };
+        let reused = pooled.is_some();
+        let is_udp = p.udp.is_some();
         let b = match pooled {
-            Some(Some(b)) => Ok(b),
-            _ => TcpStream::connect(self.backend),
+            Some(b) => Ok(b),
+            None => TcpStream::connect(self.backend),
         };
         let Ok(mut b) = b else {
+            if is_udp {
+                self.count_connect(false);
+            }
             return false;
         };
         let _ = b.set_nodelay(true);
@@ -505,13 +524,38 @@ impl<M: InlineMachine> Driver<M> {
             .register(&mut b, Token(2 * id + 1), both)
             .is_err()
         {
+            if is_udp && !reused {
+                self.count_connect(false);
+            }
             return false;
         }
         p.backend = Some(b);
         p.backend_readable = true;
         p.backend_hup = false;
         p.backend_w = true;
+        p.connecting = is_udp && !reused;
+        self.shared.lock().machine.backend_opened(id, reused);
         true
+    }
+
+    /// A UDP request's new backend connection worked (`ok`) or failed.
+    fn count_connect(&self, ok: bool) {
+        if let Some(t) = self.shared.lock().udp.as_mut() {
+            if ok {
+                t.stats.backend_connects += 1;
+            } else {
+                t.stats.backend_connect_failures += 1;
+            }
+        }
+    }
+
+    /// The pair's new backend connection is seen to work (a write taken, bytes read).
+    fn connected(&mut self, id: usize) {
+        if let Some(Some(p)) = self.pairs.get_mut(id) {
+            if std::mem::take(&mut p.connecting) {
+                self.count_connect(true);
+            }
+        }
     }
 
     fn drop_backend(&mut self, id: usize) {
@@ -521,6 +565,9 @@ impl<M: InlineMachine> Driver<M> {
             }
             p.backend_readable = false;
             p.backend_w = false;
+            if std::mem::take(&mut p.connecting) {
+                self.count_connect(false);
+            }
         }
     }
 
@@ -582,10 +629,14 @@ impl<M: InlineMachine> Driver<M> {
                 self.shared.lock().machine.backend_failed(id, now);
                 progress = true;
             }
-            if self.flush(id, true) == Flushed::Failed {
-                self.drop_backend(id);
-                self.shared.lock().machine.backend_failed(id, now);
-                progress = true;
+            match self.flush(id, true) {
+                Flushed::Failed => {
+                    self.drop_backend(id);
+                    self.shared.lock().machine.backend_failed(id, now);
+                    progress = true;
+                }
+                Flushed::Wrote | Flushed::Partial => self.connected(id),
+                Flushed::Nothing => {}
             }
             match self.flush(id, false) {
                 Flushed::Failed => {
@@ -607,11 +658,17 @@ impl<M: InlineMachine> Driver<M> {
                 reads += 1;
                 match read_once(b, &mut self.buf) {
                     Got::Bytes(n) => {
+                        let confirmed = std::mem::take(&mut p.connecting);
                         // A short read emptied the socket: the next bytes
                         // bring a new edge, so no read to see it is empty.
                         p.backend_readable = n == self.buf.len() || p.backend_hup;
-                        let mut g = self.shared.lock();
-                        g.machine.backend_input(id, &self.buf[..n], now);
+                        self.shared
+                            .lock()
+                            .machine
+                            .backend_input(id, &self.buf[..n], now);
+                        if confirmed {
+                            self.count_connect(true);
+                        }
                         progress = true;
                     }
                     Got::Empty => p.backend_readable = false,
@@ -735,6 +792,9 @@ impl<M: InlineMachine> Driver<M> {
             if let Some(mut c) = p.client.take() {
                 let _ = self.poll.registry().deregister(&mut c);
             }
+            if std::mem::take(&mut p.connecting) {
+                self.count_connect(false);
+            }
             if let Some(mut b) = p.backend.take() {
                 let _ = self.poll.registry().deregister(&mut b);
                 let clean = p.udp.is_some()
@@ -785,7 +845,10 @@ impl<M: InlineMachine> Driver<M> {
                 return;
             };
             let admitted = match table.admit(peer, &self.buf[..n]) {
-                Ok(a) => a,
+                Ok(a) => {
+                    table.admitted_on(self.me);
+                    a
+                }
                 Err(why) => {
                     tracing::debug!(%peer, %why, stats = ?table.stats, "attach: UDP datagram dropped");
                     continue;
@@ -818,8 +881,10 @@ impl<M: InlineMachine> Driver<M> {
                     request_id,
                     answer: Vec::new(),
                     overflow: false,
+                    units: Vec::new(),
                 }),
                 awaits: false,
+                connecting: false,
             });
             touched.push(id);
         }
@@ -833,15 +898,18 @@ impl<M: InlineMachine> Driver<M> {
             return false;
         };
         let mut g = self.shared.lock();
+        let units = g.machine.take_units(id);
         let Some(out) = g.machine.client_out(id).filter(|o| !o.is_empty()) else {
             return false;
         };
         if r.overflow || r.answer.len() + out.len() > MAX_ANSWER_BYTES {
             r.overflow = true;
             r.answer = Vec::new();
+            r.units = Vec::new();
             out.clear();
         } else {
             r.answer.append(out);
+            r.units.extend(units);
         }
         true
     }
@@ -854,7 +922,7 @@ impl<M: InlineMachine> Driver<M> {
         let datagrams = match self.shared.lock().udp.as_mut() {
             Some(t) => {
                 t.done(r.peer, r.request_id);
-                t.answer(r.request_id, answer)
+                t.answer(r.request_id, answer, &r.units)
             }
             None => return,
         };
@@ -877,7 +945,9 @@ impl<M: InlineMachine> Driver<M> {
 
 /// An idle pooled backend connection for a UDP request, if one is still
 /// good: one that reads anything (memcached closed it, as on a restart, or
-/// sent bytes nobody asked for) is dropped and the next one tried.
+/// sent bytes nobody asked for) is dropped and the next one tried. (One
+/// memcached closes just after this look fails unanswered, and the machine
+/// has its requests sent again on a new connection.)
 fn take_pooled<M>(side: &mut UdpSide, shared: &Shared<M>, buf: &mut [u8]) -> Option<TcpStream> {
     let mut stale = 0;
     let got = loop {
@@ -893,22 +963,95 @@ fn take_pooled<M>(side: &mut UdpSide, shared: &Shared<M>, buf: &mut [u8]) -> Opt
         t.stats.backend_stale += stale;
         if got.is_some() {
             t.stats.backend_reused += 1;
-        } else {
-            t.stats.backend_connects += 1;
         }
     }
     got
 }
 
-/// Binds the UDP socket of an address that also serves UDP.
-pub fn bind_udp(poll: &Poll, addr: SocketAddr) -> std::io::Result<UdpSide> {
-    let mut socket = UdpSocket::bind(addr)?;
+/// Binds a loop's UDP socket of an address that also serves UDP; with
+/// `reuse_port` (several loops) with `SO_REUSEPORT`, so every loop binds the
+/// same address and the kernel spreads datagrams over the sockets by
+/// 4-tuple (one client socket always reaches the same loop).
+pub fn bind_udp(poll: &Poll, addr: SocketAddr, reuse_port: bool) -> std::io::Result<UdpSide> {
+    let mut socket = UdpSocket::from_std(udp_socket(addr, reuse_port)?);
     poll.registry()
         .register(&mut socket, UDP, Interest::READABLE)?;
     Ok(UdpSide {
         socket,
         pool: Vec::new(),
     })
+}
+
+/// A non-blocking UDP socket bound to `addr`, `SO_REUSEPORT` set first when asked.
+fn udp_socket(addr: SocketAddr, reuse_port: bool) -> std::io::Result<std::net::UdpSocket> {
+    use std::os::fd::FromRawFd;
+    let domain = if addr.is_ipv4() {
+        libc::AF_INET
+    } else {
+        libc::AF_INET6
+    };
+    let kind = libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC;
+    // SAFETY: plain socket(2); the fd is checked and owned below.
+    let fd = unsafe { libc::socket(domain, kind, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh socket nobody else owns; closed on drop.
+    let socket = unsafe { std::net::UdpSocket::from_raw_fd(fd) };
+    if reuse_port {
+        let one: libc::c_int = 1;
+        // SAFETY: a valid socket and a c_int option value of the stated size.
+        let rc = unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_REUSEPORT,
+                (&one as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if rc != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    // SAFETY: zeroed sockaddr structs are valid; the fields are filled below.
+    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = match addr {
+        SocketAddr::V4(a) => {
+            // SAFETY: sockaddr_storage is large and aligned enough for sockaddr_in.
+            let sin = unsafe {
+                &mut *(&mut storage as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in>()
+            };
+            sin.sin_family = libc::AF_INET as libc::sa_family_t;
+            sin.sin_port = a.port().to_be();
+            sin.sin_addr.s_addr = u32::from_ne_bytes(a.ip().octets());
+            std::mem::size_of::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(a) => {
+            // SAFETY: sockaddr_storage is large and aligned enough for sockaddr_in6.
+            let sin6 = unsafe {
+                &mut *(&mut storage as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in6>()
+            };
+            sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+            sin6.sin6_port = a.port().to_be();
+            sin6.sin6_flowinfo = a.flowinfo();
+            sin6.sin6_addr.s6_addr = a.ip().octets();
+            sin6.sin6_scope_id = a.scope_id();
+            std::mem::size_of::<libc::sockaddr_in6>()
+        }
+    };
+    // SAFETY: `storage` holds a sockaddr of `len` bytes.
+    let rc = unsafe {
+        libc::bind(
+            fd,
+            (&storage as *const libc::sockaddr_storage).cast(),
+            len as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(socket)
 }
 
 /// A fresh poll with a waker registered.

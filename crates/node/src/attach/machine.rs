@@ -18,6 +18,7 @@ use super::cache::{Cache, Item};
 use super::inline::{Counter, Now};
 use super::reply::{frame_len, parse_get, write_value, Frame, GetReply, ReplyError};
 use super::text::{Key, Request, RequestParser};
+use super::udp::{GetShape, Unit};
 use slab::Slab;
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -66,6 +67,9 @@ pub struct Stats {
     pub fills_refused: u64,
     pub invalidations: u64,
     pub backend_failures: u64,
+    /// Requests sent again on a fresh backend connection after a reused one
+    /// failed before any answer byte ([`Machine::backend_opened`]).
+    pub backend_retries: u64,
 }
 
 #[derive(Debug, Default)]
@@ -108,8 +112,12 @@ enum Expect {
 }
 
 enum Entry {
-    Ready(Vec<u8>),
-    Wait { expect: Expect, since: Instant },
+    /// An answer made (with its get's shape, for UDP framing).
+    Ready(Vec<u8>, Option<GetShape>),
+    Wait {
+        expect: Expect,
+        since: Instant,
+    },
 }
 
 struct Conn {
@@ -120,11 +128,24 @@ struct Conn {
     to_client: Vec<u8>,
     to_backend: Vec<u8>,
     client_gone: bool,
+    /// Each answer's length (and a get's shape) as it goes out, for a UDP
+    /// pseudo-connection (memcached frames a get's UDP answer by which of its
+    /// keys were found, udp.rs); None for TCP clients.
+    units: Option<Vec<Unit>>,
     /// The client half-closed: what it sent is answered, then the connection closes.
     eof: bool,
     /// No more requests are read: close once everything queued is answered.
     closing: bool,
     backend_dead: bool,
+    /// Every byte given to the current backend connection, kept while that
+    /// connection was a reused one (it served earlier requests and sat idle)
+    /// and has answered nothing: if it fails now, memcached closed it before
+    /// reading them, and they are sent again on a fresh one (once).
+    replay: Option<Vec<u8>>,
+    /// The retry was made (a connection retries once).
+    retried: bool,
+    /// The next backend connection must be a new one, not a reused one.
+    fresh_backend: bool,
 }
 
 pub struct Machine {
@@ -175,9 +196,13 @@ impl Machine {
             to_client: Vec::new(),
             to_backend: Vec::new(),
             client_gone: false,
+            units: None,
             eof: false,
             closing: false,
             backend_dead: false,
+            replay: None,
+            retried: false,
+            fresh_backend: false,
         })
     }
 
@@ -271,6 +296,10 @@ impl Machine {
         if c.backend_dead {
             return;
         }
+        if !bytes.is_empty() {
+            // memcached answered on this connection: a failure from now on is not retried.
+            c.replay = None;
+        }
         c.backend_in.extend_from_slice(bytes);
         loop {
             let c = &mut self.conns[id];
@@ -310,11 +339,9 @@ impl Machine {
                 unreachable!("front checked above")
             };
             let raw: Vec<u8> = c.backend_in.drain(..n).collect();
-            let answer = self.complete(expect, raw, get, now);
+            let (answer, shape) = self.complete(expect, raw, get, now);
             let c = &mut self.conns[id];
-            if !c.client_gone {
-                c.to_client.extend_from_slice(&answer);
-            }
+            Self::emit(c, &answer, shape);
             Self::flush_ready(c);
         }
     }
@@ -325,9 +352,45 @@ impl Machine {
     }
 
     /// The backend connection failed or closed: every awaited answer becomes
-    /// `SERVER_ERROR backend unavailable` (in order), then the client is closed.
+    /// `SERVER_ERROR backend unavailable` (in order), then the client is closed;
+    /// unless the connection was a reused one that answered nothing, which
+    /// memcached closed while it sat idle (a restart, its idle timeout) and
+    /// the requests never reached: they are then sent again, once, on a
+    /// fresh connection. (A memcached that applied a request and died before
+    /// the first byte of its answer would see it twice; see docs/inline.md.)
     pub fn backend_failed(&mut self, id: usize, now: Instant) {
+        let Some(c) = self.conns.get_mut(id) else {
+            return;
+        };
+        if !c.backend_dead && !c.retried {
+            if let Some(again) = c.replay.take() {
+                c.retried = true;
+                c.fresh_backend = true;
+                c.backend_in = Vec::new();
+                // The unwritten rest of `to_backend` is a suffix of `again`.
+                c.to_backend = again;
+                self.stats.backend_retries += 1;
+                return;
+            }
+        }
         self.fail(id, now);
+    }
+
+    /// The driver gave this connection a backend connection: a `reused` one
+    /// (idle in a pool after serving earlier requests) may have been closed
+    /// by memcached meanwhile, so what is sent on it is kept until it
+    /// answers, for one retry ([`Self::backend_failed`]).
+    pub fn backend_opened(&mut self, id: usize, reused: bool) {
+        let Some(c) = self.conns.get_mut(id) else {
+            return;
+        };
+        c.fresh_backend = false;
+        c.replay = (reused && !c.retried).then(|| c.to_backend.clone());
+    }
+
+    /// The next backend connection must be a new one (a retry).
+    pub fn wants_fresh_backend(&self, id: usize) -> bool {
+        self.conns.get(id).is_some_and(|c| c.fresh_backend)
     }
 
     /// Fails connections whose oldest awaited answer is older than the backend timeout.
@@ -370,6 +433,7 @@ impl Machine {
         }
         self.stats.backend_failures += 1;
         c.backend_dead = true;
+        c.replay = None;
         c.closing = true;
         c.backend_in = Vec::new();
         c.to_backend = Vec::new();
@@ -377,7 +441,7 @@ impl Machine {
         let mut answers = Vec::with_capacity(queue.len());
         for e in queue {
             match e {
-                Entry::Ready(b) => answers.push(Entry::Ready(b)),
+                Entry::Ready(b, shape) => answers.push(Entry::Ready(b, shape)),
                 Entry::Wait { expect, .. } => {
                     let quiet = matches!(
                         expect,
@@ -387,7 +451,7 @@ impl Machine {
                     );
                     self.release(expect, now);
                     if !quiet {
-                        answers.push(Entry::Ready(BACKEND_DOWN.to_vec()));
+                        answers.push(Entry::Ready(BACKEND_DOWN.to_vec(), None));
                     }
                 }
             }
@@ -416,21 +480,50 @@ impl Machine {
     }
 
     fn flush_ready(c: &mut Conn) {
-        while let Some(Entry::Ready(_)) = c.queue.front() {
-            if let Some(Entry::Ready(b)) = c.queue.pop_front() {
-                if !c.client_gone {
-                    c.to_client.extend_from_slice(&b);
-                }
+        while let Some(Entry::Ready(..)) = c.queue.front() {
+            if let Some(Entry::Ready(b, shape)) = c.queue.pop_front() {
+                Self::emit(c, &b, shape);
             }
+        }
+    }
+
+    /// One answer goes out to the client (noted as a unit for UDP).
+    fn emit(c: &mut Conn, bytes: &[u8], get: Option<GetShape>) {
+        if c.client_gone || bytes.is_empty() {
+            return;
+        }
+        c.to_client.extend_from_slice(bytes);
+        if let Some(u) = c.units.as_mut() {
+            u.push(Unit {
+                len: bytes.len(),
+                get,
+            });
         }
     }
 
     fn push_ready(c: &mut Conn, bytes: &[u8]) {
         if c.queue.is_empty() {
-            c.to_client.extend_from_slice(bytes);
+            Self::emit(c, bytes, None);
         } else {
-            c.queue.push_back(Entry::Ready(bytes.to_vec()));
+            c.queue.push_back(Entry::Ready(bytes.to_vec(), None));
         }
+    }
+
+    /// Note each answer of this connection as a [`Unit`] from now on (a UDP
+    /// pseudo-connection: its answer is framed by them).
+    pub fn track_units(&mut self, id: usize) {
+        if let Some(c) = self.conns.get_mut(id) {
+            c.units.get_or_insert_with(Vec::new);
+        }
+    }
+
+    /// The answers' units noted since the last call (in output order).
+    pub fn take_units(&mut self, id: usize) -> Vec<Unit> {
+        self.conns
+            .get_mut(id)
+            .and_then(|c| c.units.as_mut())
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     fn pump(&mut self, id: usize, now: Instant) {
@@ -524,6 +617,9 @@ impl Machine {
         let c = &mut self.conns[id];
         for b in bytes {
             c.to_backend.extend_from_slice(b);
+            if let Some(r) = c.replay.as_mut() {
+                r.extend_from_slice(b);
+            }
         }
         c.queue.push_back(Entry::Wait { expect, since: now });
     }
@@ -576,22 +672,23 @@ impl Machine {
         self.stats.misses += keys.len() as u64 - n_hits;
         if n_hits == keys.len() as u64 {
             // All hits: the answer is written now (or queued behind awaited ones).
-            let c = &mut self.conns[id];
-            let direct = c.queue.is_empty();
-            let mut queued = Vec::new();
-            let out = if direct {
-                &mut c.to_client
-            } else {
-                &mut queued
-            };
+            let mut out = Vec::new();
             for k in &keys {
                 if let Some(item) = self.cache.get(k) {
-                    write_value(out, k, item.flags, &item.data, cas.then_some(item.cas));
+                    write_value(&mut out, k, item.flags, &item.data, cas.then_some(item.cas));
                 }
             }
             out.extend_from_slice(b"END\r\n");
-            if !direct {
-                c.queue.push_back(Entry::Ready(queued));
+            let shape = GetShape {
+                keys: keys.len(),
+                first_found: true,
+                last_found: true,
+            };
+            let c = &mut self.conns[id];
+            if c.queue.is_empty() {
+                Self::emit(c, &out, Some(shape));
+            } else {
+                c.queue.push_back(Entry::Ready(out, Some(shape)));
             }
             return;
         }
@@ -634,8 +731,8 @@ impl Machine {
         raw: Vec<u8>,
         get: Option<GetReply>,
         now: Instant,
-    ) -> Vec<u8> {
-        match expect {
+    ) -> (Vec<u8>, Option<GetShape>) {
+        let answer = match expect {
             Expect::Get {
                 cas,
                 keys,
@@ -649,15 +746,21 @@ impl Machine {
                         for (k, _) in misses {
                             self.miss_done(&k);
                         }
-                        return raw;
+                        return (raw, None);
                     }
                 };
                 let mut out = Vec::with_capacity(raw.len() + 64);
+                let mut found = Vec::with_capacity(keys.len());
                 for (k, known) in &keys {
                     match known {
-                        Some(h) => write_value(&mut out, k, h.flags, &h.data, cas.then_some(h.cas)),
+                        Some(h) => {
+                            found.push(true);
+                            write_value(&mut out, k, h.flags, &h.data, cas.then_some(h.cas))
+                        }
                         None => {
-                            if let Some(it) = items.iter().find(|it| it.key == *k) {
+                            let it = items.iter().find(|it| it.key == *k);
+                            found.push(it.is_some());
+                            if let Some(it) = it {
                                 write_value(
                                     &mut out,
                                     k,
@@ -670,6 +773,11 @@ impl Machine {
                     }
                 }
                 out.extend_from_slice(b"END\r\n");
+                let shape = GetShape {
+                    keys: keys.len(),
+                    first_found: found.first().copied().unwrap_or(false),
+                    last_found: found.last().copied().unwrap_or(false),
+                };
                 let flushed = flush_epoch != self.flush_epoch || !self.fills_allowed(now);
                 for (k, epoch) in misses {
                     let ok = !flushed
@@ -696,7 +804,7 @@ impl Machine {
                     }
                     self.miss_done(&k);
                 }
-                out
+                return (out, Some(shape));
             }
             Expect::Relay(_) => raw,
             Expect::Update { key, noreply } => {
@@ -722,7 +830,8 @@ impl Machine {
                     raw
                 }
             }
-        }
+        };
+        (answer, None)
     }
 }
 
@@ -755,6 +864,12 @@ impl super::inline::InlineMachine for Machine {
     }
     fn backend_failed(&mut self, id: usize, now: Now) {
         Machine::backend_failed(self, id, now.mono)
+    }
+    fn backend_opened(&mut self, id: usize, reused: bool) {
+        Machine::backend_opened(self, id, reused)
+    }
+    fn wants_fresh_backend(&self, id: usize) -> bool {
+        Machine::wants_fresh_backend(self, id)
     }
     fn take_backend_reset(&mut self, _id: usize) -> bool {
         false
@@ -810,6 +925,11 @@ impl super::inline::InlineMachine for Machine {
                 "Backend connections that failed or timed out with requests in flight.",
                 s.backend_failures,
             ),
+            Counter::total(
+                "offrac_attach_backend_retries_total",
+                "Requests sent again on a fresh backend connection after a reused one closed unanswered.",
+                s.backend_retries,
+            ),
             Counter::gauge(
                 "offrac_attach_cache_bytes",
                 "Bytes held by the cache.",
@@ -820,6 +940,12 @@ impl super::inline::InlineMachine for Machine {
 
     fn awaits_backend(&self, id: usize) -> bool {
         Machine::awaits_backend(self, id)
+    }
+    fn track_units(&mut self, id: usize) {
+        Machine::track_units(self, id)
+    }
+    fn take_units(&mut self, id: usize) -> Vec<Unit> {
+        Machine::take_units(self, id)
     }
 }
 
@@ -928,6 +1054,62 @@ mod tests {
             max_pending: 8,
             ..Settings::default()
         }
+    }
+
+    /// A reused backend connection (a pool's) that fails before answering
+    /// anything had been closed by memcached while idle: the requests go
+    /// again, once, on a fresh connection, and each is answered once. A
+    /// connection that answered a byte, a new one, or the retry's own
+    /// failure, gives `SERVER_ERROR` as before.
+    #[test]
+    fn a_reused_connection_that_fails_unanswered_is_retried_once_on_a_fresh_one() {
+        let now = Instant::now();
+        let mut m = Machine::new(small());
+        let c = m.open();
+        m.client_input(c, b"get k\r\nset j 0 0 1\r\nx\r\n", now);
+        m.backend_opened(c, true);
+        // Part written, part still waiting, when the connection fails.
+        let sent = std::mem::take(m.backend_out(c).unwrap());
+        assert_eq!(sent, b"gets k\r\nset j 0 0 1\r\nx\r\n");
+        m.backend_out(c).unwrap().extend_from_slice(&sent[8..]);
+        m.backend_failed(c, now);
+        assert_eq!(take(&mut m, c), b"", "nothing answered yet");
+        assert!(m.wants_fresh_backend(c));
+        assert!(m.awaits_backend(c));
+        assert_eq!(m.backend_out(c).unwrap().as_slice(), &sent[..]);
+        m.backend_opened(c, false);
+        assert!(!m.wants_fresh_backend(c));
+        std::mem::take(m.backend_out(c).unwrap());
+        m.backend_input(c, b"VALUE k 0 1 5\r\nv\r\nEND\r\nSTORED\r\n", now);
+        assert_eq!(take(&mut m, c), b"VALUE k 0 1\r\nv\r\nEND\r\nSTORED\r\n");
+        assert_eq!(m.stats().backend_retries, 1);
+        assert_eq!(m.stats().backend_failures, 0);
+        // The retry's own failure is not retried again.
+        m.client_input(c, b"get a\r\n", now);
+        m.backend_failed(c, now);
+        assert_eq!(take(&mut m, c), BACKEND_DOWN);
+        assert_eq!(m.stats().backend_retries, 1);
+
+        // A reused connection that answered a byte: its failure is not retried.
+        let d = m.open();
+        m.backend_opened(d, true);
+        m.client_input(d, b"get a\r\nget b\r\n", now);
+        m.backend_input(d, b"VAL", now);
+        m.backend_failed(d, now);
+        assert_eq!(take(&mut m, d), [BACKEND_DOWN, BACKEND_DOWN].concat());
+        // A new connection's failure is not retried.
+        let e = m.open();
+        m.client_input(e, b"get a\r\n", now);
+        m.backend_opened(e, false);
+        m.backend_failed(e, now);
+        assert_eq!(take(&mut m, e), BACKEND_DOWN);
+        // Nor a timeout on a reused one (memcached silent, not gone).
+        let f = m.open();
+        m.client_input(f, b"get a\r\n", now);
+        m.backend_opened(f, true);
+        m.tick(now + Duration::from_secs(10));
+        assert_eq!(take(&mut m, f), BACKEND_DOWN);
+        assert_eq!(m.stats().backend_retries, 1);
     }
 
     /// The driver polls for memcached's answer only while the machine says

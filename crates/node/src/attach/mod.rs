@@ -421,18 +421,20 @@ fn spawn<M: inline::InlineMachine + Send + 'static>(
     let backend = resolve(&cfg.backend)?;
     let (poll, listener, waker) = io::bind(listen)?;
     let addr = listener.local_addr()?;
-    // UDP on the port the TCP listener got (so port 0 gives one port for both).
-    let mut udp = if cfg.udp {
-        Some(io::bind_udp(&poll, addr)?)
-    } else {
-        None
-    };
     let mut polls = vec![poll];
     let mut wakers = vec![waker];
     for _ in 1..cfg.loops.max(1) {
         let (p, w) = io::poll_with_waker()?;
         polls.push(p);
         wakers.push(w);
+    }
+    // UDP on the port the TCP listener got (so port 0 gives one port for
+    // both), one socket per loop (SO_REUSEPORT when there are several).
+    let mut udp = Vec::new();
+    if cfg.udp {
+        for p in &polls {
+            udp.push(Some(io::bind_udp(p, addr, polls.len() > 1)?));
+        }
     }
     let shared = Arc::new(io::Shared::new(machine, wakers.clone()));
     if cfg.udp {
@@ -462,7 +464,7 @@ fn spawn<M: inline::InlineMachine + Send + 'static>(
                 backend_spin: cfg.backend_spin,
             },
             stop.clone(),
-            udp.take(),
+            udp.get_mut(i).and_then(Option::take),
         );
         // On failure the handle, dropped, stops the loops already started.
         let thread = std::thread::Builder::new()

@@ -15,7 +15,9 @@
 //! message of its own with sequence numbers from 0 and its own total, all
 //! under the request id; a datagram with several requests gets one message
 //! per request, and a multi-key get one message per `VALUE` item, `END`
-//! going with the last item (or alone when nothing was found).
+//! going with the last item (alone when nothing was found or the last key
+//! missed), after an empty message when the first of several keys missed
+//! ([`GetShape`], noted by the machine).
 
 use super::inline::{Counter, InlineMachine, Now};
 use std::collections::HashSet;
@@ -77,6 +79,59 @@ pub enum Dropped {
     /// The cap on UDP requests in flight is reached (as memcached drops under load).
     #[error("{0} UDP requests in flight (the cap)")]
     Full(usize),
+}
+
+/// Which keys of a get were found: memcached frames a get's UDP answer by
+/// it (1.6.18: `END` goes with the last item only if the last key was
+/// found, else alone; a get of two keys or more whose first key missed
+/// starts with an empty message, a header with total 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GetShape {
+    pub keys: usize,
+    pub first_found: bool,
+    pub last_found: bool,
+}
+
+/// One answer in a pseudo-connection's answer stream, in order: its length
+/// and, for a get's answer, its shape (the machine notes them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unit {
+    pub len: usize,
+    pub get: Option<GetShape>,
+}
+
+/// Cuts a stream of answers into memcached's UDP messages by the machine's
+/// units: a get's answer by its shape ([`GetShape`]; an empty slice is the
+/// empty message), anything else by [`responses`]. Units that do not add
+/// up to the stream (a machine that does not note them) leave the whole
+/// stream to [`responses`].
+pub fn messages<'a>(answer: &'a [u8], units: &[Unit]) -> Vec<&'a [u8]> {
+    if units.is_empty() || units.iter().map(|u| u.len).sum::<usize>() != answer.len() {
+        return responses(answer);
+    }
+    let mut out = Vec::new();
+    let mut at = 0;
+    for u in units {
+        let part = &answer[at..at + u.len];
+        at += u.len;
+        let mut rs = responses(part);
+        if let Some(shape) = u.get {
+            if !shape.first_found && shape.keys > 1 {
+                out.push(&part[..0]);
+            }
+            // END goes alone when the last key missed (and something was found).
+            if !shape.last_found {
+                if let Some(last) = rs.pop() {
+                    match last.strip_suffix(b"END\r\n").filter(|i| !i.is_empty()) {
+                        Some(item) => rs.extend([item, &last[item.len()..]]),
+                        None => rs.push(last),
+                    }
+                }
+            }
+        }
+        out.extend(rs);
+    }
+    out
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -176,19 +231,32 @@ pub struct UdpStats {
     pub datagrams_sent: u64,
     /// Datagrams the socket would not take (full send buffer or an error): lost, as UDP may lose them.
     pub send_failed: u64,
-    /// Backend connects tried for UDP requests (a miss or an update with no idle pooled one).
+    /// New backend connections for UDP requests (a miss or an update with no
+    /// idle pooled one, or a retry) seen to work: a write taken or bytes read.
     pub backend_connects: u64,
+    /// New backend connections for UDP requests that failed (refused, reset,
+    /// or timed out) before they were seen to work.
+    pub backend_connect_failures: u64,
     /// UDP requests given an idle pooled backend connection instead.
     pub backend_reused: u64,
     /// Pooled connections found closed or with stray bytes when taken (dropped, not used).
     pub backend_stale: u64,
 }
 
-/// The UDP side's counters for /metrics (docs/inline.md lists them).
-pub fn counters(s: &UdpStats, in_flight: usize) -> Vec<Counter> {
+/// The UDP side's counters for /metrics (docs/operations.md lists them);
+/// `per_loop` is the requests each event loop admitted.
+pub fn counters(s: &UdpStats, in_flight: usize, per_loop: &[u64]) -> Vec<Counter> {
     const DROPPED: &str = "offrac_attach_udp_dropped_total";
     const DROPPED_HELP: &str = "UDP datagrams dropped unanswered, by reason.";
-    vec![
+    let loops = per_loop.iter().enumerate().map(|(i, &n)| {
+        Counter::total(
+            "offrac_attach_udp_loop_requests_total",
+            "UDP requests admitted, by the event loop whose socket read them.",
+            n,
+        )
+        .with("loop", i.to_string())
+    });
+    let mut out = vec![
         Counter::total(
             "offrac_attach_udp_datagrams_received_total",
             "UDP datagrams read.",
@@ -230,8 +298,13 @@ pub fn counters(s: &UdpStats, in_flight: usize) -> Vec<Counter> {
         ),
         Counter::total(
             "offrac_attach_udp_backend_connects_total",
-            "Backend connects tried for UDP requests (no idle pooled one).",
+            "New backend connections for UDP requests that worked.",
             s.backend_connects,
+        ),
+        Counter::total(
+            "offrac_attach_udp_backend_connect_failures_total",
+            "New backend connections for UDP requests that failed before working.",
+            s.backend_connect_failures,
         ),
         Counter::total(
             "offrac_attach_udp_backend_reused_total",
@@ -248,7 +321,9 @@ pub fn counters(s: &UdpStats, in_flight: usize) -> Vec<Counter> {
             "UDP requests in flight.",
             in_flight as u64,
         ),
-    ]
+    ];
+    out.extend(loops);
+    out
 }
 
 /// The UDP requests in flight, keyed by (peer, request id), at most `cap`.
@@ -257,6 +332,8 @@ pub struct UdpTable {
     cap: usize,
     inflight: HashSet<(SocketAddr, u16)>,
     pub stats: UdpStats,
+    /// Requests admitted by each event loop (each reads its own socket).
+    pub per_loop: Vec<u64>,
 }
 
 /// An admitted request: answer it to `peer` with `request_id`.
@@ -273,7 +350,16 @@ impl UdpTable {
             cap,
             inflight: HashSet::new(),
             stats: UdpStats::default(),
+            per_loop: Vec::new(),
         }
+    }
+
+    /// Event loop `me` admitted a request.
+    pub fn admitted_on(&mut self, me: usize) {
+        if self.per_loop.len() <= me {
+            self.per_loop.resize(me + 1, 0);
+        }
+        self.per_loop[me] += 1;
     }
 
     pub fn in_flight(&self) -> usize {
@@ -330,12 +416,30 @@ impl UdpTable {
     /// The datagrams for a finished request's answer (its answer bytes as the
     /// machine produced them, or `None` when they went over [`MAX_ANSWER_BYTES`]):
     /// one message per response ([`responses`]), each framed from sequence 0.
-    pub fn answer(&mut self, request_id: u16, answer: Option<&[u8]>) -> Vec<Vec<u8>> {
+    pub fn answer(
+        &mut self,
+        request_id: u16,
+        answer: Option<&[u8]>,
+        units: &[Unit],
+    ) -> Vec<Vec<u8>> {
         self.stats.answered += 1;
         let framed = match answer {
-            Some(a) if a.len() <= MAX_ANSWER_BYTES => responses(a)
+            Some(a) if a.len() <= MAX_ANSWER_BYTES => messages(a, units)
                 .into_iter()
-                .map(|r| frame(request_id, r))
+                .map(|r| {
+                    if r.is_empty() {
+                        // memcached's empty message: a header, total 0.
+                        let h = Header {
+                            request_id,
+                            seq: 0,
+                            total: 0,
+                            reserved: 0,
+                        };
+                        Ok(vec![h.bytes().to_vec()])
+                    } else {
+                        frame(request_id, r)
+                    }
+                })
                 .collect::<Result<Vec<_>, _>>()
                 .ok(),
             _ => None,
@@ -358,6 +462,7 @@ impl UdpTable {
 /// reports the connection finished.
 pub fn open_request<M: InlineMachine>(m: &mut M, payload: &[u8], now: Now) -> usize {
     let id = m.open();
+    m.track_units(id);
     m.client_input(id, payload, now);
     m.client_eof(id, now);
     id
@@ -414,9 +519,10 @@ mod tests {
         let a = t.admit(from, d)?;
         let (rid, payload) = (a.request_id, a.payload.to_vec());
         let id = open_request(m, &payload, now);
-        let mut answer = Vec::new();
+        let (mut answer, mut units) = (Vec::new(), Vec::new());
         for _ in 0..10 {
             answer.append(InlineMachine::client_out(m, id).unwrap());
+            units.extend(InlineMachine::take_units(m, id));
             if InlineMachine::finished(m, id) {
                 break;
             }
@@ -427,7 +533,7 @@ mod tests {
         assert!(InlineMachine::finished(m, id), "the request finished");
         InlineMachine::remove(m, id, now);
         t.done(from, rid);
-        Ok(t.answer(rid, Some(&answer)))
+        Ok(t.answer(rid, Some(&answer), &units))
     }
 
     fn no_backend(b: &[u8]) -> Vec<u8> {
@@ -505,7 +611,7 @@ mod tests {
             b"\r\nEND\r\n",
         ]
         .concat();
-        let ds = t.answer(3, Some(&big));
+        let ds = t.answer(3, Some(&big), &[]);
         let heads: Vec<(u16, u16)> = ds
             .iter()
             .map(|d| Header::parse(d).map(|h| (h.seq, h.total)).unwrap())
@@ -515,6 +621,101 @@ mod tests {
         let body: Vec<u8> = ds.iter().flat_map(|d| d[HEADER_BYTES..].to_vec()).collect();
         assert_eq!(body, big);
         assert_eq!((t.stats.answered, t.stats.messages_sent), (1, 2));
+    }
+
+    /// A get's answer is framed by which of its keys were found, as
+    /// memcached 1.6.18 frames it: END alone after a missing last key, an
+    /// empty message (header only, total 0) first when the first of two
+    /// keys or more missed.
+    #[test]
+    fn a_gets_messages_follow_which_keys_were_found() {
+        let shape = |keys, first_found, last_found| GetShape {
+            keys,
+            first_found,
+            last_found,
+        };
+        let (x, y) = (&b"VALUE a 0 1\r\nx\r\n"[..], &b"VALUE b 0 1\r\ny\r\n"[..]);
+        let cut = |a: &[u8], shapes: &[Option<GetShape>], lens: &[usize]| -> Vec<Vec<u8>> {
+            let units: Vec<Unit> = lens
+                .iter()
+                .zip(shapes)
+                .map(|(&len, &get)| Unit { len, get })
+                .collect();
+            messages(a, &units).iter().map(|r| r.to_vec()).collect()
+        };
+        let end = b"END\r\n".to_vec();
+        // get a b (both found) / get a nope / get nope a / get nope a nope2 / get nope x / get nope
+        let both = [x, y, b"END\r\n"].concat();
+        assert_eq!(
+            cut(&both, &[Some(shape(2, true, true))], &[both.len()]),
+            vec![x.to_vec(), [y, b"END\r\n"].concat()]
+        );
+        let a_nope = [x, b"END\r\n"].concat();
+        assert_eq!(
+            cut(&a_nope, &[Some(shape(2, true, false))], &[a_nope.len()]),
+            vec![x.to_vec(), end.clone()]
+        );
+        assert_eq!(
+            cut(&a_nope, &[Some(shape(2, false, true))], &[a_nope.len()]),
+            vec![Vec::new(), a_nope.clone()]
+        );
+        assert_eq!(
+            cut(&a_nope, &[Some(shape(3, false, false))], &[a_nope.len()]),
+            vec![Vec::new(), x.to_vec(), end.clone()]
+        );
+        assert_eq!(
+            cut(&end, &[Some(shape(2, false, false))], &[5]),
+            vec![Vec::new(), end.clone()]
+        );
+        assert_eq!(
+            cut(&end, &[Some(shape(1, false, false))], &[5]),
+            vec![end.clone()]
+        );
+        // Several units; one that is no get; units that do not add up fall back.
+        let two = [&a_nope[..], b"STORED\r\n", &end].concat();
+        let shapes = [
+            Some(shape(2, true, false)),
+            None,
+            Some(shape(2, false, false)),
+        ];
+        assert_eq!(
+            cut(&two, &shapes, &[a_nope.len(), 8, 5]),
+            vec![
+                x.to_vec(),
+                end.clone(),
+                b"STORED\r\n".to_vec(),
+                Vec::new(),
+                end.clone()
+            ]
+        );
+        assert_eq!(
+            cut(&two, &shapes, &[a_nope.len(), 8, 4]),
+            vec![a_nope.clone(), b"STORED\r\n".to_vec(), end.clone()]
+        );
+        // The empty message is one datagram of a header with total 0.
+        let mut t = UdpTable::new(1);
+        let ds = t.answer(
+            4,
+            Some(&end),
+            &[Unit {
+                len: 5,
+                get: Some(shape(2, false, false)),
+            }],
+        );
+        assert_eq!(
+            ds,
+            vec![
+                Header {
+                    request_id: 4,
+                    seq: 0,
+                    total: 0,
+                    reserved: 0
+                }
+                .bytes()
+                .to_vec(),
+                datagram(4, 1, b"END\r\n")
+            ]
+        );
     }
 
     #[test]
@@ -691,9 +892,9 @@ mod tests {
         want.extend_from_slice(&value);
         want.extend_from_slice(b"\r\nEND\r\n");
         assert_eq!(reassemble(77, ds), want);
-        assert_eq!(t.answer(5, None), vec![datagram(5, 1, TOO_LARGE)]);
+        assert_eq!(t.answer(5, None, &[]), vec![datagram(5, 1, TOO_LARGE)]);
         assert_eq!(
-            t.answer(5, Some(&vec![0; MAX_ANSWER_BYTES + 1])),
+            t.answer(5, Some(&vec![0; MAX_ANSWER_BYTES + 1]), &[]),
             vec![datagram(5, 1, TOO_LARGE)]
         );
         assert_eq!(t.stats.answers_too_large, 2);

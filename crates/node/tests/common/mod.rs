@@ -10,15 +10,40 @@ pub mod memcached;
 
 use offrac_client::Client;
 use offrac_node::{start, NodeConfig, NodeHandle};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-/// A loopback port that was free a moment ago.
+/// Ports handed out by [`free_port`]: below the kernel's ephemeral range
+/// (32768-60999), so no `bind(0)` or outgoing connection takes one.
+const PORTS: std::ops::Range<u32> = 20_000..32_000;
+static NEXT_PORT: AtomicU32 = AtomicU32::new(0);
+
+/// A loopback port free for TCP and UDP a moment ago, never the same twice
+/// in one test process: ports come from a process-wide counter (starting at
+/// a place drawn from the process id, so two test processes start apart)
+/// in a range below the kernel's ephemeral ports. (`bind(0)` then drop, as
+/// before, let two parallel tests draw the same port.) A server started on
+/// it may still lose it to another process: [`memcached::memcached`]
+/// retries on another port then.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port()
+    let span = PORTS.end - PORTS.start;
+    let _ = NEXT_PORT.compare_exchange(
+        0,
+        std::process::id().wrapping_mul(7919) % span + 1,
+        Ordering::SeqCst,
+        Ordering::SeqCst,
+    );
+    for _ in 0..span {
+        let n = NEXT_PORT.fetch_add(1, Ordering::SeqCst);
+        let port = (PORTS.start + n % span) as u16;
+        let free = TcpListener::bind(("127.0.0.1", port)).is_ok()
+            && UdpSocket::bind(("127.0.0.1", port)).is_ok();
+        if free {
+            return port;
+        }
+    }
+    panic!("no free loopback port in {PORTS:?}");
 }
 
 /// Waits until something accepts TCP connections on loopback `port`; panics
@@ -60,11 +85,7 @@ pub fn attach_node_with_metrics(
 /// its links up (panics after 5 s).
 pub fn linked_nodes(n: usize, body: &str) -> Vec<NodeHandle> {
     let ports: Vec<SocketAddr> = (0..n)
-        .map(|_| {
-            TcpListener::bind("127.0.0.1:0")
-                .and_then(|l| l.local_addr())
-                .expect("a free port")
-        })
+        .map(|_| SocketAddr::from(([127, 0, 0, 1], free_port())))
         .collect();
     let nodes: Vec<NodeHandle> = (0..n)
         .map(|me| {

@@ -709,6 +709,16 @@ impl InlineMachine for Gate {
             self.conns.remove(id);
         }
     }
+
+    /// A request is at the backend and its answer is not all relayed (the
+    /// front of the queue is in flight): the driver may poll for it
+    /// (`backend_spin_us`) instead of sleeping.
+    fn awaits_backend(&self, id: usize) -> bool {
+        self.conns.get(id).is_some_and(|c| {
+            !c.client_gone && !c.abort && matches!(c.queue.front(), Some(Entry::Flight(_)))
+        })
+    }
+
     fn counters(&self) -> Vec<Counter> {
         let s = self.stats;
         vec![
@@ -839,6 +849,36 @@ mod tests {
             g.client_eof(c, now);
             assert!(g.finished(c));
         }
+    }
+
+    /// An answer is owed only while a request is at the backend: not for a
+    /// refused token, not once the answer is relayed or the backend failed.
+    #[test]
+    fn an_answer_is_awaited_only_while_the_backend_owes_one() {
+        let t = tok();
+        let mut g = gate();
+        let c = g.open();
+        let now = at(0);
+        assert!(!g.awaits_backend(c));
+        g.client_input(c, get("/no", None).as_bytes(), now);
+        assert!(!g.awaits_backend(c), "a 401 is the node's own");
+        assert_eq!(statuses(&take(g.client_out(c))), ["401"]);
+        g.client_input(c, get("/a", Some(&t)).as_bytes(), now);
+        assert!(g.awaits_backend(c), "forwarded");
+        take(g.backend_out(c));
+        let answer = ok("AB");
+        g.backend_input(c, &answer.as_bytes()[..answer.len() - 1], now);
+        assert!(g.awaits_backend(c), "half the answer is in");
+        g.backend_input(c, &answer.as_bytes()[answer.len() - 1..], now);
+        assert!(!g.awaits_backend(c), "the answer is in");
+        g.client_input(c, get("/b", Some(&t)).as_bytes(), now);
+        assert!(g.awaits_backend(c));
+        g.backend_failed(c, now);
+        assert!(!g.awaits_backend(c), "a failed backend owes nothing");
+        assert!(
+            !g.awaits_backend(c + 1),
+            "an unknown connection owes nothing"
+        );
     }
 
     #[test]
