@@ -38,10 +38,8 @@ def shape(rng: random.Random, n: int) -> int:
     """cols: 0 (one row), 1, n, a divisor, a non-divisor, more than n, 2^64 - 1, and two whose low bits
     are a divisor (2^8 + 1: 1 in the 8-bit element count of MAX_BEATS 8; 2^32 + n)."""
     divisors = [d for d in range(1, n + 1) if n % d == 0]
-    return rng.choice(
-        [0, 0, 1, n, rng.choice(divisors), rng.choice(divisors), rng.randint(1, n), n + 1, 2**64 - 1]
-        + [2**8 + 1, 2**32 + n]
-    )
+    some = [rng.choice(divisors), rng.choice(divisors), rng.randint(1, n)]
+    return rng.choice([0, 0, 1, n, *some, n + 1, 2**64 - 1, 2**8 + 1, 2**32 + n])
 
 
 def request(rng: random.Random) -> tuple[bytes, int]:

@@ -22,7 +22,7 @@ NEG_MAX = 0xFF7FFFFF
 INF = 0x7F800000
 NEG_INF = 0xFF800000
 ONE = 0x3F800000
-LATENCY = 8  # cycles from an element taken to its result valid, the range's reciprocal held (offrac_minmax_elem.v)
+LATENCY = 8  # cycles from an element taken to its result valid, its range's reciprocal held
 RECIP = 58  # cycles the pipeline is held when an element with a new range reaches its second stage
 
 # (x, lo, hi) the random draws may miss: zeros of both signs, the f64 path at its extremes,
