@@ -18,19 +18,20 @@
  *   5 BAD_INPUT    empty payload or a length not a multiple of 4, then n elements not whole
  *                  rows of cols (cols > n included); detail 0
  *
- * The payload is buffered (MAX_BEATS x 512 bits, block RAM): the row count
- * and the offsets go out before the columns and values, so the buffer is
- * read three times after the header words, a beat at a time: the row ends
- * (offsets), the columns of the non-zero elements, their values. Reading a
- * beat (a cycle) also gives each of its 16 lanes its column (a chain of
- * wrapping increments from the beat's first column, registered); then
- * each cycle sends the word of the next lane that has one (a row end, a
- * non-zero element) and skips the lanes without: a pass takes a cycle per
- * beat plus a cycle per word (at least one per beat), not a cycle per
- * element. The row count comes from a restoring divider (n / cols, one bit
- * a cycle), whose remainder is the whole-rows check. Output words are
- * packed 16 to a beat, one word a cycle: a datapath that packs a beat's
- * words in one cycle is the throughput work left.
+ * One pass over the data, while it comes in (a beat a cycle): each beat's
+ * 16 lanes get their columns (a chain of wrapping increments from the
+ * beat's first column), and three word packers (offrac_sparse_packer,
+ * below) compact, in the same cycle, the beat's non-zero values, their
+ * columns and its row ends (the running non-zero count at each row's last
+ * element) and append them to three buffers (block RAM: the values
+ * MAX_BEATS x 512 bits, the columns and row ends MAX_BEATS x 16 x NW bits).
+ * The row count is the number of row ends (cols 0: one), and the input is
+ * whole rows exactly when its last element ends a row: no divider. The
+ * payload itself is not kept. After the last beat the packers flush (a
+ * cycle), the metadata word goes out, then the result a beat a cycle: the
+ * header words, the row ends, the columns, the values, each buffer read a
+ * beat at a time and realigned by a fourth packer (the regions do not start
+ * on a beat boundary).
  *
  * Input beats as for min-max: all but the last full, tkeep a run from byte 0.
  */
@@ -78,67 +79,55 @@ module offrac_accel_sparse #(
     input  wire                   m_meta_tready
 );
 
-localparam LANES = 16;
-localparam NW    = ADDR_WIDTH + 5;         // element counts up to MAX_BEATS * 16
+localparam LANES     = 16;
+localparam NW        = ADDR_WIDTH + 5;     // element counts up to MAX_BEATS * 16
+localparam MAX_ELEMS = MAX_BEATS * LANES;
 
 localparam [7:0]
     STATUS_OK        = 8'd0,
     STATUS_TOO_LARGE = 8'd3,
     STATUS_BAD_INPUT = 8'd5;
 
-localparam [3:0]
-    ST_IDLE    = 4'd0,
-    ST_IN      = 4'd1,
-    ST_CHECK   = 4'd2,
-    ST_DIV     = 4'd3,
-    ST_STATUS  = 4'd4,
-    ST_ROWS    = 4'd5,
-    ST_ZERO    = 4'd6,
-    ST_FETCH   = 4'd7,
-    ST_ELEM    = 4'd8;
+localparam [2:0]
+    ST_IDLE   = 3'd0,
+    ST_IN     = 3'd1,
+    ST_FLUSH  = 3'd2,
+    ST_STATUS = 3'd3,
+    ST_OUT    = 3'd4;
 
-localparam [1:0]
-    PASS_ENDS   = 2'd0,   // offsets[1..rows]: the non-zero count at each row's end
-    PASS_COLS   = 2'd1,   // the column of each non-zero element
-    PASS_VALUES = 2'd2;   // its value
+localparam [2:0]            // the regions of the result, in order
+    RG_HDR  = 3'd0,         // rows, offsets[0] = 0
+    RG_ENDS = 3'd1,         // offsets[1..rows]
+    RG_COLS = 3'd2,
+    RG_VALS = 3'd3,
+    RG_DONE = 3'd4;
 
-reg [3:0]             state = ST_IDLE;
+reg [2:0]             state = ST_IDLE;
 reg [META_WIDTH-1:0]  meta_word;
 reg [63:0]            param;
 
 // what the input showed
 reg [ADDR_WIDTH:0]    n_beats;
-reg [NW-1:0]          n_elems;
 reg [NW-1:0]          nnz;
+reg [NW-1:0]          rows;           // row ends seen (cols 0: set to 1 at the flush)
+reg                   last_end;       // the last element seen ends a row
 reg                   too_large;
 reg                   any_bytes;
 reg                   ragged;
-reg                   not_rows;
-
-// the buffer
-reg [DATA_WIDTH-1:0]  mem [0:MAX_BEATS-1];
-reg [DATA_WIDTH-1:0]  rd_data;
-
-// n / cols
-reg [NW-1:0]          cols;
-reg [NW-1:0]          div_q;
-reg [NW:0]            div_r;
-reg [$clog2(NW+1)-1:0] div_i;
-
-// the walk over the elements
-reg [1:0]             pass;
-reg [ADDR_WIDTH:0]    wb;             // beat
-reg [3:0]             we;             // the lane the beat's next word is looked for from
-reg [NW-1:0]          nz_seen;        // non-zero elements before the beat
-reg [31:0]            words_left;     // words still to send, this one included
 
 wire meta_ready;
 assign s_meta_tready = state == ST_IDLE;
 assign s_axis_tready = state == ST_IN;
 wire meta_take = s_meta_tvalid && s_meta_tready;
 wire data_take = s_axis_tvalid && s_axis_tready;
+wire feed      = data_take && n_beats < MAX_BEATS;   // a beat that is stored
 
-// ---- per-beat input checks ------------------------------------------------
+// ---- per-beat lanes: element, non-zero, column, row end --------------------
+
+wire          one_row = param == 0;
+wire          wrap_en = !one_row && param <= MAX_ELEMS;   // larger: no row ends in range (not whole rows)
+wire [NW-1:0] col_max = param[NW-1:0] - 1'b1;            // cols - 1 when wrap_en
+reg  [NW-1:0] col_base;                                    // the column of the next beat's lane 0
 
 wire [LANES-1:0] el_whole, el_part, el_nz;
 genvar i;
@@ -150,146 +139,174 @@ generate
     end
 endgenerate
 
-reg [4:0] whole_n, nz_n;
+reg [NW*(LANES+1)-1:0] chain;        // lane i's column: bits [NW*i +: NW]; the next beat's at LANES
+reg [LANES-1:0]        el_end;        // lane i is an element that ends its row
+reg [NW*LANES-1:0]     end_word;      // the running non-zero count at lane i, i included
+reg [4:0]              nz_n, end_n;
+reg [NW-1:0]           run;
+reg                    beat_any, beat_last_end;
 integer k;
-always @* begin
-    whole_n = 5'd0;
-    nz_n    = 5'd0;
-    for (k = 0; k < LANES; k = k + 1) begin
-        whole_n = whole_n + {4'd0, el_whole[k]};
-        nz_n    = nz_n + {4'd0, el_nz[k]};
-    end
-end
-
-always @(posedge clk) begin
-    if (data_take && n_beats < MAX_BEATS) begin
-        mem[n_beats[ADDR_WIDTH-1:0]] <= s_axis_tdata;
-    end
-    if (state == ST_FETCH) begin
-        rd_data <= mem[wb[ADDR_WIDTH-1:0]];
-    end
-end
-
-// ---- the word stream out --------------------------------------------------
-
-// the beat read for the pass: its lanes' columns and which lanes hold elements
-reg [NW*LANES-1:0]    lc;             // lane i's column: bits [NW*i +: NW]
-reg [LANES-1:0]       lane_ok;
-reg [NW-1:0]          col_base;       // the column of the next beat's lane 0
-
-reg [NW*(LANES+1)-1:0] chain;
 always @* begin
     chain[NW-1:0] = col_base;
     for (k = 0; k < LANES; k = k + 1) begin
-        chain[NW*(k+1) +: NW] = chain[NW*k +: NW] == cols - 1'b1 ? {NW{1'b0}} : chain[NW*k +: NW] + 1'b1;
+        chain[NW*(k+1) +: NW] = wrap_en && chain[NW*k +: NW] == col_max ? {NW{1'b0}} : chain[NW*k +: NW] + 1'b1;
     end
-end
-
-wire [LANES-1:0] nz_ok, ends, ev, ev_from, ev_more;
-generate
-    for (i = 0; i < LANES; i = i + 1) begin : lane
-        assign nz_ok[i] = lane_ok[i] && |rd_data[32*i +: 31];   // != 0.0: not +-0
-        assign ends[i]  = lane_ok[i] && lc[NW*i +: NW] == cols - 1'b1;
-    end
-endgenerate
-assign ev      = pass == PASS_ENDS ? ends : nz_ok;
-assign ev_from = ev & ({LANES{1'b1}} << we);        // the lanes with a word from `we` on
-assign ev_more = ev_from & (ev_from - 1'b1);        // those after the first
-wire   has     = |ev_from;
-
-reg [3:0] p;                                        // the first of them
-reg [4:0] nz_upto, nz_beat;                         // non-zero lanes up to p, in the beat
-always @* begin
-    p = 4'd0;
-    for (k = LANES - 1; k >= 0; k = k - 1) begin
-        if (ev_from[k]) begin
-            p = k[3:0];
-        end
-    end
-    nz_upto = 5'd0;
-    nz_beat = 5'd0;
+    nz_n          = 5'd0;
+    end_n         = 5'd0;
+    run           = nnz;
+    beat_any      = 1'b0;
+    beat_last_end = 1'b0;
     for (k = 0; k < LANES; k = k + 1) begin
-        nz_upto = nz_upto + {4'd0, nz_ok[k] && k <= p};
-        nz_beat = nz_beat + {4'd0, nz_ok[k]};
+        el_end[k]            = el_whole[k] && wrap_en && chain[NW*k +: NW] == col_max;
+        run                  = run + {{(NW-1){1'b0}}, el_nz[k]};
+        end_word[NW*k +: NW] = run;
+        nz_n                 = nz_n + {4'd0, el_nz[k]};
+        end_n                = end_n + {4'd0, el_end[k]};
+        if (el_whole[k]) begin
+            beat_any      = 1'b1;
+            beat_last_end = el_end[k];
+        end
     end
 end
 
-wire beat_end = !has || ev_more == 0;               // no word left in this beat after this cycle's
-wire last_rd  = wb + 1'b1 == n_beats;
+// ---- the three packers and their buffers ------------------------------------
 
-reg        word_valid;
-reg [31:0] word;
+wire                  flushing = state == ST_FLUSH;
+wire                  fin      = s_axis_tlast;      // the packers flush after the last beat
+
+reg  [LANES*NW-1:0]   col_words;
 always @* begin
-    word_valid = 1'b0;
-    word       = 32'd0;
-    case (state)
-        ST_ROWS: begin
-            word_valid = 1'b1;
-            word       = div_q;
-        end
-        ST_ZERO: begin
-            word_valid = 1'b1;   // offsets[0]
-        end
-        ST_ELEM: begin
-            word_valid = has;
-            case (pass)
-                PASS_ENDS:   word = nz_seen + nz_upto;
-                PASS_COLS:   word = lc[NW*p +: NW];
-                default:     word = rd_data[32*p +: 32];
-            endcase
-        end
-        default: begin
-        end
+    for (k = 0; k < LANES; k = k + 1) begin
+        col_words[NW*k +: NW] = chain[NW*k +: NW];
+    end
+end
+
+wire                  v_ov, c_ov, e_ov;
+wire [LANES*32-1:0]   v_od;
+wire [LANES*NW-1:0]   c_od, e_od;
+
+offrac_sparse_packer #(.LANES(LANES), .W(32), .COMPACT(1)) vals_pk (
+    .clk(clk), .rst(rst), .clear(meta_take), .en(1'b1),
+    .in_valid(feed), .in_mask(el_nz), .in_words(s_axis_tdata), .in_last(fin),
+    .out_valid(v_ov), .out_data(v_od), .out_cnt(), .out_last(), .busy()
+);
+offrac_sparse_packer #(.LANES(LANES), .W(NW), .COMPACT(1)) cols_pk (
+    .clk(clk), .rst(rst), .clear(meta_take), .en(1'b1),
+    .in_valid(feed), .in_mask(el_nz), .in_words(col_words), .in_last(fin),
+    .out_valid(c_ov), .out_data(c_od), .out_cnt(), .out_last(), .busy()
+);
+// cols 0: no row end in the beats, the one row's end (nnz) is pushed at the flush
+wire               e_flush_one = flushing && one_row;
+wire [LANES-1:0]   e_mask      = e_flush_one ? {{(LANES-1){1'b0}}, 1'b1} : el_end;
+wire [LANES*NW-1:0] e_words    = e_flush_one ? {{((LANES-1)*NW){1'b0}}, nnz} : end_word;
+offrac_sparse_packer #(.LANES(LANES), .W(NW), .COMPACT(1)) ends_pk (
+    .clk(clk), .rst(rst), .clear(meta_take), .en(1'b1),
+    .in_valid(feed || e_flush_one), .in_mask(e_mask), .in_words(e_words), .in_last(e_flush_one || (fin && !one_row)),
+    .out_valid(e_ov), .out_data(e_od), .out_cnt(), .out_last(), .busy()
+);
+
+reg [LANES*32-1:0] vals_mem [0:MAX_BEATS-1];
+reg [LANES*NW-1:0] cols_mem [0:MAX_BEATS-1];
+reg [LANES*NW-1:0] ends_mem [0:MAX_BEATS-1];
+reg [ADDR_WIDTH:0] v_wp, c_wp, e_wp;
+
+always @(posedge clk) begin
+    if (v_ov) begin
+        vals_mem[v_wp[ADDR_WIDTH-1:0]] <= v_od;
+    end
+    if (c_ov) begin
+        cols_mem[c_wp[ADDR_WIDTH-1:0]] <= c_od;
+    end
+    if (e_ov) begin
+        ends_mem[e_wp[ADDR_WIDTH-1:0]] <= e_od;
+    end
+end
+
+// ---- the result out: a region sequencer, the buffers' read stage, a realigning packer
+
+reg [2:0]            a_region;        // stage A: which region, which beat, words left in it
+reg [ADDR_WIDTH-1:0] a_beat;
+reg [NW-1:0]         a_left;
+reg                  b_valid = 1'b0;  // stage B: the beat read, its region and word count
+reg [2:0]            b_region;
+reg [4:0]            b_cnt;
+reg                  b_last;
+reg [LANES*32-1:0]   vals_rd;
+reg [LANES*NW-1:0]   cols_rd, ends_rd;
+
+wire                 o_ov, o_last, o_busy;
+wire [LANES*32-1:0]  o_od;
+wire [4:0]           o_cnt;
+wire                 pk_ready;
+wire                 o_en = !o_ov || pk_ready;
+wire                 adv  = state == ST_OUT && o_en && !o_busy;
+
+reg [LANES*32-1:0]   b_words;
+always @* begin
+    b_words = {LANES*32{1'b0}};
+    case (b_region)
+        RG_HDR: b_words[NW-1:0] = rows;   // word 1, offsets[0], is 0
+        RG_ENDS: for (k = 0; k < LANES; k = k + 1) b_words[32*k +: NW] = ends_rd[NW*k +: NW];
+        RG_COLS: for (k = 0; k < LANES; k = k + 1) b_words[32*k +: NW] = cols_rd[NW*k +: NW];
+        default: b_words = vals_rd;
     endcase
 end
 
-// 16 words to a beat; the beat waits in the packer while the sink stalls
-reg [DATA_WIDTH-1:0] pk_data;
-reg [4:0]            pk_cnt;
-reg                  pk_last;
-reg                  pk_full = 1'b0;
-wire                 pk_ready;
-wire                 word_ready = !pk_full;
-wire                 word_take  = word_valid && word_ready;
-wire                 advance    = !word_valid || word_ready;
+offrac_sparse_packer #(.LANES(LANES), .W(32), .COMPACT(0)) out_pk (
+    .clk(clk), .rst(rst), .clear(meta_take), .en(o_en),
+    .in_valid(b_valid && state == ST_OUT), .in_mask({LANES{1'b1}} >> (LANES - b_cnt)),
+    .in_words(b_words), .in_last(b_last),
+    .out_valid(o_ov), .out_data(o_od), .out_cnt(o_cnt), .out_last(o_last), .busy(o_busy)
+);
 
-reg [KEEP_WIDTH-1:0] pk_keep;
+reg [KEEP_WIDTH-1:0] o_keep;
 always @* begin
     for (k = 0; k < KEEP_WIDTH; k = k + 1) begin
-        pk_keep[k] = (k / 4) < pk_cnt;
-    end
-end
-
-always @(posedge clk) begin
-    if (pk_full && pk_ready) begin
-        pk_full <= 1'b0;
-        pk_cnt  <= 5'd0;
-    end
-    if (word_take) begin
-        pk_data[32*pk_cnt[3:0] +: 32] <= word;
-        pk_cnt  <= pk_cnt + 1'b1;
-        pk_last <= words_left == 1;
-        if (pk_cnt == LANES - 1 || words_left == 1) begin
-            pk_full <= 1'b1;
-        end
-    end
-    if (rst) begin   // the last word of a result always fills the beat: it ends empty
-        pk_full <= 1'b0;
-        pk_cnt  <= 5'd0;
+        o_keep[k] = (k / 4) < o_cnt;
     end
 end
 
 offrac_axis_reg #(.WIDTH(DATA_WIDTH + KEEP_WIDTH + 1)) data_out (
     .clk(clk), .rst(rst),
-    .s_tdata({pk_data, pk_keep, pk_last}), .s_tvalid(pk_full), .s_tready(pk_ready),
+    .s_tdata({o_od, o_keep, o_last}), .s_tvalid(o_ov && state == ST_OUT), .s_tready(pk_ready),
     .m_tdata({m_axis_tdata, m_axis_tkeep, m_axis_tlast}),
     .m_tvalid(m_axis_tvalid), .m_tready(m_axis_tready)
 );
 
-// ---- control ---------------------------------------------------------------
+wire a_fits = a_left <= LANES;        // the region's last beat
+always @(posedge clk) begin
+    if (adv) begin
+        vals_rd <= vals_mem[a_beat];
+        cols_rd <= cols_mem[a_beat];
+        ends_rd <= ends_mem[a_beat];
+        b_region <= a_region;
+        b_valid  <= a_region != RG_DONE;
+        b_cnt    <= a_region == RG_HDR ? 5'd2 : a_fits ? a_left[4:0] : 5'd16;
+        b_last   <= a_fits && (a_region == RG_VALS || (a_region == RG_ENDS && nnz == 0));
+        if (a_region == RG_HDR) begin
+            a_region <= RG_ENDS;
+            a_beat   <= 0;
+            a_left   <= rows;
+        end else if (a_region != RG_DONE) begin
+            a_beat <= a_beat + 1'b1;
+            a_left <= a_left - LANES;
+            if (a_fits) begin
+                a_region <= a_region == RG_ENDS && nnz == 0 ? RG_DONE : a_region + 1'b1;
+                a_beat   <= 0;
+                a_left   <= nnz;
+            end
+        end
+    end
+    if (state == ST_STATUS) begin   // the sequencer starts at the header words
+        a_region <= RG_HDR;
+        a_beat   <= 0;
+    end
+    if (rst) begin
+        b_valid <= 1'b0;
+    end
+end
 
-wire [63:0] cols_req = param == 0 ? {{(64-NW){1'b0}}, n_elems} : param;
-wire [NW:0] div_shift = {div_r[NW-1:0], div_q[NW-1]};
+// ---- control ---------------------------------------------------------------
 
 reg [7:0]  status;
 reg [31:0] detail;
@@ -299,23 +316,31 @@ always @* begin
     if (too_large) begin
         status = STATUS_TOO_LARGE;
         detail = MAX_BEATS * 64;
-    end else if (!any_bytes || ragged || not_rows || div_r != 0) begin
+    end else if (!any_bytes || ragged || !last_end) begin
         status = STATUS_BAD_INPUT;
     end
 end
 
 always @(posedge clk) begin
+    if (v_ov) v_wp <= v_wp + 1'b1;
+    if (c_ov) c_wp <= c_wp + 1'b1;
+    if (e_ov) e_wp <= e_wp + 1'b1;
     case (state)
         ST_IDLE: begin
             if (meta_take) begin
                 meta_word <= s_meta_tdata;
                 param     <= s_meta_tdata[PARAM_LSB +: 64];
                 n_beats   <= 0;
-                n_elems   <= 0;
                 nnz       <= 0;
+                rows      <= 0;
+                last_end  <= 1'b0;
                 too_large <= 1'b0;
                 any_bytes <= 1'b0;
                 ragged    <= 1'b0;
+                col_base  <= 0;
+                v_wp      <= 0;
+                c_wp      <= 0;
+                e_wp      <= 0;
                 state     <= ST_IN;
             end
         end
@@ -324,87 +349,35 @@ always @(posedge clk) begin
                 any_bytes <= any_bytes || |s_axis_tkeep;
                 ragged    <= ragged || |el_part;
                 if (n_beats < MAX_BEATS) begin
-                    n_beats <= n_beats + 1'b1;
-                    n_elems <= n_elems + whole_n;
-                    nnz     <= nnz + nz_n;
+                    n_beats  <= n_beats + 1'b1;
+                    nnz      <= nnz + nz_n;
+                    rows     <= rows + end_n;
+                    col_base <= chain[NW*LANES +: NW];
+                    if (beat_any) begin
+                        last_end <= one_row || beat_last_end;
+                    end
                 end else begin
                     too_large <= 1'b1;   // read to the end, nothing more stored
                 end
                 if (s_axis_tlast) begin
-                    state <= ST_CHECK;
+                    state <= ST_FLUSH;
                 end
             end
         end
-        ST_CHECK: begin
-            cols     <= cols_req[NW-1:0];
-            not_rows <= cols_req > n_elems;   // n >= 1, so cols > n leaves a remainder
-            div_q    <= n_elems;
-            div_r    <= 0;
-            div_i    <= NW;
-            state    <= ST_DIV;
-        end
-        ST_DIV: begin
-            if (div_shift >= {1'b0, cols}) begin
-                div_r <= div_shift - {1'b0, cols};
-                div_q <= {div_q[NW-2:0], 1'b1};
-            end else begin
-                div_r <= div_shift;
-                div_q <= {div_q[NW-2:0], 1'b0};
+        ST_FLUSH: begin   // the packers write their last beats
+            if (one_row) begin
+                rows <= 1;
             end
-            div_i <= div_i - 1'b1;
-            if (div_i == 1 || not_rows) begin
-                state <= ST_STATUS;
-            end
+            state <= ST_STATUS;
         end
         ST_STATUS: begin
             if (meta_ready) begin
-                words_left <= 2 + div_q + 2 * nnz;
-                state      <= status == STATUS_OK ? ST_ROWS : ST_IDLE;
+                state <= status == STATUS_OK ? ST_OUT : ST_IDLE;
             end
         end
-        ST_ROWS: begin
-            if (word_take) begin
-                words_left <= words_left - 1'b1;
-                state      <= ST_ZERO;
-            end
-        end
-        ST_ZERO: begin
-            if (word_take) begin
-                words_left <= words_left - 1'b1;
-                pass       <= PASS_ENDS;
-                wb         <= 0;
-                col_base   <= 0;
-                nz_seen    <= 0;
-                state      <= ST_FETCH;
-            end
-        end
-        ST_FETCH: begin
-            we <= 4'd0;
-            lc <= chain[NW*LANES-1:0];
-            for (k = 0; k < LANES; k = k + 1) begin
-                lane_ok[k] <= {wb[ADDR_WIDTH-1:0], k[3:0]} < n_elems;
-            end
-            col_base <= chain[NW*LANES +: NW];
-            state    <= ST_ELEM;
-        end
-        default: begin   // ST_ELEM
-            if (advance) begin
-                if (word_take) begin
-                    words_left <= words_left - 1'b1;
-                end
-                we <= p + 1'b1;
-                if (beat_end) begin
-                    nz_seen <= nz_seen + nz_beat;
-                    wb      <= wb + 1'b1;
-                    state   <= ST_FETCH;
-                    if (last_rd) begin
-                        wb       <= 0;
-                        col_base <= 0;
-                        nz_seen  <= 0;
-                        pass     <= pass + 1'b1;
-                        state    <= pass == PASS_VALUES ? ST_IDLE : ST_FETCH;
-                    end
-                end
+        default: begin   // ST_OUT: until the last beat has left the packer
+            if (a_region == RG_DONE && !b_valid && !o_busy) begin
+                state <= ST_IDLE;
             end
         end
     endcase
@@ -414,7 +387,7 @@ always @(posedge clk) begin
     end
 end
 
-wire [31:0] out_bytes = (32'd2 + div_q + 32'd2 * nnz) << 2;
+wire [31:0] out_bytes = (32'd2 + rows + 32'd2 * nnz) << 2;
 
 offrac_axis_reg #(.WIDTH(META_WIDTH + 40 + 32)) meta_out (
     .clk(clk), .rst(rst),
@@ -422,6 +395,145 @@ offrac_axis_reg #(.WIDTH(META_WIDTH + 40 + 32)) meta_out (
     .m_tdata({m_meta_tdata, m_meta_status, m_meta_detail, m_meta_len}),
     .m_tvalid(m_meta_tvalid), .m_tready(m_meta_tready)
 );
+
+endmodule
+
+/*
+ * A word packer of offrac_accel_sparse: up to LANES words of W bits a cycle
+ * in (the lanes set in in_mask; COMPACT 0: a low run), full beats of LANES
+ * words out, in order, a beat a cycle. With COMPACT the lanes are first
+ * compacted (each word moved down by the number of unset lanes below it, in
+ * four shift stages of 1, 2, 4 and 8 lanes, which never collide), then
+ * placed after the words held (up to LANES - 1) by a barrel shift. A beat
+ * goes out (out_valid, combinational) when LANES words are there, or with
+ * in_last what is left (out_last, out_cnt words; more than LANES: a full
+ * beat, then the rest the next cycle, busy meanwhile, input ignored). The
+ * state moves only with en; clear empties it.
+ */
+module offrac_sparse_packer #(
+    parameter LANES   = 16,
+    parameter W       = 32,
+    parameter COMPACT = 1
+) (
+    input  wire               clk,
+    input  wire               rst,
+    input  wire               clear,
+    input  wire               en,
+    input  wire               in_valid,
+    input  wire [LANES-1:0]   in_mask,
+    input  wire [LANES*W-1:0] in_words,
+    input  wire               in_last,
+    output reg                out_valid,
+    output reg  [LANES*W-1:0] out_data,
+    output reg  [4:0]         out_cnt,
+    output reg                out_last,
+    output wire               busy
+);
+
+reg [LANES*W-1:0] acc;
+reg [4:0]         fill = 5'd0;     // words held, < LANES
+reg               pend = 1'b0;     // the rest of a last input waits to go out
+
+assign busy = pend;
+
+reg [LANES*W-1:0]   cw, nw;
+reg [LANES-1:0]     cv, nv;
+reg [LANES*4-1:0]   cd, nd;
+reg [4:0]           cnt;
+reg [2*LANES*W-1:0] placed;
+reg [5:0]           total;
+reg [LANES*W-1:0]   acc_n;
+reg [4:0]           fill_n;
+reg                 pend_n;
+integer l, s;
+always @* begin
+    // compaction: lane l moves down by cd[l], the unset lanes below it
+    cnt = 5'd0;
+    for (l = 0; l < LANES; l = l + 1) begin
+        cd[4*l +: 4] = l[3:0] - cnt[3:0];
+        cnt          = cnt + {4'd0, in_mask[l]};
+    end
+    cw = in_words;
+    cv = in_mask;
+    if (COMPACT) begin
+        for (s = 0; s < 4; s = s + 1) begin
+            nw = {LANES*W{1'b0}};
+            nv = {LANES{1'b0}};
+            nd = {LANES*4{1'b0}};
+            for (l = 0; l < LANES; l = l + 1) begin
+                if (cv[l] && !cd[4*l + s]) begin
+                    nw[W*l +: W] = cw[W*l +: W];
+                    nv[l]        = 1'b1;
+                    nd[4*l +: 4] = cd[4*l +: 4];
+                end
+                if (l + (1 << s) < LANES) begin
+                    if (cv[l + (1 << s)] && cd[4*(l + (1 << s)) + s]) begin
+                        nw[W*l +: W] = cw[W*(l + (1 << s)) +: W];
+                        nv[l]        = 1'b1;
+                        nd[4*l +: 4] = cd[4*(l + (1 << s)) +: 4];
+                    end
+                end
+            end
+            cw = nw;
+            cv = nv;
+            cd = nd;
+        end
+    end
+    if (!in_valid) begin
+        cnt = 5'd0;
+    end
+    for (l = 0; l < LANES; l = l + 1) begin
+        if (l >= cnt) begin
+            cw[W*l +: W] = {W{1'b0}};
+        end
+    end
+    // placed after the words held
+    placed = {{LANES*W{1'b0}}, cw} << (W * fill);
+    for (l = 0; l < LANES; l = l + 1) begin
+        if (l < fill) begin
+            placed[W*l +: W] = acc[W*l +: W];
+        end
+    end
+    total = fill + cnt;
+
+    out_valid = 1'b0;
+    out_data  = placed[LANES*W-1:0];
+    out_cnt   = 5'd16;
+    out_last  = 1'b0;
+    acc_n     = placed[LANES*W-1:0];
+    fill_n    = total[4:0];
+    pend_n    = 1'b0;
+    if (pend) begin
+        out_valid = 1'b1;
+        out_data  = acc;
+        out_cnt   = fill;
+        out_last  = 1'b1;
+        acc_n     = acc;
+        fill_n    = 5'd0;
+    end else if (in_valid && in_last && total <= LANES) begin
+        out_valid = total != 0;
+        out_cnt   = total[4:0];
+        out_last  = 1'b1;
+        fill_n    = 5'd0;
+    end else if (total >= LANES) begin
+        out_valid = 1'b1;
+        acc_n     = placed[2*LANES*W-1:LANES*W];
+        fill_n    = total - LANES;
+        pend_n    = in_valid && in_last && total > LANES;
+    end
+end
+
+always @(posedge clk) begin
+    if (en) begin
+        acc  <= acc_n;
+        fill <= fill_n;
+        pend <= pend_n;
+    end
+    if (rst || clear) begin
+        fill <= 5'd0;
+        pend <= 1'b0;
+    end
+end
 
 endmodule
 

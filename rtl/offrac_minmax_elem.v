@@ -16,25 +16,35 @@
  * every non-NaN x and neither is infinite when hi > lo (the wrapper refuses
  * infinities); the quotient is then in [0, 1].
  *
- * A fixed-latency pipeline, one element per cycle, LATENCY (61) cycles from
- * an element taken to its result valid:
+ * A fixed-latency pipeline, one element per cycle, LATENCY (8) cycles from
+ * an element taken to its result valid once the range's reciprocal is held:
  *   P0      the inputs registered;
  *   P1      both subtractions exact-then-normalized: the larger operand in a
  *           64-bit window, the smaller shifted in with a sticky bit (a
  *           difference below the normal range is exact, so it needs no
  *           subnormal rounding);
- *   P2      hi - lo rounded to 24 bits; if that overflows float32, the f64
- *           path: both differences rounded to 53 bits, else to 24; the
+ *   D0      (P2) hi - lo rounded to 24 bits; if that overflows float32, the
+ *           f64 path: both differences rounded to 53 bits, else to 24; the
  *           special cases (NaN, zero range, x - lo = 0) decided here and
- *           carried beside the divider;
- *   D1..D56 a restoring divider unrolled, one quotient bit per stage: 56
- *           bits, what the f64 path needs (53 + guard + normalization);
- *           the float32 path uses the same 56 bits, the bits past its 27th
- *           and the remainder only as a sticky bit, which rounds the same;
+ *           carried beside the divider; the significands A (x - lo) and D
+ *           (hi - lo) and the reciprocal R = floor(2^108 / D) registered;
+ *   M1      A * R (53 x 57 bits, DSPs);
+ *   M2      Qe = floor(A * R / 2^53), which is the quotient floor(A * 2^55 / D)
+ *           or one less, and the remainder A * 2^55 - Qe * D modulo 2^56
+ *           (56 x 53 bits, DSPs, low half);
+ *   M3      the remainder checked against D: the quotient (56 bits, what the
+ *           f64 path needs; the float32 path uses the bits past its 27th only
+ *           as a sticky bit, which rounds the same) and the sticky bit, the
+ *           same bits as the unrolled restoring divider before gave;
  *   R1      the quotient normalized, rounded to 53 bits on the f64 path;
  *   R2      rounded to float32 (subnormals included): the output register.
+ * R depends only on D, the request's range: it is computed when an element
+ * whose D differs from the one held reaches P1, one bit a cycle (a
+ * restoring division, 57 cycles); the whole pipeline is held meanwhile (58
+ * cycles, once per request in the wrapper).
  * The whole pipeline advances together when its last stage is empty or
- * taken (s_ready = !m_valid || m_ready): a stalled sink holds every stage,
+ * taken and no reciprocal is being computed (s_ready = adv; m_valid is low
+ * while the reciprocal is computed): a stalled sink holds every stage,
  * nothing is dropped or overwritten.
  */
 
@@ -59,8 +69,7 @@ module offrac_minmax_elem (
     input  wire         m_ready
 );
 
-localparam NDIV    = 56;            // quotient bits, one per stage
-localparam LATENCY = NDIV + 5;      // P0, P1, P2, D1..D56, R1, R2
+localparam LATENCY = 8;             // P0, P1, D0 (P2), M1, M2, M3, R1, R2
 
 // IEEE a < b on float32 bits: false with a NaN, -0 == +0
 function lt;
@@ -144,7 +153,8 @@ function [64:0] sub_round;
 endfunction
 
 reg [LATENCY-1:0] vld = {LATENCY{1'b0}};   // vld[i]: stage i holds an element
-wire adv = !vld[LATENCY-1] || m_ready;
+wire stall;                                 // the reciprocal of a new range is being computed
+wire adv = (!vld[LATENCY-1] || m_ready) && !stall;
 
 assign s_ready = adv;
 
@@ -205,44 +215,97 @@ wire        wide_now = $signed(b24[64:53]) > 12'sd127;   // hi - lo overflows fl
 wire [64:0] b_r = wide_now ? b53 : b24;
 wire [64:0] a_r = wide_now ? a53 : a24;
 
-// the divider, stage k (0: its input)
-reg [53:0]  rem  [0:NDIV];
-reg [55:0]  quo  [0:NDIV];
-reg [52:0]  dvs  [0:NDIV];
-reg [11:0]  eq   [0:NDIV];    // quotient exponent before normalization
-reg         wide [0:NDIV];
-reg         byp  [0:NDIV];
-reg [31:0]  byp_y[0:NDIV];
+// ---- the divider: a reciprocal of the range, a product and a remainder check ----
+//
+// The quotient wanted is the restoring divider's: Q = floor(A * 2^55 / D) (56 bits, A and D the
+// 53-bit significands, normalized: both in [2^52, 2^53), the float32 path's with 29 zero bits
+// below), and whether A * 2^55 - Q * D is non-zero (the sticky bit). R = floor(2^108 / D) is
+// computed once per divisor (one bit a cycle, 57 cycles, the pipeline held meanwhile: D is the
+// request's range, the same for all its elements). Per element, Qe = floor(A * R / 2^53) is Q or
+// Q - 1 (A * R / 2^53 > A * 2^55 / D - A / 2^53 and A < 2^53); the remainder r = A * 2^55 - Qe * D,
+// in [0, 2D), is computed modulo 2^56 (it is below 2^54), and r >= D adds the missing one.
 
+wire [52:0] dv_now = b_r[52:0];
+reg  [52:0] rc_d;                   // the divisor whose reciprocal is held
+reg         rc_ok = 1'b0;
+reg         rc_busy = 1'b0;
+reg  [56:0] rc_q;                   // R = floor(2^108 / rc_d)
+reg  [53:0] rc_rem;
+reg  [5:0]  rc_i;
+wire        rc_miss = vld[1] && (!rc_ok || dv_now != rc_d);
+assign      stall = rc_miss;        // held until the reciprocal is there
+
+wire [54:0] rc_trial = {rc_rem, 1'b0} - {2'b0, rc_d};
+always @(posedge clk) begin
+    if (rc_busy) begin
+        if (!rc_trial[54]) begin
+            rc_rem <= rc_trial[53:0];
+            rc_q   <= {rc_q[55:0], 1'b1};
+        end else begin
+            rc_rem <= {rc_rem[52:0], 1'b0};
+            rc_q   <= {rc_q[55:0], 1'b0};
+        end
+        rc_i <= rc_i - 1'b1;
+        if (rc_i == 6'd1) begin
+            rc_busy <= 1'b0;
+            rc_ok   <= 1'b1;
+        end
+    end else if (rc_miss) begin
+        rc_d    <= dv_now;
+        rc_rem  <= 54'd1 << 51;     // floor(2^108 / 2^57): below D, the quotient's bits from 2^56 down follow
+        rc_q    <= 57'd0;
+        rc_i    <= 6'd57;
+        rc_busy <= 1'b1;
+        rc_ok   <= 1'b0;
+    end
+    if (rst) begin
+        rc_busy <= 1'b0;
+        rc_ok   <= 1'b0;
+    end
+end
+
+// the side band of the divider's stages (0: D0, the operands registered; 1..3: M1..M3)
+reg [11:0]  eq   [0:3];    // quotient exponent before normalization
+reg         wide [0:3];
+reg         byp  [0:3];
+reg [31:0]  byp_y[0:3];
+
+reg [52:0]  a_d0, d_d0;
+reg [56:0]  r_d0;
+reg [108:0] p_m1;          // A * R
+reg [52:0]  a_m1, d_m1;
+reg [55:0]  q_m2, r_m2;    // Qe, and A * 2^55 - Qe * D modulo 2^56
+reg [52:0]  d_m2;
+reg [55:0]  q_m3;
+reg         st_m3;
+
+wire [55:0] qe     = p_m1[108:53];
+wire [55:0] qd_low = qe * d_m1;                      // modulo 2^56
+wire [55:0] r_ge   = r_m2 - {3'd0, d_m2};
+wire        r_over = r_m2 >= {3'd0, d_m2};
+integer s;
 always @(posedge clk) begin
     if (adv) begin
-        rem[0]   <= {1'b0, a_r[52:0]};
-        quo[0]   <= 56'd0;
-        dvs[0]   <= b_r[52:0];
+        a_d0     <= a_r[52:0];
+        d_d0     <= dv_now;
+        r_d0     <= rc_q;
         eq[0]    <= a_r[64:53] - b_r[64:53];
         wide[0]  <= wide_now;
         byp[0]   <= byp1 || a_zero1;
         byp_y[0] <= byp1 ? byp_y1 : {a_sign1, 31'd0};
-    end
-end
 
-// ---- D1..D56 ---------------------------------------------------------------
+        p_m1 <= a_d0 * r_d0;
+        a_m1 <= a_d0;
+        d_m1 <= d_d0;
 
-// one subtraction a stage: its borrow is the comparison
-integer s;
-reg [54:0] trial;
-always @(posedge clk) begin
-    if (adv) begin
-        for (s = 1; s <= NDIV; s = s + 1) begin
-            trial = {1'b0, rem[s-1]} - {2'b0, dvs[s-1]};
-            if (!trial[54]) begin
-                rem[s] <= {trial[52:0], 1'b0};
-                quo[s] <= {quo[s-1][54:0], 1'b1};
-            end else begin
-                rem[s] <= rem[s-1] << 1;
-                quo[s] <= {quo[s-1][54:0], 1'b0};
-            end
-            dvs[s]   <= dvs[s-1];
+        q_m2 <= qe;
+        r_m2 <= {a_m1[0], 55'd0} - qd_low;
+        d_m2 <= d_m1;
+
+        q_m3  <= r_over ? q_m2 + 1'b1 : q_m2;
+        st_m3 <= r_over ? r_ge != 0 : r_m2 != 0;
+
+        for (s = 1; s <= 3; s = s + 1) begin
             eq[s]    <= eq[s-1];
             wide[s]  <= wide[s-1];
             byp[s]   <= byp[s-1];
@@ -253,11 +316,11 @@ end
 
 // ---- R1: normalized, rounded to 53 bits on the f64 path --------------------
 
-wire [55:0] q_al  = quo[NDIV];
-wire        wq    = wide[NDIV];
+wire [55:0] q_al  = q_m3;
+wire        wq    = wide[3];
 wire [55:0] q_n   = q_al[55] ? q_al : q_al << 1;
-wire [11:0] e_q   = q_al[55] ? eq[NDIV] : eq[NDIV] - 12'd1;
-wire        q_sticky = rem[NDIV] != 0;
+wire [11:0] e_q   = q_al[55] ? eq[3] : eq[3] - 12'd1;
+wire        q_sticky = st_m3;
 wire        inc53 = q_n[2] && (q_n[1] || q_n[0] || q_sticky || q_n[3]);
 wire [53:0] q53   = {1'b0, q_n[55:3]} + {53'd0, inc53};
 
@@ -272,8 +335,8 @@ always @(posedge clk) begin
         m_f     <= wq ? (q53[53] ? {1'b1, 55'd0} : {q53[52:0], 3'd0}) : q_n;
         e_f     <= (wq && q53[53]) ? e_q + 12'd1 : e_q;
         st_f    <= wq ? 1'b0 : q_sticky;
-        byp_r   <= byp[NDIV];
-        byp_y_r <= byp_y[NDIV];
+        byp_r   <= byp[3];
+        byp_y_r <= byp_y[3];
     end
 end
 
@@ -309,7 +372,7 @@ always @(posedge clk) begin
 end
 
 assign m_y     = y_reg;
-assign m_valid = vld[LATENCY-1];
+assign m_valid = vld[LATENCY-1] && !stall;
 
 endmodule
 

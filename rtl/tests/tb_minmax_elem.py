@@ -1,6 +1,7 @@
 """cocotb testbench of rtl/offrac_minmax_elem.v: (x - lo) / (hi - lo) bit for bit against numpy float32.
 
-The unit is a pipeline of fixed latency (LATENCY cycles, one element a cycle); fixed_latency pins it.
+The unit is a pipeline of fixed latency (LATENCY cycles, one element a cycle) once it holds the reciprocal
+of the range (hi - lo); a new range holds it RECIP cycles while that is computed. fixed_latency pins both.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ NEG_MAX = 0xFF7FFFFF
 INF = 0x7F800000
 NEG_INF = 0xFF800000
 ONE = 0x3F800000
-LATENCY = 61  # cycles from an element taken to its result valid (offrac_minmax_elem.v)
+LATENCY = 8  # cycles from an element taken to its result valid, its range's reciprocal held
+RECIP = 58  # cycles the pipeline is held when an element with a new range reaches its second stage
 
 # (x, lo, hi) the random draws may miss: zeros of both signs, the f64 path at its extremes,
 # quotients that round to a subnormal or to zero, the all-NaN request (lo = +inf, hi = -inf)
@@ -50,6 +52,12 @@ EDGES: list[Triple] = [
     (0x00000003, 0x00000000, 0x40000000),  # subnormal ties: 1.5, 0.5 and 2.5 units to even
     (0x00000001, 0x00000000, 0x40000000),
     (0x00000005, 0x00000000, 0x40000000),
+    # the same with a range whose reciprocal is inexact (6.0): 9/6, 15/6 and 21/6 units, and an exact
+    # 3/6; the product gives one less than the quotient and the remainder check must add it back
+    (0x00000009, 0x00000000, 0x40C00000),
+    (0x0000000F, 0x00000000, 0x40C00000),
+    (0x00000015, 0x00000000, 0x40C00000),
+    (0x40400000, 0x00000000, 0x40C00000),
     # f64 path, quotient inexact but a float32 tie once rounded to 53 bits: double rounding differs
     # from one rounding of the exact quotient (found by search, see docs/rtl.md)
     (0xED1FA70C, 0xFB503F87, 0x7F7F74F6),
@@ -136,29 +144,48 @@ async def backpressure(dut: Any) -> None:
     await run(dut, random_triples(rng, 300), rng, 0.3, 0.3)
 
 
-@cocotb.test()
-async def fixed_latency(dut: Any) -> None:
-    """Back to back, the sink ready: an element taken every cycle, each out exactly LATENCY cycles later."""
-    drive(dut, None)
-    await start(dut)
-    rng = random.Random(44)
-    triples = EDGES + random_triples(rng, 200)
-    dut.m_ready.value = 1
+async def timed(dut: Any, g: list[Triple], wait: bool) -> None:
+    """g back to back, the sink ready: with `wait` (a range not held) the first two elements wait RECIP
+    cycles more, the others are taken every cycle, each out exactly LATENCY cycles later, bit for bit."""
     taken: list[int] = []
     out: list[tuple[int, int]] = []
-    for t in range(len(triples) + LATENCY + 5):
-        drive(dut, triples[len(taken)] if len(taken) < len(triples) else None)
+    for t in range(len(g) + LATENCY + RECIP + 5):
+        drive(dut, g[len(taken)] if len(taken) < len(g) else None)
         await ReadOnly()
-        if len(taken) < len(triples):
-            assert sig(dut.s_ready), f"not ready at cycle {t} with the sink ready"
+        if len(taken) < len(g) and sig(dut.s_ready):
             taken.append(t)
         if sig(dut.m_valid):
             out.append((t, sig(dut.m_y)))
         await FallingEdge(dut.clk)
-    assert len(out) == len(triples)
-    for i, (t_in, (t_out, y), tr) in enumerate(zip(taken, out, triples, strict=True)):
-        assert t_out - t_in == LATENCY, f"element {i}: {t_out - t_in} cycles"
+    assert len(out) == len(g)
+    extra = RECIP if wait else 0
+    for i, (t_in, (t_out, y), tr) in enumerate(zip(taken, out, g, strict=True)):
+        assert t_out - t_in == LATENCY + (extra if i < 2 else 0), f"element {i}: {t_out - t_in} cycles"
         assert y == expected(tr), f"element {i}: {y:08x}, want {expected(tr):08x}"
+    assert taken == [i + (extra if i >= 2 else 0) for i in range(len(g))], taken
+
+
+@cocotb.test()
+async def fixed_latency(dut: Any) -> None:
+    """One range after the other, a reset between them (no reciprocal held): the first two elements
+    wait RECIP cycles, the rest go a cycle each, LATENCY cycles through; the same range again right
+    after: no wait at all."""
+    drive(dut, None)
+    await start(dut)
+    rng = random.Random(44)
+    dut.m_ready.value = 1
+    groups: list[list[Triple]] = [[e] for e in EDGES[:6]]
+    while len(groups) < 12:
+        xs = random_array(rng, 60)
+        lo, hi = nan_min_max(xs)
+        groups.append([(bits(x), bits(lo), bits(hi)) for x in xs])
+    for g in groups:
+        dut.rst.value = 1
+        await RisingEdge(dut.clk)
+        await FallingEdge(dut.clk)
+        dut.rst.value = 0
+        await timed(dut, g, True)
+        await timed(dut, g, False)
 
 
 @cocotb.test()
@@ -168,7 +195,7 @@ async def reset_mid_division(dut: Any) -> None:
     drive(dut, None)
     await start(dut)
     dut.m_ready.value = 1
-    for gap in (20, 0):
+    for gap in (RECIP + 2, 0):  # the first element past the reciprocal's wait, then the second
         drive(dut, (0x3F900000, ONE, 0x40000000))
         await FallingEdge(dut.clk)
         drive(dut, None)
