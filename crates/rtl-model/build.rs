@@ -19,6 +19,7 @@ const SOURCES: &[&str] = &[
     "offrac_accel_minmax",
     "offrac_minmax_elem",
     "offrac_accel_sparse",
+    "offrac_sparse_packer",
     "offrac_accel_bucketize",
     "offrac_result_buffer",
     "offrac_axis_reg",
