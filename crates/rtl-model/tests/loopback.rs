@@ -161,6 +161,42 @@ fn run_until_idle(m: &mut Model, mut beat: impl FnMut(OutBeat)) {
     }
 }
 
+/// The TCP driver serving the model on a loopback port in its own thread,
+/// with the node's built-in dictionary and borders loaded.
+struct Served {
+    addr: std::net::SocketAddr,
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<offrac_rtl_model::ServeStats>,
+}
+
+/// Starts [`Served`] and returns once it serves (the dictionary loaded): from
+/// then on each client write is read as it comes.
+fn serve() -> Served {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&stop);
+    let state = offrac_accel::FunctionState::default();
+    let (keys, borders) = (state.dictionary.keys(), state.borders.to_vec());
+    let (ready_tx, ready) = std::sync::mpsc::channel();
+    let thread = std::thread::spawn(move || {
+        offrac_rtl_model::serve(listener, &flag, &keys, &borders, move || {
+            let _ = ready_tx.send(());
+        })
+        .expect("the driver serves")
+    });
+    ready.recv().unwrap();
+    Served { addr, stop, thread }
+}
+
+impl Served {
+    /// Stops the driver; its counts.
+    fn stop(self) -> offrac_rtl_model::ServeStats {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap()
+    }
+}
+
 #[test]
 fn model_answers_as_the_software_does() {
     let mut m = Model::new();
@@ -202,15 +238,8 @@ fn model_answers_as_the_software_does() {
 
 #[test]
 fn tcp_clients_through_the_driver() {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let flag = Arc::clone(&stop);
-    let state = offrac_accel::FunctionState::default();
-    let (keys, borders) = (state.dictionary.keys(), state.borders.to_vec());
-    let server = std::thread::spawn(move || {
-        offrac_rtl_model::serve(listener, &flag, &keys, &borders, || {})
-    });
+    let server = serve();
+    let addr = server.addr;
     let clients: Vec<_> = (0..3u64)
         .map(|c| {
             std::thread::spawn(move || {
@@ -243,8 +272,7 @@ fn tcp_clients_through_the_driver() {
     let mut got = vec![0u8; want];
     s.read_exact(&mut got).unwrap();
     check(&got, &mine.iter().collect::<Vec<_>>());
-    stop.store(true, Ordering::Relaxed);
-    let stats = server.join().unwrap().unwrap();
+    let stats = server.stop();
     assert_eq!(stats.responses, 3 * 12 + 6);
 }
 
@@ -408,20 +436,8 @@ fn a_connection_is_done_while_others_work() {
 #[test]
 fn tcp_small_request_past_a_full_pool() {
     // through the driver with real sockets: each read is a segment
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let flag = Arc::clone(&stop);
-    let state = offrac_accel::FunctionState::default();
-    let (keys, borders) = (state.dictionary.keys(), state.borders.to_vec());
-    let (ready_tx, ready) = std::sync::mpsc::channel();
-    let server = std::thread::spawn(move || {
-        offrac_rtl_model::serve(listener, &flag, &keys, &borders, move || {
-            let _ = ready_tx.send(());
-        })
-    });
-    // serving (the dictionary loaded): from now on each write below is read as it comes
-    ready.recv().unwrap();
+    let server = serve();
+    let addr = server.addr;
     let mut r = Lcg(13);
     // 16 clients hold every buffer with a partial request
     let holders: Vec<TcpStream> = (0..16)
@@ -466,8 +482,7 @@ fn tcp_small_request_past_a_full_pool() {
     assert_eq!((h.status, h.request_id), (Status::Ok, 9101));
     assert_eq!(payload, small.payload.as_slice());
     drop(holders);
-    stop.store(true, Ordering::Relaxed);
-    let stats = server.join().unwrap().unwrap();
+    let stats = server.stop();
     assert_eq!(stats.responses, 2);
 }
 
@@ -477,21 +492,12 @@ fn tcp_index_given_back_under_load() {
     // (more than the 31 indices left) come one after another, each with one echo, and close: each
     // index is given back once that connection's own work is done, not when the whole model is idle
     // (which it is not until the batch is done), so all 40 are served before the batch is.
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let flag = Arc::clone(&stop);
-    let state = offrac_accel::FunctionState::default();
-    let (keys, borders) = (state.dictionary.keys(), state.borders.to_vec());
-    let (ready_tx, ready) = std::sync::mpsc::channel();
-    let server = std::thread::spawn(move || {
-        offrac_rtl_model::serve(listener, &flag, &keys, &borders, move || {
-            let _ = ready_tx.send(());
-        })
-    });
-    ready.recv().unwrap();
+    let server = serve();
+    let addr = server.addr;
     let mut r = Lcg(14);
-    let batch: Vec<Call> = (0..60)
+    // 300 requests: ~5x the time the 40 clients take on a quiet machine (60 were
+    // about as long, and the clients sometimes finished last).
+    let batch: Vec<Call> = (0..300)
         .map(|i| Call {
             id: 10_000 + i,
             function: 1,
@@ -533,6 +539,5 @@ fn tcp_index_given_back_under_load() {
         clients_done < batch_done,
         "the 40 clients waited for the batch: an index was given back only when the model was idle"
     );
-    stop.store(true, Ordering::Relaxed);
-    server.join().unwrap().unwrap();
+    server.stop();
 }
