@@ -128,6 +128,15 @@ def traffic(rng: random.Random, per_conn: int, first_id: int) -> list[list[Req]]
     return streams
 
 
+def interleave(rng: random.Random, per: list[list[tuple[int, bytes]]]) -> list[tuple[int, bytes]]:
+    """The connections' pieces merged in a random order, each connection's in its own order."""
+    out = []
+    while any(per):
+        c = rng.choice([i for i, p in enumerate(per) if p])
+        out.append(per[c].pop(0))
+    return out
+
+
 def beats(rng: random.Random, streams: list[list[Req]]) -> list[tuple[int, bytes]]:
     """Each connection's bytes cut at random points into beats of 1..64 bytes, interleaved at random."""
     per = []
@@ -140,11 +149,7 @@ def beats(rng: random.Random, streams: list[list[Req]]) -> list[tuple[int, bytes
             cuts.append((c, data[i : i + n]))
             i += n
         per.append(cuts)
-    out = []
-    while any(per):
-        c = rng.choice([i for i, p in enumerate(per) if p])
-        out.append(per[c].pop(0))
-    return out
+    return interleave(rng, per)
 
 
 class PoolModel:
@@ -559,11 +564,7 @@ def segments(rng: random.Random, streams: list[list[Req]]) -> list[tuple[int, by
             cuts.append((c, data[i : i + n]))
             i += n
         per.append(cuts)
-    out = []
-    while any(per):
-        c = rng.choice([i for i, p in enumerate(per) if p])
-        out.append(per[c].pop(0))
-    return out
+    return interleave(rng, per)
 
 
 def with_closes(rng: random.Random, trace: list[tuple[int, bytes]]) -> list[tuple[int, bytes | None]]:

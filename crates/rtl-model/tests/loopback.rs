@@ -325,6 +325,21 @@ fn echo(id: u64, len: usize, r: &mut Lcg) -> Call {
     }
 }
 
+/// `n` top-k calls (K 64) of 4000 random int32 each, ids from `first_id`:
+/// enough work to keep the model busy for a while.
+fn topk_batch(first_id: u64, n: u64, r: &mut Lcg) -> Vec<Call> {
+    (0..n)
+        .map(|i| Call {
+            id: first_id + i,
+            function: 1,
+            param: 64,
+            payload: (0..4000)
+                .flat_map(|_| (r.next() as i32).to_le_bytes())
+                .collect(),
+        })
+        .collect()
+}
+
 /// One answer's header and payload.
 fn answer(bytes: &[u8]) -> (ResponseHeader, &[u8]) {
     let h: [u8; 64] = bytes[..64].try_into().expect("a whole header");
@@ -391,16 +406,7 @@ fn a_connection_is_done_while_others_work() {
     // is done (the driver may give its index to a new client) though the model is not idle
     let mut m = Model::new();
     let mut r = Lcg(12);
-    let heavy: Vec<Call> = (0..6)
-        .map(|i| Call {
-            id: 8000 + i,
-            function: 1,
-            param: 64,
-            payload: (0..4000)
-                .flat_map(|_| (r.next() as i32).to_le_bytes())
-                .collect(),
-        })
-        .collect();
+    let heavy = topk_batch(8000, 6, &mut r);
     for c in &heavy {
         m.push(0, &wire(c));
     }
@@ -497,16 +503,7 @@ fn tcp_index_given_back_under_load() {
     let mut r = Lcg(14);
     // 300 requests: ~5x the time the 40 clients take on a quiet machine (60 were
     // about as long, and the clients sometimes finished last).
-    let batch: Vec<Call> = (0..300)
-        .map(|i| Call {
-            id: 10_000 + i,
-            function: 1,
-            param: 64,
-            payload: (0..4000)
-                .flat_map(|_| (r.next() as i32).to_le_bytes())
-                .collect(),
-        })
-        .collect();
+    let batch = topk_batch(10_000, 300, &mut r);
     let loader = std::thread::spawn(move || {
         let mut s = TcpStream::connect(addr).unwrap();
         s.set_read_timeout(Some(TIMEOUT)).unwrap();
