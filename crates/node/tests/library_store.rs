@@ -8,11 +8,11 @@
 mod common;
 
 use common::control::envelope;
+use common::free_port;
 use offrac_client::{Client, ClientError, RetryPolicy, Status};
 use offrac_control::examples::{compile_wat, ADD_WAT};
 use offrac_control::{Op, Target, FN_CONTROL};
 use offrac_node::{start, NodeConfig, NodeHandle};
-use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -31,14 +31,6 @@ impl Drop for Etcd {
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// A one-member etcd on loopback, or `None` (test skipped) if there is no
