@@ -128,6 +128,17 @@ def traffic(rng: random.Random, per_conn: int, first_id: int) -> list[list[Req]]
     return streams
 
 
+def release(dut: Any, b: int, size: int) -> None:
+    """Drive one release for this cycle: a pool buffer's, or (b == SMALL) the small queue's bytes."""
+    if b == SMALL:
+        dut.small_release_valid.value = 1
+        dut.small_release_size.value = size
+    else:
+        dut.release_valid.value = 1
+        dut.release_buffer.value = b
+        dut.release_size.value = size
+
+
 def interleave(rng: random.Random, per: list[list[tuple[int, bytes]]]) -> list[tuple[int, bytes]]:
     """The connections' pieces merged in a random order, each connection's in its own order."""
     out = []
@@ -230,13 +241,7 @@ async def run(
             dut.s_axis_tdata.value = int.from_bytes(data + rng.randbytes(64 - len(data)), "little")
         if releases and releases[0][0] <= cycle:
             _, b, size = releases.pop(0)
-            if b == SMALL:
-                dut.small_release_valid.value = 1
-                dut.small_release_size.value = size
-            else:
-                dut.release_valid.value = 1
-                dut.release_buffer.value = b
-                dut.release_size.value = size
+            release(dut, b, size)
             released = (b, size)
         else:
             released = None
@@ -672,13 +677,7 @@ async def engine_replay(dut: Any) -> None:
         for k, ((conn, data), w) in enumerate(zip(trace, want, strict=True)):
             replies, done, held = await replay_segment(dut, rng, conn, data, p_out)
             for b, size in held:  # the engine's drain: out of the pool at the end of the segment
-                if b == SMALL:
-                    dut.small_release_valid.value = 1
-                    dut.small_release_size.value = size
-                else:
-                    dut.release_valid.value = 1
-                    dut.release_buffer.value = b
-                    dut.release_size.value = size
+                release(dut, b, size)
                 await FallingEdge(dut.clk)
                 idle(dut)
             await ReadOnly()
