@@ -37,12 +37,9 @@ impl Drop for TempDir {
     }
 }
 
-fn wait_listening(port: u16) {
-    common::wait_listening(port, Duration::from_secs(10), "backend");
-}
-
-/// The keep-alive HTTP/1.1 test backend.
-fn echo_backend_on(port: u16) -> Backend {
+/// The keep-alive HTTP/1.1 test backend on `port`; None when the port
+/// turned out to be another process's.
+fn try_echo_backend_on(port: u16) -> Option<Backend> {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/http_backend.py");
     let child = Command::new("python3")
         .args([script, &port.to_string()])
@@ -50,43 +47,63 @@ fn echo_backend_on(port: u16) -> Backend {
         .stderr(Stdio::null())
         .spawn()
         .expect("python3 starts");
-    wait_listening(port);
-    Backend {
-        child,
-        port,
-        _dir: None,
-    }
+    owned(child, port, None)
 }
 
+/// The backend as a [`Backend`] once `child` itself listens on `port`, else
+/// (it could not bind: someone else has the port) None, the child stopped.
+fn owned(mut child: Child, port: u16, dir: Option<TempDir>) -> Option<Backend> {
+    if common::wait_own_listener(&mut child, port, Duration::from_secs(10)) {
+        return Some(Backend {
+            child,
+            port,
+            _dir: dir,
+        });
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
+}
+
+/// The test backend on `port` exactly (a restart on the same port).
+fn echo_backend_on(port: u16) -> Backend {
+    try_echo_backend_on(port)
+        .unwrap_or_else(|| panic!("the test backend could not listen on its port {port}"))
+}
+
+/// The test backend on a free port, another one if it lost the first.
 fn echo_backend() -> Backend {
-    echo_backend_on(free_port())
+    (0..5)
+        .find_map(|_| try_echo_backend_on(free_port()))
+        .expect("the test backend never got a port of its own")
 }
 
-/// `python3 -m http.server` serving a directory with one file.
+/// `python3 -m http.server` serving a directory with one file (on another
+/// port if it lost the first).
 fn stock_backend() -> Backend {
-    let port = free_port();
-    let dir = std::env::temp_dir().join(format!("offrac-jwt-{}-{port}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("file.txt"), "the file's contents\n").unwrap();
-    let child = Command::new("python3")
-        .args([
-            "-m",
-            "http.server",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-        ])
-        .current_dir(&dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("python3 starts");
-    wait_listening(port);
-    Backend {
-        child,
-        port,
-        _dir: Some(TempDir(dir)),
-    }
+    (0..5)
+        .find_map(|_| {
+            let port = free_port();
+            let dir =
+                std::env::temp_dir().join(format!("offrac-jwt-{}-{port}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("file.txt"), "the file's contents\n").unwrap();
+            let child = Command::new("python3")
+                .args([
+                    "-m",
+                    "http.server",
+                    &port.to_string(),
+                    "--bind",
+                    "127.0.0.1",
+                ])
+                .current_dir(&dir)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("python3 starts");
+            owned(child, port, Some(TempDir(dir)))
+        })
+        .expect("http.server never got a port of its own")
 }
 
 fn node_for(backend: u16, extra: &str) -> (NodeHandle, SocketAddr) {
@@ -493,4 +510,18 @@ fn a_bad_jwt_config_is_named() {
     };
     assert_eq!(s.policy.issuer.as_deref(), Some("me"));
     assert!(!s.policy.require_exp);
+}
+
+/// A port someone else listens on is not taken for the backend's: the
+/// backend cannot bind it, and the listener that answers there is not its.
+#[test]
+fn a_backend_whose_port_is_taken_is_not_mistaken_for_its_listener() {
+    let port = free_port();
+    let other = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    assert!(common::listens_on(std::process::id(), port));
+    assert!(try_echo_backend_on(port).is_none());
+    drop(other);
+    let b = echo_backend();
+    assert!(common::listens_on(b.child.id(), b.port));
+    assert!(!common::listens_on(std::process::id(), b.port));
 }

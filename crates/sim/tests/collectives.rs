@@ -32,7 +32,7 @@ fn bcast(id: u64, tag: u64, n: usize, count: usize, data: &[i32]) -> Vec<u8> {
 }
 
 #[test]
-fn a_small_broadcast_answers_the_waiting_rank_before_acknowledging_the_data() {
+fn a_small_broadcast_reaches_the_waiting_ranks_within_the_roots_writes_and_three_link_latencies() {
     for_seeds(|seed| {
         for n in [2usize, 4] {
             let mut w = cluster(seed, n);
@@ -59,10 +59,10 @@ fn a_small_broadcast_answers_the_waiting_rank_before_acknowledging_the_data() {
             }
             // The root's node writes the data to the n-1 peers (one write
             // each), then answers its client. A waiting rank's node writes its
-            // client's answer first: its acknowledgement of the data is
-            // nobody's wait. So the last rank hears within the root's n-1
-            // writes and one of its own, two link latencies, and the
-            // segments' jitter.
+            // client's answer as soon as the data is in (the data message is
+            // not acknowledged: ack_window). So the last rank hears within the
+            // root's n-1 writes and one of its own, the link latencies, and
+            // the segments' jitter.
             let bound = called + LINK_NS + (n as u64 - 1) * WRITE_NS + LINK_NS + WRITE_NS + LINK_NS;
             for (r, &c) in clients.iter().enumerate().skip(1) {
                 let at = w.answers_to(c, 1)[0].at;

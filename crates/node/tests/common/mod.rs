@@ -56,6 +56,55 @@ pub fn wait_listening(port: u16, within: Duration, what: &str) {
     }
 }
 
+/// Whether process `pid` holds a socket listening on TCP `port` (the
+/// listener's inode in /proc/net/tcp{,6} among the process's fds). A server
+/// started on a port from [`free_port`] may have lost it to another
+/// process, whose listener then answers in its place.
+pub fn listens_on(pid: u32, port: u16) -> bool {
+    let mut inodes = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let Some(local_port) = f.get(1).and_then(|a| a.rsplit(':').next()) else {
+                continue;
+            };
+            let listening = f.get(3) == Some(&"0A");
+            if listening && u16::from_str_radix(local_port, 16) == Ok(port) {
+                if let Some(inode) = f.get(9) {
+                    inodes.push(format!("socket:[{inode}]"));
+                }
+            }
+        }
+    }
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.flatten().any(|fd| {
+        std::fs::read_link(fd.path())
+            .map(|l| inodes.iter().any(|i| l.to_str() == Some(i)))
+            .unwrap_or(false)
+    })
+}
+
+/// Waits until `child` listens on `port` itself (see [`listens_on`]);
+/// false when it exits first (it could not bind) or after `within`.
+pub fn wait_own_listener(child: &mut std::process::Child, port: u16, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if listens_on(child.id(), port) {
+            return true;
+        }
+        if !matches!(child.try_wait(), Ok(None)) {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
 /// A node (metrics off) with one attached `function` in front of loopback
 /// port `backend`; `extra` is added to the `[[attach]]` table. Returns the
 /// node and the attached listener's address.
