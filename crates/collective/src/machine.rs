@@ -7,7 +7,9 @@
 //! A collective runs its rank's [`Plan`] step by step: on entering a step it
 //! sends its transfers — at once if they are small (eager: the receiver
 //! keeps what comes before its own call), else only after the receiver said
-//! `Ready` for that step (rendezvous: large data is never held early) — and
+//! `Ready` for that step (rendezvous: large data is never held for a
+//! collective not called yet; a receiver says it one step ahead, on
+//! entering the step before) — and
 //! it leaves the step when every receive of the step is complete. Any
 //! failure (a mismatched call, a peer that went down or refused a message,
 //! the deadline) ends the collective with an error at this rank and an
@@ -158,6 +160,9 @@ struct Running {
     /// bytes as they were on entering the step, when the step's receives
     /// overwrite them meanwhile (recursive doubling).
     held: Vec<Option<Vec<u8>>>,
+    /// Per send of step 0: its messages, built from the input when the call
+    /// started (`Plan::sends_from_input`), until they may go.
+    prebuilt: Vec<Option<Vec<Vec<u8>>>>,
     /// `Ready` seen from (rank, step).
     ready: FxHashSet<(usize, u32)>,
     /// Messages for later steps.
@@ -183,6 +188,11 @@ pub struct Stats {
     pub sent_messages: u64,
     pub sent_bytes: u64,
     pub rendezvous: u64,
+    /// Bytes running collectives copied in memory: inputs into the work buffer or
+    /// into messages, message bodies out of the work buffer, received data
+    /// into it (copied or reduced) or kept for a later step, outputs out of
+    /// it. (Data kept for a collective not called yet is not counted.)
+    pub copied_bytes: u64,
 }
 
 pub struct Collectives {
@@ -418,10 +428,36 @@ impl Collectives {
             0 => self.cfg.default_timeout,
             ms => Duration::from_millis(ms as u64).min(self.cfg.max_timeout),
         };
-        let mut work = vec![0u8; p.work_len];
-        if !ignored {
-            work[in_work(&p, &p.input)].copy_from_slice(input);
-        }
+        let mut prebuilt = Vec::new();
+        let work = if p.sends_from_input {
+            // The sends' messages straight from the input; the work buffer
+            // only the input's part that is the output.
+            let seg = self.cfg.segment_bytes.max(4);
+            let at = |r: &std::ops::Range<usize>| r.start - p.input.start..r.end - p.input.start;
+            for t in p.steps.first().map_or(&[][..], |s| &s.sends[..]) {
+                let body = &input[at(&t.range)];
+                self.stats.copied_bytes += body.len() as u64;
+                prebuilt.push(Some(segments(&d, rank, 0, t.range.start, body, seg)));
+            }
+            let held = p.work_base..p.work_base + p.work_len;
+            self.stats.copied_bytes += held.len() as u64;
+            if held.is_empty() {
+                Vec::new()
+            } else {
+                input[at(&held)].to_vec()
+            }
+        } else if !ignored && in_work(&p, &p.input) == (0..p.work_len) {
+            // The input fills the work buffer: no zeroing first.
+            self.stats.copied_bytes += input.len() as u64;
+            input.to_vec()
+        } else {
+            let mut work = vec![0u8; p.work_len];
+            if !ignored {
+                self.stats.copied_bytes += input.len() as u64;
+                work[in_work(&p, &p.input)].copy_from_slice(input);
+            }
+            work
+        };
         let mut run = Running {
             call,
             desc: d,
@@ -434,6 +470,7 @@ impl Collectives {
             got: Vec::new(),
             sent: Vec::new(),
             held: Vec::new(),
+            prebuilt,
             ready: FxHashSet::default(),
             stash: Vec::new(),
             deadline: now + timeout,
@@ -484,6 +521,7 @@ impl Collectives {
         }
         let step = d.step as usize;
         if step > run.step || (step == run.step && !run.entered) {
+            self.stats.copied_bytes += body.len() as u64;
             run.stash.push((d, body.to_vec()));
             return Ok(());
         }
@@ -695,6 +733,7 @@ impl Collectives {
                 let out = if out == (0..r.work.len()) {
                     r.work
                 } else {
+                    self.stats.copied_bytes += out.len() as u64;
                     r.work[out].to_vec()
                 };
                 self.out.push_back(Out::Done {
@@ -847,26 +886,42 @@ fn enter(
     r.held = step
         .sends
         .iter()
-        .map(|t| {
+        .enumerate()
+        .map(|(i, t)| {
+            if r.step == 0 && r.prebuilt.get(i).is_some_and(Option::is_some) {
+                return None; // its messages are built already
+            }
             let waits = t.range.len() > cfg.eager_max_bytes;
             let overwritten = step
                 .recvs
                 .iter()
                 .any(|q| q.range.start < t.range.end && t.range.start < q.range.end);
-            (waits && overwritten).then(|| r.work[in_work(&r.plan, &t.range)].to_vec())
+            (waits && overwritten).then(|| {
+                stats.copied_bytes += t.range.len() as u64;
+                r.work[in_work(&r.plan, &t.range)].to_vec()
+            })
         })
         .collect();
     let key = (r.desc.tag, r.desc.members);
-    for t in &step.recvs {
-        if t.range.len() > cfg.eager_max_bytes {
-            stats.rendezvous += 1;
-            out.push_back(Out::Send {
-                device: r.devices[t.peer],
-                key,
-                message: r
-                    .desc
-                    .message(Kind::Ready, r.rank as u8, r.step as u32, 0, &[]),
-            });
+    // Rendezvous one step ahead: entering step s says `Ready` for step s+1
+    // too (step 0 for steps 0 and 1), so a sender that reaches step s+1
+    // sends at once instead of waiting a round trip for this rank to get
+    // there. Data that comes before this rank enters its step is kept
+    // (`stash`): at most one step's receives, of a collective that runs.
+    let first = if r.step == 0 { 0 } else { r.step + 1 };
+    for s in first..=r.step + 1 {
+        let Some(ahead) = r.plan.steps.get(s) else {
+            break;
+        };
+        for t in &ahead.recvs {
+            if t.range.len() > cfg.eager_max_bytes {
+                stats.rendezvous += 1;
+                out.push_back(Out::Send {
+                    device: r.devices[t.peer],
+                    key,
+                    message: r.desc.message(Kind::Ready, r.rank as u8, s as u32, 0, &[]),
+                });
+            }
         }
     }
     try_sends(r, cfg, out, stats);
@@ -895,28 +950,48 @@ fn try_sends(r: &mut Running, cfg: &Config, out: &mut VecDeque<Out>, stats: &mut
             continue;
         }
         r.sent[i] = true;
-        let held = r.held[i].take();
-        let seg = cfg.segment_bytes.max(4);
-        let mut at = t.range.start;
-        while at < t.range.end {
-            let end = (at + seg).min(t.range.end);
-            let bytes = match &held {
-                Some(h) => &h[at - t.range.start..end - t.range.start],
-                None => &r.work[in_work(&r.plan, &(at..end))],
-            };
-            let message = r
-                .desc
-                .message(Kind::Data, r.rank as u8, r.step as u32, at as u32, bytes);
+        let messages = match r.prebuilt.get_mut(i).and_then(Option::take) {
+            Some(m) if r.step == 0 => m,
+            _ => {
+                let held = r.held[i].take();
+                let bytes = match &held {
+                    Some(h) => &h[..],
+                    None => &r.work[in_work(&r.plan, &t.range)],
+                };
+                stats.copied_bytes += bytes.len() as u64;
+                let seg = cfg.segment_bytes.max(4);
+                segments(&r.desc, r.rank, r.step, t.range.start, bytes, seg)
+            }
+        };
+        stats.sent_bytes += t.range.len() as u64;
+        for message in messages {
             stats.sent_messages += 1;
-            stats.sent_bytes += (end - at) as u64;
             out.push_back(Out::Send {
                 device: r.devices[t.peer],
                 key,
                 message,
             });
-            at = end;
         }
     }
+}
+
+/// The `Data` messages of `body` (bytes `start..` of the collective's
+/// layout), in segments of at most `seg` bytes.
+fn segments(
+    d: &Descriptor,
+    rank: usize,
+    step: usize,
+    start: usize,
+    body: &[u8],
+    seg: usize,
+) -> Vec<Vec<u8>> {
+    body.chunks(seg)
+        .enumerate()
+        .map(|(k, bytes)| {
+            let at = start + k * seg;
+            d.message(Kind::Data, rank as u8, step as u32, at as u32, bytes)
+        })
+        .collect()
 }
 
 /// A message for the current (entered) step.
@@ -959,6 +1034,7 @@ fn apply(
                 r.plan.combine
             };
             let into = in_work(&r.plan, &(at..end));
+            stats.copied_bytes += body.len() as u64;
             match combine_now {
                 Combine::Copy => r.work[into].copy_from_slice(body),
                 Combine::Reduce => combine(r.desc.dtype, r.desc.redop, &mut r.work[into], body),

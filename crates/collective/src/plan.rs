@@ -44,6 +44,15 @@ pub struct Plan {
     pub steps: Vec<Step>,
     /// Reduction steps run in `Combine::Copy` from this step on (the ring's all-gather).
     pub copy_from: usize,
+    /// The plan has one step whose sends are parts of the input that no
+    /// receive overwrites (a scatter's root, a gather's non-root): their
+    /// messages are built from the input when the call starts, and the
+    /// work buffer holds only the part of the input that is this rank's
+    /// output (a scatter root's own block; nothing for a gather's
+    /// non-root), so those bytes are copied once, not into the work
+    /// buffer and again into the messages (`docs/collectives.md`, "Large
+    /// messages"). The sends' ranges lie outside the work buffer.
+    pub sends_from_input: bool,
 }
 
 /// Run-time thresholds for picking an algorithm.
@@ -127,6 +136,7 @@ pub fn plan(
         output: all.clone(),
         steps: Vec::new(),
         copy_from: usize::MAX,
+        sends_from_input: false,
     };
     match (op, algorithm) {
         (Op::Broadcast, Algorithm::Tree) => {
@@ -154,21 +164,21 @@ pub fn plan(
             p.steps = vec![star(n, rank, root, |_| all.clone(), true)];
         }
         (Op::Gather, _) => {
+            // A non-root's block goes out from its input; it keeps nothing.
             (p.work_base, p.work_len) = if rank == root {
                 (0, n * len)
             } else {
-                (rank * len, len)
+                (rank * len, 0)
             };
+            p.sends_from_input = rank != root;
             p.input = block(rank);
             p.output = if rank == root { 0..n * len } else { 0..0 };
             p.steps = vec![star(n, rank, root, block, true)];
         }
         (Op::Scatter, _) => {
-            (p.work_base, p.work_len) = if rank == root {
-                (0, n * len)
-            } else {
-                (rank * len, len)
-            };
+            // The root's other blocks go out from its input; it keeps its own.
+            (p.work_base, p.work_len) = (rank * len, len);
+            p.sends_from_input = rank == root;
             p.input = if rank == root { 0..n * len } else { 0..0 };
             p.output = block(rank);
             p.steps = vec![star(n, rank, root, block, false)];
@@ -316,16 +326,44 @@ mod tests {
             let held = p.work_base..p.work_base + p.work_len;
             let inside =
                 |r: &Range<usize>| r.is_empty() || (held.start <= r.start && r.end <= held.end);
-            assert!(
-                inside(&p.input) && inside(&p.output),
-                "{op:?} rank {a}: input/output outside the work buffer"
-            );
-            for t in p.steps.iter().flat_map(|s| s.sends.iter().chain(&s.recvs)) {
+            // Within the input: a range the input covers (`sends_from_input`).
+            let of_input = |r: &Range<usize>| {
+                r.is_empty() || (p.input.start <= r.start && r.end <= p.input.end)
+            };
+            if p.sends_from_input {
+                assert_eq!(p.steps.len(), 1, "{op:?} rank {a}");
+                assert!(p.steps[0].recvs.is_empty(), "{op:?} rank {a}");
+                assert!(of_input(&held), "{op:?} rank {a}: work outside the input");
+            } else {
                 assert!(
-                    inside(&t.range),
-                    "{op:?} {algorithm:?} n={n} rank {a}: {:?} outside {held:?}",
-                    t.range
+                    inside(&p.input),
+                    "{op:?} rank {a}: input outside the work buffer"
                 );
+            }
+            assert!(
+                inside(&p.output),
+                "{op:?} rank {a}: output outside the work buffer"
+            );
+            for s in &p.steps {
+                for t in &s.recvs {
+                    assert!(
+                        inside(&t.range),
+                        "{op:?} {algorithm:?} n={n} rank {a}: {:?} outside {held:?}",
+                        t.range
+                    );
+                }
+                for t in &s.sends {
+                    let ok = if p.sends_from_input {
+                        of_input(&t.range)
+                    } else {
+                        inside(&t.range)
+                    };
+                    assert!(
+                        ok,
+                        "{op:?} {algorithm:?} n={n} rank {a}: send {:?} outside",
+                        t.range
+                    );
+                }
             }
             let recvs: usize = p.steps.iter().map(|s| s.recvs.len()).sum();
             let matched: usize = plans

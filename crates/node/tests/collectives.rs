@@ -445,3 +445,71 @@ fn node_to_node_messages_are_answered_only_when_asked_or_refused() {
         ),
     }
 }
+
+/// Rendezvous one step ahead on a real node and real sockets: node 0 runs
+/// rank 0 of a 3-rank ring all-reduce whose other ranks are plain TCP
+/// listeners (the node's links connect to them). On its call, before any
+/// data comes, node 0 says `Ready` to its previous rank (device 2) for
+/// step 0 and for step 1 — one step ahead, so that rank does not wait a
+/// round trip when it gets to step 1 (`docs/collectives.md`, "Eager and
+/// rendezvous").
+#[test]
+fn a_ring_rank_says_ready_one_step_ahead() {
+    use std::net::TcpListener;
+    let peers: Vec<TcpListener> = (0..2)
+        .map(|_| TcpListener::bind(("127.0.0.1", common::free_port())).unwrap())
+        .collect();
+    let devices: String = peers
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            format!(
+                "[[devices]]\nid = {}\naddr = \"{}\"\n",
+                i + 1,
+                l.local_addr().unwrap()
+            )
+        })
+        .collect();
+    let addr = format!("127.0.0.1:{}", common::free_port());
+    let text = format!(
+        "device_id = 0\n[metrics]\nlisten = \"\"\n[collectives]\neager_max_bytes = 1024\nsegment_bytes = 16384\n{devices}"
+    );
+    let node = offrac_node::start(offrac_node::NodeConfig::parse(&text).unwrap(), &addr).unwrap();
+    // 3000 i32: chunks of 4000 bytes, over the 1024-byte eager limit.
+    let caller = {
+        let addr = addr.clone();
+        std::thread::spawn(move || call_at(&addr, 77, 3000, Algorithm::Ring, &input(0, 3000), 1500))
+    };
+    let (mut s, _) = peers[1].accept().unwrap(); // device 2: rank 0's previous rank
+    s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    let mut readies = Vec::new();
+    while readies.len() < 2 {
+        let mut head = [0u8; HEADER_LEN];
+        s.read_exact(&mut head).unwrap();
+        let h = RequestHeader::decode(&head).unwrap();
+        assert_eq!(h.wire_len(), HEADER_LEN, "a single-hop request");
+        let mut payload = vec![0u8; h.payload_len as usize];
+        s.read_exact(&mut payload).unwrap();
+        let (d, _) = offrac_collective::Descriptor::decode(&payload).unwrap();
+        assert_eq!(
+            d.kind,
+            Kind::Ready,
+            "only Ready messages before any data came: {d:?}"
+        );
+        readies.push(d.step);
+    }
+    assert_eq!(readies, vec![0, 1]);
+    // Nobody sends data: the call ends at its deadline.
+    let r = caller.join().unwrap();
+    assert!(
+        matches!(
+            &r,
+            Err(ClientError::Status {
+                status: Status::Timeout,
+                ..
+            })
+        ),
+        "{r:?}"
+    );
+    node.shutdown().unwrap();
+}
