@@ -1083,7 +1083,12 @@ async def topk_throughput(dut: Any) -> None:
     await pump(dut, tap, wire_beats(*reqs), answered(*(r.rid for r in reqs)))
     got = tap.answers()
     last = max(t for t, _ in got.values())
-    dut._log.info("%d top-k requests of 256 bytes: the last answered at cycle %d (%s build)", len(reqs), last, SLOTS or "default")
+    dut._log.info(
+        "%d top-k requests of 256 bytes: the last answered at cycle %d (%s build)",
+        len(reqs),
+        last,
+        SLOTS or "default",
+    )
     for r in reqs:
         f = parse_response(got[r.rid][1])
         assert f["status"] in (ST_OK, ST_BUSY), f
