@@ -1,9 +1,11 @@
 /*
  * offrac request path: the node's datapath from TCP payload in to response
  * bytes out (OffRAC §3, Fig. 11), composed of the dispatcher, a buffer
- * memory, a queue of complete requests, one accelerator per hosted function
- * (echo 0, top-k 1, min-max 3, MapId 6, SparseTransform 7, Bucketize 8),
- * the chain router with its chain buffer,
+ * memory, the lists of complete requests, the slot stage (the selector and
+ * one slot queue per slot), the slots (each its own executor and
+ * accelerator instance: SLOT_FUNCS, by default one per built-in: echo 0,
+ * top-k 1, min-max 3, MapId 6, SparseTransform 7, Bucketize 8), the chain
+ * router with its chain buffer,
  * and the response path; m_net_axis_* is the egress of hops forwarded to
  * another device.
  *
@@ -21,30 +23,41 @@
  *   are packed into whole beats (a residue of up to 63 bytes per buffer)
  *   and a request's last bytes written as a partial beat; one write a
  *   cycle, so a last beat that makes two (residue plus beat over 64 bytes)
- *   holds the dispatcher for one cycle. A buffer may hold several complete requests
- *   (the pool counts bytes), each in whole beats, so the ring has room for
- *   BUF_BYTES / 64 beats plus one partial beat for every request it can hold
- *   at once (the queue's DESC_DEPTH, one executing and one reassembling).
- * - Complete requests (m_req_* of the dispatcher) go into a FIFO of
- *   DESC_DEPTH descriptors with their start beat in the ring and the cycle
- *   they were queued. While the FIFO is full the dispatcher waits with its
- *   complete request (it can still have answered everything before).
- * - The executor runs one hop at a time: a chained hop waiting in the
- *   chain buffer first (as the software's chained queue goes before the
- *   pool), else the next complete request in completion order. It sends the
- *   hop parameter (K for top-k, bits [63:0] of the metadata word) to the
- *   function's accelerator, reads the payload beats (two cycles a beat) from
- *   the ring, or from the chain buffer, into it, and releases the bytes in
- *   the pool when the last ring beat has been read (as the core releases a
- *   request leaving its buffer; a chained hop holds no pool bytes). An empty
- *   payload goes to top-k and MapId as one beat with tkeep 0 (they answer
- *   BAD_INPUT, as the software does); echo answers it without the
- *   accelerator.
- * - The hop's outcome goes to the chain router (offrac_chain_router.v) when
- *   the accelerator's metadata word comes out: the request's header, the
+ *   holds the dispatcher for one cycle. A buffer may hold several complete
+ *   requests (the pool counts bytes), each in whole beats, so the ring has
+ *   room for BUF_BYTES / 64 beats plus one partial beat for every request
+ *   it can hold at once (PT, the release table's bound, and one
+ *   reassembling).
+ * - Complete requests (m_req_* of the dispatcher) go into a list of
+ *   DESC_DEPTH descriptors (the small ones into a second) with their start
+ *   beat in the ring and the cycle they were queued. While the list is full
+ *   the dispatcher waits with its complete request.
+ * - The drain (the core's Engine::drain) moves one request a cycle into the
+ *   slot queue the selector picks (SLOT_POLICY RR or JSQ): the first, small
+ *   ones before the pool's, that is the oldest of its (function, tenant)
+ *   and that a slot of its function has room for; a request whose slots are
+ *   all full waits, and does not block other functions' requests.
+ * - Each slot runs one hop at a time, all slots at once: a chained hop of
+ *   its function waiting in the chain buffer first (as the software's
+ *   chained queue goes first), else its queue's head. It sends the hop
+ *   parameter (K for top-k, bits [63:0] of the metadata word) to its
+ *   accelerator and reads the payload beats (two cycles a beat) from the
+ *   ring (one read port, shared round robin), or from the chain buffer,
+ *   into it. The pool's bytes are released when the last ring beat has been
+ *   read, in each ring's order (a table of releases; a chained hop holds no
+ *   pool bytes). An empty payload goes to top-k and MapId as one beat with
+ *   tkeep 0 (they answer BAD_INPUT, as the software does); echo answers it
+ *   without the accelerator.
+ * - The chain token: one chain at a time runs through the chain buffer; a
+ *   slot starts a hop whose next hop is local only while no other such hop
+ *   runs and the buffer is empty (so a next hop always finds the buffer
+ *   free and a slot to run on).
+ * - A slot's outcome goes to the chain router (offrac_chain_router.v), one
+ *   slot at a time (round robin), when its accelerator's metadata word comes
+ *   out: the request's header, the
  *   status and detail (echo: OK), the result length (OK: echo and MapId the
  *   payload's length, top-k 4 * min(K, n)), timings in cycles summed over
- *   the chain's hops here (queue = queued until the executor took it, exec
+ *   the chain's hops here (queue = queued until the slot took it, exec
  *   = taken until the metadata word, reassembly = the dispatcher's first
  *   byte to complete, for a chained hop to the end of the hop before it, as
  *   Job::advance), the per-hop timings block of a TRACE request (this hop's
@@ -54,7 +67,7 @@
  *   is not sent), or hands the next local hop to the chain buffer (its
  *   header, then the result as its payload; MAX_PAYLOAD bytes, one hop at a
  *   time), or forwards the request on m_net_axis_* (tdest the device) when
- *   the next hop is on a device in PEERS. The executor takes the next hop
+ *   the next hop is on a device in PEERS. The slot takes its next hop
  *   once the router is done with this one.
  * - The dispatcher's refusals (one header beat each) and the router's
  *   responses are merged frame by frame (alternating when both wait) into
