@@ -1,9 +1,11 @@
 /*
  * offrac request path: the node's datapath from TCP payload in to response
  * bytes out (OffRAC §3, Fig. 11), composed of the dispatcher, a buffer
- * memory, a queue of complete requests, one accelerator per hosted function
- * (echo 0, top-k 1, min-max 3, MapId 6, SparseTransform 7, Bucketize 8),
- * the chain router with its chain buffer,
+ * memory, the lists of complete requests, the slot stage (the selector and
+ * one slot queue per slot), the slots (each its own executor and
+ * accelerator instance: SLOT_FUNCS, by default one per built-in: echo 0,
+ * top-k 1, min-max 3, MapId 6, SparseTransform 7, Bucketize 8), the chain
+ * router with its chain buffer,
  * and the response path; m_net_axis_* is the egress of hops forwarded to
  * another device.
  *
@@ -21,30 +23,41 @@
  *   are packed into whole beats (a residue of up to 63 bytes per buffer)
  *   and a request's last bytes written as a partial beat; one write a
  *   cycle, so a last beat that makes two (residue plus beat over 64 bytes)
- *   holds the dispatcher for one cycle. A buffer may hold several complete requests
- *   (the pool counts bytes), each in whole beats, so the ring has room for
- *   BUF_BYTES / 64 beats plus one partial beat for every request it can hold
- *   at once (the queue's DESC_DEPTH, one executing and one reassembling).
- * - Complete requests (m_req_* of the dispatcher) go into a FIFO of
- *   DESC_DEPTH descriptors with their start beat in the ring and the cycle
- *   they were queued. While the FIFO is full the dispatcher waits with its
- *   complete request (it can still have answered everything before).
- * - The executor runs one hop at a time: a chained hop waiting in the
- *   chain buffer first (as the software's chained queue goes before the
- *   pool), else the next complete request in completion order. It sends the
- *   hop parameter (K for top-k, bits [63:0] of the metadata word) to the
- *   function's accelerator, reads the payload beats (two cycles a beat) from
- *   the ring, or from the chain buffer, into it, and releases the bytes in
- *   the pool when the last ring beat has been read (as the core releases a
- *   request leaving its buffer; a chained hop holds no pool bytes). An empty
- *   payload goes to top-k and MapId as one beat with tkeep 0 (they answer
- *   BAD_INPUT, as the software does); echo answers it without the
- *   accelerator.
- * - The hop's outcome goes to the chain router (offrac_chain_router.v) when
- *   the accelerator's metadata word comes out: the request's header, the
+ *   holds the dispatcher for one cycle. A buffer may hold several complete
+ *   requests (the pool counts bytes), each in whole beats, so the ring has
+ *   room for BUF_BYTES / 64 beats plus one partial beat for every request
+ *   it can hold at once (PT, the release table's bound, and one
+ *   reassembling).
+ * - Complete requests (m_req_* of the dispatcher) go into a list of
+ *   DESC_DEPTH descriptors (the small ones into a second) with their start
+ *   beat in the ring and the cycle they were queued. While the list is full
+ *   the dispatcher waits with its complete request.
+ * - The drain (the core's Engine::drain) moves one request a cycle into the
+ *   slot queue the selector picks (SLOT_POLICY RR or JSQ): the first, small
+ *   ones before the pool's, that is the oldest of its (function, tenant)
+ *   and that a slot of its function has room for; a request whose slots are
+ *   all full waits, and does not block other functions' requests.
+ * - Each slot runs one hop at a time, all slots at once: a chained hop of
+ *   its function waiting in the chain buffer first (as the software's
+ *   chained queue goes first), else its queue's head. It sends the hop
+ *   parameter (K for top-k, bits [63:0] of the metadata word) to its
+ *   accelerator and reads the payload beats (two cycles a beat) from the
+ *   ring (one read port, shared round robin), or from the chain buffer,
+ *   into it. The pool's bytes are released when the last ring beat has been
+ *   read, in each ring's order (a table of releases; a chained hop holds no
+ *   pool bytes). An empty payload goes to top-k and MapId as one beat with
+ *   tkeep 0 (they answer BAD_INPUT, as the software does); echo answers it
+ *   without the accelerator.
+ * - The chain token: one chain at a time runs through the chain buffer; a
+ *   slot starts a hop whose next hop is local only while no other such hop
+ *   runs and the buffer is empty (so a next hop always finds the buffer
+ *   free and a slot to run on).
+ * - A slot's outcome goes to the chain router (offrac_chain_router.v), one
+ *   slot at a time (round robin), when its accelerator's metadata word comes
+ *   out: the request's header, the
  *   status and detail (echo: OK), the result length (OK: echo and MapId the
  *   payload's length, top-k 4 * min(K, n)), timings in cycles summed over
- *   the chain's hops here (queue = queued until the executor took it, exec
+ *   the chain's hops here (queue = queued until the slot took it, exec
  *   = taken until the metadata word, reassembly = the dispatcher's first
  *   byte to complete, for a chained hop to the end of the hop before it, as
  *   Job::advance), the per-hop timings block of a TRACE request (this hop's
@@ -54,7 +67,7 @@
  *   is not sent), or hands the next local hop to the chain buffer (its
  *   header, then the result as its payload; MAX_PAYLOAD bytes, one hop at a
  *   time), or forwards the request on m_net_axis_* (tdest the device) when
- *   the next hop is on a device in PEERS. The executor takes the next hop
+ *   the next hop is on a device in PEERS. The slot takes its next hop
  *   once the router is done with this one.
  * - The dispatcher's refusals (one header beat each) and the router's
  *   responses are merged frame by frame (alternating when both wait) into
@@ -99,7 +112,15 @@ module offrac_request_path #(
     // the single-fragment FIFO (the core's small_request_max and small_queue_bytes; 0: off);
     // its ring is the size of a buffer's, so SMALL_BYTES <= BUF_BYTES
     parameter SMALL_MAX   = 0,
-    parameter SMALL_BYTES = 0
+    parameter SMALL_BYTES = 0,
+    // the slots (OffRAC §3.6): each its own executor and accelerator, the function of slot i in
+    // bits [8i+7:8i] (echo 0, top-k 1, min-max 3, MapId 6, SparseTransform 7, Bucketize 8; at most
+    // one MapId and one Bucketize slot: their state is loaded once); by default one slot a function
+    parameter SLOT_COUNT  = 6,
+    parameter [8*SLOT_COUNT-1:0] SLOT_FUNCS = 48'h08_07_06_03_01_00,
+    parameter SLOT_POLICY = 0,                 // the selector: 0 RR, 1 JSQ (the core's slot_policy)
+    parameter SLOT_QUEUE_BYTES = MAX_PAYLOAD,  // a slot queue's payload bytes (the core's slot_queue_bytes)
+    parameter SLOT_DEPTH  = DESC_DEPTH         // a slot queue's entries
 ) (
     input  wire                   clk,
     input  wire                   rst,
@@ -159,13 +180,34 @@ module offrac_request_path #(
     output wire                   idle
 );
 
-localparam RING_BEATS = BUF_BYTES / 64 + DESC_DEPTH + 2;
+// a ring holds BUF_BYTES in whole beats plus one partial beat for every request it can hold at
+// once: at most 2 DESC_DEPTH + SLOT_COUNT (SLOT_DEPTH + 1) described and not released (the release
+// table's bound, below), one reassembling
+localparam RING_BEATS = BUF_BYTES / 64 + 2 * DESC_DEPTH + SLOT_COUNT * (SLOT_DEPTH + 1) + 2;
 localparam RING_WIDTH = $clog2(RING_BEATS);
 // rings 0..BUF_COUNT-1 are the buffers', ring BUF_COUNT the small queue's
 localparam RB_WIDTH = BUF_WIDTH + 1;
 localparam [RB_WIDTH-1:0] SMALL_RING = BUF_COUNT;
 localparam DESC_WIDTH_FIFO = DESC_DEPTH > 1 ? $clog2(DESC_DEPTH) : 1;
-localparam [255:0] HOSTED = 256'h1CB;   // functions 0, 1, 3, 6, 7 and 8
+localparam SLOT_WIDTH = SLOT_COUNT > 1 ? $clog2(SLOT_COUNT) : 1;
+function [255:0] hosted_of(input [8*SLOT_COUNT-1:0] fs);
+    integer i;
+    begin
+        hosted_of = 256'd0;
+        for (i = 0; i < SLOT_COUNT; i = i + 1) hosted_of[fs[8*i +: 8]] = 1'b1;
+    end
+endfunction
+// the first slot of a function (SLOT_COUNT - 1 when none: its configuration outputs read 0)
+function integer first_slot(input [8*SLOT_COUNT-1:0] fs, input [7:0] f);
+    integer i;
+    begin
+        first_slot = SLOT_COUNT - 1;
+        for (i = SLOT_COUNT - 1; i >= 0; i = i - 1) if (fs[8*i +: 8] == f) first_slot = i;
+    end
+endfunction
+localparam [255:0] HOSTED = hosted_of(SLOT_FUNCS);   // the functions the slots run
+localparam MAPID_SLOT  = first_slot(SLOT_FUNCS, 8'd6);
+localparam BUCKET_SLOT = first_slot(SLOT_FUNCS, 8'd8);
 localparam [7:0] FN_ECHO = 8'd0, FN_TOPK = 8'd1, FN_MINMAX = 8'd3, FN_MAPID = 8'd6, FN_SPARSE = 8'd7,
                  FN_BUCKET = 8'd8;
 localparam ACC_BEATS = (MAX_PAYLOAD + 63) / 64;   // min-max, SparseTransform, Bucketize buffers
@@ -268,8 +310,6 @@ endgenerate
 reg [511:0]          mem [0:(BUF_COUNT + 1)*(1 << RING_WIDTH)-1];
 reg [RING_WIDTH-1:0] wp [0:BUF_COUNT];      // next beat written
 reg [RING_WIDTH-1:0] hp [0:BUF_COUNT];      // first beat of the next request described
-reg [RING_WIDTH-1:0] rd_addr = {RING_WIDTH{1'b0}};
-reg [RB_WIDTH-1:0]   rd_buf = {RB_WIDTH{1'b0}};
 reg [511:0]          rd_data;
 
 function [RING_WIDTH-1:0] ring_next(input [RING_WIDTH-1:0] p);
@@ -308,23 +348,110 @@ end
 wire [1023:0] b_comb  = {512'd0, pend[b_ring]} | ({512'd0, b_masked} << (8 * pend_n[b_ring]));
 wire [7:0]    b_total = pend_n[b_ring] + b_n;
 
-// ---- the queue of complete requests --------------------------------------
-// and of the small ones (the single-fragment FIFO's descriptors), DESC_DEPTH each
+// ---- the complete requests waiting for a slot queue -------------------------
+// Two lists of DESC_DEPTH descriptors in completion order, the small ones'
+// (the single-fragment FIFO) and the buffers'. Every cycle the drain moves
+// one request into the slot queue the selector picks: the first, small ones
+// before the buffers' (the core's drain order), that is the oldest of its
+// (function, tenant) and for which a slot of its function has room. A request
+// whose slots are all full stays (as do the younger ones of its function and
+// tenant, the core's `blocked`), and the others pass it.
 localparam QW = 64 + 1024 + CONN_WIDTH + RB_WIDTH + RING_WIDTH + 64 + 16 + 8 + 8 + 32 + 64 + 64;
-reg [QW-1:0] fifo [0:DESC_DEPTH-1];
+localparam D_START = 256;
+localparam D_RING  = D_START + RING_WIDTH;
+localparam D_CONN  = D_RING + RB_WIDTH;
+localparam D_HDR   = D_CONN + CONN_WIDTH;
+localparam D_REASM = D_HDR + 1024;
+localparam ND = 2 * DESC_DEPTH;
+reg [QW-1:0] s_list [0:DESC_DEPTH-1];
+reg [QW-1:0] f_list [0:DESC_DEPTH-1];
 reg [DESC_WIDTH_FIFO:0] f_count = 0;
-reg [DESC_WIDTH_FIFO-1:0] f_wr = 0, f_rd = 0;
-reg [QW-1:0] sfifo [0:DESC_DEPTH-1];
 reg [DESC_WIDTH_FIFO:0] s_count = 0;
-reg [DESC_WIDTH_FIFO-1:0] s_wr = 0, s_rd = 0;
-assign q_tready = q_small ? s_count < DESC_DEPTH : f_count < DESC_DEPTH;
+wire outs_room;   // the release table has room for one more (below)
+assign q_tready = (q_small ? s_count < DESC_DEPTH : f_count < DESC_DEPTH) && outs_room;
 wire q_take = q_tvalid && q_tready && !q_small;
 wire s_take = q_tvalid && q_tready && q_small;
 wire [RB_WIDTH-1:0] q_ring = q_small ? SMALL_RING : {1'b0, q_buffer};
 wire [QW-1:0] q_desc = {q_reasm, q_hdr, q_conn, q_ring, hp[q_ring], q_id, q_tenant, q_hop, q_fn, q_len, q_param, cyc};
-wire f_pop, s_pop;
 
-integer bi;
+// the slot stage's state, for the drain's choice
+wire [SLOT_COUNT*32-1:0] sq_bytes;
+wire [SLOT_COUNT-1:0]    sq_full;
+wire [SLOT_COUNT-1:0]    sq_busy;
+
+reg  [QW-1:0]        w_desc [0:ND-1];
+reg  [ND-1:0]        w_valid, w_fits, w_first;
+reg                  dr_found;
+reg  [$clog2(ND)-1:0] dr_e;
+reg  [QW-1:0]        dr_desc;
+integer we, wk;
+always @* begin
+    for (we = 0; we < ND; we = we + 1) begin
+        if (we < DESC_DEPTH) begin
+            w_desc[we]  = s_list[we];
+            w_valid[we] = we < s_count;
+        end else begin
+            w_desc[we]  = f_list[we - DESC_DEPTH];
+            w_valid[we] = we - DESC_DEPTH < f_count;
+        end
+    end
+    for (we = 0; we < ND; we = we + 1) begin
+        w_fits[we]  = 1'b0;
+        w_first[we] = 1'b1;
+        for (wk = 0; wk < SLOT_COUNT; wk = wk + 1) begin
+            if (SLOT_FUNCS[8*wk +: 8] == w_desc[we][167:160] && !sq_full[wk]
+                    && {1'b0, sq_bytes[32*wk +: 32]} + {1'b0, w_desc[we][159:128]} <= SLOT_QUEUE_BYTES) begin
+                w_fits[we] = 1'b1;
+            end
+        end
+        for (wk = 0; wk < ND; wk = wk + 1) begin
+            if (wk < we && w_valid[wk] && w_desc[wk][167:160] == w_desc[we][167:160]
+                    && w_desc[wk][191:176] == w_desc[we][191:176]) begin
+                w_first[we] = 1'b0;
+            end
+        end
+    end
+    dr_found = 1'b0;
+    dr_e     = 0;
+    for (we = ND - 1; we >= 0; we = we - 1) begin
+        if (w_valid[we] && w_fits[we] && w_first[we]) begin
+            dr_found = 1'b1;
+            dr_e     = we[$clog2(ND)-1:0];
+        end
+    end
+    dr_desc = w_desc[dr_e];
+end
+wire s_rm = dr_found && dr_e < DESC_DEPTH;
+wire f_rm = dr_found && dr_e >= DESC_DEPTH;
+wire [$clog2(ND)-1:0] f_rm_i = dr_e - DESC_DEPTH;
+
+// the ring read port, shared by the slots (round robin, one read a cycle)
+wire [SLOT_COUNT-1:0]            sl_want;
+wire [SLOT_COUNT*RING_WIDTH-1:0] sl_raddr;
+wire [SLOT_COUNT*RB_WIDTH-1:0]   sl_rbuf;
+reg  [SLOT_WIDTH-1:0]            rd_last = SLOT_COUNT - 1;
+reg  [SLOT_WIDTH-1:0]            rd_pick;
+reg                              rd_any;
+reg  [SLOT_WIDTH-1:0]            rd_tag = 0;
+reg                              rd_tag_v = 1'b0;
+reg  [SLOT_WIDTH:0]              rd_i;
+integer rk;
+always @* begin
+    rd_any  = 1'b0;
+    rd_pick = 0;
+    for (rk = SLOT_COUNT; rk >= 1; rk = rk - 1) begin
+        rd_i = rd_last + rk;
+        if (rd_i >= SLOT_COUNT) rd_i = rd_i - SLOT_COUNT;
+        if (sl_want[rd_i[SLOT_WIDTH-1:0]]) begin
+            rd_any  = 1'b1;
+            rd_pick = rd_i[SLOT_WIDTH-1:0];
+        end
+    end
+end
+wire [RB_WIDTH-1:0]   rd_buf  = sl_rbuf[RB_WIDTH*rd_pick +: RB_WIDTH];
+wire [RING_WIDTH-1:0] rd_addr = sl_raddr[RING_WIDTH*rd_pick +: RING_WIDTH];
+
+integer bi, li;
 always @(posedge clk) begin
     cyc <= cyc + 1'b1;
     if (fl_valid) begin
@@ -347,26 +474,28 @@ always @(posedge clk) begin
             pend_n[b_ring] <= b_total[5:0];
         end
     end
-    if (q_take) begin
-        fifo[f_wr] <= q_desc;
-        f_wr <= (f_wr == DESC_DEPTH - 1) ? 0 : f_wr + 1'b1;
+    // the lists: the entry drained leaves (the younger ones move up), a new one goes behind
+    if (s_rm) begin
+        for (li = 0; li < DESC_DEPTH - 1; li = li + 1) begin
+            if (li >= dr_e) s_list[li] <= s_list[li + 1];
+        end
     end
-    if (s_take) begin
-        sfifo[s_wr] <= q_desc;
-        s_wr <= (s_wr == DESC_DEPTH - 1) ? 0 : s_wr + 1'b1;
+    if (f_rm) begin
+        for (li = 0; li < DESC_DEPTH - 1; li = li + 1) begin
+            if (li >= f_rm_i) f_list[li] <= f_list[li + 1];
+        end
     end
+    if (q_take) f_list[f_count - f_rm] <= q_desc;
+    if (s_take) s_list[s_count - s_rm] <= q_desc;
     if (q_take || s_take) begin
         hp[q_ring] <= ring_add(hp[q_ring], q_beats);
     end
-    if (f_pop) begin
-        f_rd <= (f_rd == DESC_DEPTH - 1) ? 0 : f_rd + 1'b1;
-    end
-    if (s_pop) begin
-        s_rd <= (s_rd == DESC_DEPTH - 1) ? 0 : s_rd + 1'b1;
-    end
-    f_count <= f_count + q_take - f_pop;
-    s_count <= s_count + s_take - s_pop;
-    rd_data <= mem[{rd_buf, rd_addr}];
+    f_count <= f_count + q_take - f_rm;
+    s_count <= s_count + s_take - s_rm;
+    rd_data  <= mem[{rd_buf, rd_addr}];
+    rd_tag   <= rd_pick;
+    rd_tag_v <= rd_any;
+    if (rd_any) rd_last <= rd_pick;
     if (ab_valid) begin
         // the abandoned request's beats and residue are dropped: the buffer's ring ends where its
         // complete requests end (the dispatcher took the abort with none of them still to describe)
@@ -376,12 +505,9 @@ always @(posedge clk) begin
     end
     if (rst) begin
         f_count <= 0;
-        f_wr <= 0;
-        f_rd <= 0;
         s_count <= 0;
-        s_wr <= 0;
-        s_rd <= 0;
         fl_valid <= 1'b0;
+        rd_tag_v <= 1'b0;
         for (bi = 0; bi <= BUF_COUNT; bi = bi + 1) begin
             pend[bi]   <= 512'd0;
             pend_n[bi] <= 6'd0;
@@ -391,25 +517,35 @@ always @(posedge clk) begin
     end
 end
 
-wire [CONN_WIDTH-1:0] h_conn;
-wire [RB_WIDTH-1:0]   h_buffer;   // its ring (SMALL_RING: a small request)
-wire [RING_WIDTH-1:0] h_start;
-wire [63:0]           h_id;
-wire [15:0]           h_tenant;
-wire [7:0]            h_hop;
-wire [7:0]            h_fn;
-wire [31:0]           h_len;
-wire [63:0]           h_param;
-wire [63:0]           h_cycle;
-wire [1023:0]         h_hdr;
-wire [63:0]           h_reasm;
-// the head the executor takes next: a small request before the buffers' (the core's drain order)
-assign {h_reasm, h_hdr, h_conn, h_buffer, h_start, h_id, h_tenant, h_hop, h_fn, h_len, h_param, h_cycle} =
-    s_count != 0 ? sfifo[s_rd] : fifo[f_rd];
+// ---- the slot stage: the selector and one slot queue per slot ---------------
+wire [SLOT_COUNT*QW-1:0] sq_tdata;
+wire [SLOT_COUNT-1:0]    sq_tvalid;
+wire [SLOT_COUNT-1:0]    sq_tready;
+wire [SLOT_COUNT-1:0]    sq_done;
 
-// ---- the chained hop: the router's next local hop, waiting for the executor ----
-// One at a time (the executor runs one hop at a time): its header, then its
-// payload (the last hop's result) into a buffer of MAX_PAYLOAD bytes.
+offrac_slot_stage #(
+    .SLOT_COUNT(SLOT_COUNT), .SLOT_FUNCS(SLOT_FUNCS), .QUEUE_BYTES(SLOT_QUEUE_BYTES),
+    .DEPTH(SLOT_DEPTH), .POLICY(SLOT_POLICY), .DESC_WIDTH(QW), .SIZE_WIDTH(32), .FUNC_COUNT(16),
+    .SLOT_WIDTH(SLOT_WIDTH)
+) stage_inst (
+    .clk(clk), .rst(rst),
+    .s_req_tdata(dr_desc), .s_req_function(dr_desc[167:160]), .s_req_cost(dr_desc[159:128]),
+    .s_req_tvalid(dr_found), .s_req_tready(),
+    .m_sel_ok(), .m_sel_slot(), .m_sel_tvalid(), .m_sel_tready(1'b1),
+    .m_axis_tdata(sq_tdata), .m_axis_tsize(), .m_axis_tvalid(sq_tvalid), .m_axis_tready(sq_tready),
+    .slot_done(sq_done),
+    .slot_queued_bytes(sq_bytes), .slot_busy(sq_busy), .slot_full(sq_full)
+);
+
+// ---- the chained hop: the router's next local hop, waiting for a slot ----------
+// One at a time: its header, then its payload (the last hop's result) into a
+// buffer of MAX_PAYLOAD bytes. It goes to the first idle slot of its
+// function, before that slot's queue (chains first, as the core's drain).
+// At most one chain runs through it at a time (the chain token): a slot
+// starts a hop whose next hop is local only while no other such hop runs
+// and the buffer is empty, so a hop's next hop always finds the buffer free
+// and a slot of its function to run on (no slot waits on the buffer while
+// holding the router).
 localparam CHAIN_BEATS = (MAX_PAYLOAD + 63) / 64 + 1;
 localparam CHAIN_WIDTH = $clog2(CHAIN_BEATS + 1);
 localparam [1:0] C_HDR = 2'd0, C_EXT = 2'd1, C_PAY = 2'd2, C_FULL = 2'd3;
@@ -424,6 +560,7 @@ reg [511:0]           c_times = 512'd0;  // the per-hop timings block so far
 reg [63:0]            e_next_reasm = 64'd0;   // set at the hop's hand-over to the router: a chained
 reg [511:0]           e_sent_times = 512'd0;  // next hop's reassembly, and the block with its record
 reg [511:0]           c_rd;
+reg [SLOT_WIDTH-1:0]  c_holder = 0;      // the slot reading the chained hop's payload
 
 wire [511:0]          n_tdata;
 wire [CONN_WIDTH-1:0] n_tuser;
@@ -432,7 +569,6 @@ wire                  n_tvalid;
 wire [63:0]           n_queue, n_exec;
 wire                  n_tready = c_st != C_FULL;
 wire                  c_valid  = c_st == C_FULL;
-wire                  c_pop;
 
 wire [7:0]  c_hop   = c_hdr[63:56];
 wire [3:0]  c_hop_i = c_hop[3:0];
@@ -440,6 +576,29 @@ wire [7:0]  c_fn    = c_hdr[8 * (24 + 10 * c_hop_i) +: 8];
 wire [63:0] c_param = c_hdr[8 * (26 + 10 * c_hop_i) +: 64];
 wire [31:0] c_len   = c_hdr[159:128];
 
+wire [SLOT_COUNT-1:0] sl_idle;
+wire [SLOT_COUNT-1:0] sl_chainrun;   // running a hop of the chain token
+wire [SLOT_COUNT-1:0] sl_czwant;     // idle, its head's next hop is local, the token is free
+reg  [SLOT_COUNT-1:0] c_offer, cz_ok;
+wire                  chain_busy = (|sl_chainrun) || c_st != C_HDR;
+wire                  c_pop = |c_offer;
+integer ck;
+always @* begin
+    c_offer = {SLOT_COUNT{1'b0}};
+    cz_ok   = {SLOT_COUNT{1'b0}};
+    for (ck = SLOT_COUNT - 1; ck >= 0; ck = ck - 1) begin
+        if (c_valid && sl_idle[ck] && SLOT_FUNCS[8*ck +: 8] == c_fn) begin
+            c_offer = {SLOT_COUNT{1'b0}};
+            c_offer[ck] = 1'b1;
+        end
+        if (sl_czwant[ck]) begin
+            cz_ok = {SLOT_COUNT{1'b0}};
+            cz_ok[ck] = 1'b1;
+        end
+    end
+end
+
+integer hk;
 always @(posedge clk) begin
     if (n_tvalid && n_tready) begin
         case (c_st)
@@ -465,298 +624,458 @@ always @(posedge clk) begin
         endcase
         c_cycle <= cyc;
     end
-    if (c_pop) c_st <= C_HDR;
+    if (c_pop) begin
+        c_st <= C_HDR;
+        for (hk = 0; hk < SLOT_COUNT; hk = hk + 1) begin
+            if (c_offer[hk]) c_holder <= hk[SLOT_WIDTH-1:0];
+        end
+    end
+    c_rd <= cmem[sl_raddr[RING_WIDTH*c_holder +: CHAIN_WIDTH]];
     if (rst) c_st <= C_HDR;
 end
 
-// ---- the executor: feed one hop into its accelerator ----------------------
-localparam [2:0] E_IDLE = 3'd0, E_META = 3'd1, E_READ = 3'd2, E_FEED = 3'd3, E_WAIT = 3'd4;
-reg [2:0]            e_state = E_IDLE;
-reg [CONN_WIDTH-1:0] e_conn = 0;
-reg [1023:0]         e_whdr = 0;     // the request's header (the router's input)
-reg [7:0]            e_fn = 0;
-reg [31:0]           e_len = 0;
-reg [63:0]           e_param = 0;
-reg [63:0]           e_queued = 0;   // queue cycles of this hop
-reg [63:0]           e_qsum = 0;     // queue and exec cycles of the chain's earlier hops here
-reg [63:0]           e_esum = 0;
-reg [63:0]           e_start = 0;    // cycle the executor took it
-reg [63:0]           e_reasm = 0;    // reassembly cycles (for a chained hop: to the last hop's completion)
-reg [511:0]          e_times = 0;    // per-hop timings block of the chain's earlier hops here
-reg [15:0]           e_queue_k = 0;  // this hop's queue cycles / 1000, saturating (the block's queue_us)
-reg [31:0]           e_left = 0;     // beats still to feed
-reg                  e_chain = 1'b0; // a chained hop: its payload is in cmem, not in a buffer
-reg                  e_sent = 1'b0;  // the hop is with the router (set by the hop side)
-wire                 rt_busy;
-
-// a chained hop first: it holds no pool buffer, and the router waits on it
-assign c_pop = e_state == E_IDLE && c_valid;
-assign s_pop = e_state == E_IDLE && !c_valid && s_count != 0;
-assign f_pop = e_state == E_IDLE && !c_valid && s_count == 0 && f_count != 0;
-
-// accelerator inputs
-reg          a_meta_valid;
-wire [127:0] a_meta = {64'd0, e_param};
-reg          a_valid;
-wire [511:0] a_data = e_chain ? c_rd : rd_data;
-wire [63:0]  a_keep = (e_len == 0) ? 64'd0
-                    : (e_left == 1 && e_len[5:0] != 0) ? ({64{1'b1}} >> (64 - e_len[5:0])) : {64{1'b1}};
-wire         a_last = e_left <= 1;
-
-wire echo_meta_ready, topk_meta_ready, mapid_meta_ready, mm_meta_ready, sp_meta_ready, bk_meta_ready;
-wire echo_ready, topk_ready, mapid_ready, mm_ready, sp_ready, bk_ready;
-reg  meta_ready, data_ready;
+// ---- the pool's releases, in each ring's order --------------------------------
+// Slots finish out of order, but a ring's beats must be freed in order (else
+// a later write could overrun a request still to be read). A slot that has
+// read a request's last beat hands its release (one a cycle, round robin)
+// to a table of PT entries; a release leaves the table, one a cycle, when
+// every request before it in its ring has been released. The table never
+// fills: at most PT requests with payload are described and not released
+// (the lists stop taking complete requests at PT; the dispatcher waits),
+// so a slot never waits on another's release.
+localparam PT = 2 * DESC_DEPTH + SLOT_COUNT * (SLOT_DEPTH + 1);
+localparam PT_WIDTH = $clog2(PT + 1);
+wire [SLOT_COUNT-1:0]            sl_prv;
+wire [SLOT_COUNT*RB_WIDTH-1:0]   sl_pr_ring;
+wire [SLOT_COUNT*RING_WIDTH-1:0] sl_pr_start;
+wire [SLOT_COUNT*32-1:0]         sl_pr_size;
+reg  [RING_WIDTH-1:0]            rp [0:BUF_COUNT];   // the first beat not yet released
+reg  [PT-1:0]                    pt_v = {PT{1'b0}};
+reg  [RB_WIDTH-1:0]              pt_ring [0:PT-1];
+reg  [RING_WIDTH-1:0]            pt_start [0:PT-1];
+reg  [31:0]                      pt_size [0:PT-1];
+reg  [PT_WIDTH-1:0]              outs = 0;           // requests with payload described, not released
+assign outs_room = outs < PT;
+// the slot handing its release over this cycle (round robin), and the free entry it takes
+reg  [SLOT_WIDTH-1:0]            in_last = SLOT_COUNT - 1;
+reg  [SLOT_WIDTH-1:0]            in_g;
+reg                              in_any;
+reg  [SLOT_WIDTH:0]              in_i;
+reg  [SLOT_COUNT-1:0]            ins;
+reg  [PT_WIDTH-1:0]              in_e;
+// the entry released this cycle
+reg                              ret_any;
+reg  [PT_WIDTH-1:0]              ret_e;
+integer tk;
 always @* begin
-    case (e_fn)
-        FN_TOPK:   begin meta_ready = topk_meta_ready;  data_ready = topk_ready;  end
-        FN_MINMAX: begin meta_ready = mm_meta_ready;    data_ready = mm_ready;    end
-        FN_MAPID:  begin meta_ready = mapid_meta_ready; data_ready = mapid_ready; end
-        FN_SPARSE: begin meta_ready = sp_meta_ready;    data_ready = sp_ready;    end
-        FN_BUCKET: begin meta_ready = bk_meta_ready;    data_ready = bk_ready;    end
-        default:   begin meta_ready = echo_meta_ready;  data_ready = echo_ready;  end
-    endcase
+    in_any = 1'b0;
+    in_g   = 0;
+    for (tk = SLOT_COUNT; tk >= 1; tk = tk - 1) begin
+        in_i = in_last + tk;
+        if (in_i >= SLOT_COUNT) in_i = in_i - SLOT_COUNT;
+        if (sl_prv[in_i[SLOT_WIDTH-1:0]]) begin
+            in_any = 1'b1;
+            in_g   = in_i[SLOT_WIDTH-1:0];
+        end
+    end
+    ins = {SLOT_COUNT{1'b0}};
+    ins[in_g] = in_any;
+    in_e    = 0;
+    ret_any = 1'b0;
+    ret_e   = 0;
+    for (tk = PT - 1; tk >= 0; tk = tk - 1) begin
+        if (!pt_v[tk]) in_e = tk[PT_WIDTH-1:0];
+        if (pt_v[tk] && pt_start[tk] == rp[pt_ring[tk]]) begin
+            ret_any = 1'b1;
+            ret_e   = tk[PT_WIDTH-1:0];
+        end
+    end
 end
-
-always @* begin
-    a_meta_valid = e_state == E_META;
-    a_valid      = e_state == E_FEED;
-end
-
+wire [RB_WIDTH-1:0] ret_ring = pt_ring[ret_e];
+wire [31:0]         ret_size = pt_size[ret_e];
+integer pi;
 always @(posedge clk) begin
-    rel_valid <= 1'b0;
-    // the block's queue field: the software's is µs (its ns / 1000), here cycles / 1000
-    e_queue_k <= e_queued >= 64'd65535000 ? 16'hFFFF : e_queued[25:0] / 26'd1000;
-    c_rd <= cmem[rd_addr[CHAIN_WIDTH-1:0]];
-    case (e_state)
-        E_IDLE: begin
-            e_start <= cyc;
-            rd_addr <= {RING_WIDTH{1'b0}};
-            if (c_valid) begin
-                e_chain  <= 1'b1;
-                e_conn   <= c_conn;
-                e_whdr   <= c_hdr;
-                e_fn     <= c_fn;
-                e_len    <= c_len;
-                e_param  <= c_param;
-                e_queued <= cyc - c_cycle;
-                e_qsum   <= c_qsum;
-                e_esum   <= c_esum;
-                e_reasm  <= c_reasm;
-                e_times  <= c_times;
-                e_left   <= (c_len == 0) ? 32'd1 : (c_len + 32'd63) >> 6;
-                e_state  <= E_META;
-            end else if (s_count != 0 || f_count != 0) begin
-                e_chain  <= 1'b0;
-                e_conn   <= h_conn;
-                e_whdr   <= h_hdr;
-                e_fn     <= h_fn;
-                e_len    <= h_len;
-                e_param  <= h_param;
-                e_queued <= cyc - h_cycle;
-                e_qsum   <= 64'd0;
-                e_esum   <= 64'd0;
-                e_reasm  <= h_reasm;
-                e_times  <= 512'd0;
-                e_left   <= (h_len == 0) ? 32'd1 : (h_len + 32'd63) >> 6;
-                rd_buf   <= h_buffer;
-                rd_addr  <= h_start;
-                rel_buffer <= h_buffer[BUF_WIDTH-1:0];
-                rel_small  <= h_buffer == SMALL_RING;
-                rel_size   <= h_len;
-                e_state  <= E_META;
-            end
-        end
-        E_META: begin
-            if (e_fn == FN_ECHO && e_len == 0) begin
-                rel_valid <= !e_chain;    // nothing to read: echo answers without the accelerator
-                e_state   <= E_WAIT;
-            end else if (meta_ready) begin
-                e_state <= E_FEED;        // the first beat was read while the metadata waited
-            end
-        end
-        E_READ: e_state <= E_FEED;
-        E_FEED: begin
-            if (data_ready) begin
-                rd_addr <= ring_next(rd_addr);
-                e_left  <= e_left - 1;
-                if (a_last) begin
-                    rel_valid <= !e_chain;
-                    e_state   <= E_WAIT;
-                end else begin
-                    e_state <= E_READ;
-                end
-            end
-        end
-        // the router has the hop and is done with it (its frame is out, a
-        // chained hop's in cmem): the next hop may use the accelerators
-        E_WAIT: if (e_sent && !rt_busy) e_state <= E_IDLE;
-        default: e_state <= E_IDLE;
-    endcase
+    rel_valid <= ret_any;
+    if (ret_any) begin
+        rel_buffer <= ret_ring[BUF_WIDTH-1:0];
+        rel_small  <= ret_ring == SMALL_RING;
+        rel_size   <= ret_size;
+        rp[ret_ring] <= ring_add(pt_start[ret_e], (ret_size + 32'd63) >> 6);
+        pt_v[ret_e] <= 1'b0;
+    end
+    if (in_any) begin
+        in_last <= in_g;
+        pt_v[in_e]     <= 1'b1;
+        pt_ring[in_e]  <= sl_pr_ring[RB_WIDTH*in_g +: RB_WIDTH];
+        pt_start[in_e] <= sl_pr_start[RING_WIDTH*in_g +: RING_WIDTH];
+        pt_size[in_e]  <= sl_pr_size[32*in_g +: 32];
+    end
+    outs <= outs + ((q_take || s_take) && q_len != 0) - ret_any;
     if (rst) begin
-        e_state   <= E_IDLE;
         rel_valid <= 1'b0;
+        pt_v      <= {PT{1'b0}};
+        outs      <= 0;
+        for (pi = 0; pi <= BUF_COUNT; pi = pi + 1) rp[pi] <= {RING_WIDTH{1'b0}};
     end
 end
 
-// ---- the accelerators ----------------------------------------------------
-wire [511:0] echo_tdata, topk_tdata, mapid_tdata, mm_tdata, sp_tdata, bk_tdata;
-wire [63:0]  echo_tkeep, topk_tkeep, mapid_tkeep, mm_tkeep, sp_tkeep, bk_tkeep;
-wire         echo_tvalid, topk_tvalid, mapid_tvalid, mm_tvalid, sp_tvalid, bk_tvalid;
-wire         echo_tlast, topk_tlast, mapid_tlast, mm_tlast, sp_tlast, bk_tlast;
-wire         echo_mvalid, topk_mvalid, mapid_mvalid, mm_mvalid, sp_mvalid, bk_mvalid;
-wire [7:0]   topk_status, mapid_status, mm_status, sp_status, bk_status;
-wire [31:0]  topk_detail, mapid_detail, mm_detail, sp_detail, bk_detail;
-wire [31:0]  sp_len;
-wire         r_data_ready;
-reg          r_meta_ready;
-
-offrac_accel_echo echo_inst (
-    .clk(clk), .rst(rst),
-    .s_axis_tdata(a_data), .s_axis_tkeep(a_keep), .s_axis_tvalid(a_valid && e_fn == FN_ECHO),
-    .s_axis_tready(echo_ready), .s_axis_tlast(a_last),
-    .s_meta_tdata(a_meta), .s_meta_tvalid(a_meta_valid && e_fn == FN_ECHO && e_len != 0),
-    .s_meta_tready(echo_meta_ready),
-    .m_axis_tdata(echo_tdata), .m_axis_tkeep(echo_tkeep), .m_axis_tvalid(echo_tvalid),
-    .m_axis_tready(r_data_ready && e_fn == FN_ECHO), .m_axis_tlast(echo_tlast),
-    .m_meta_tdata(), .m_meta_tvalid(echo_mvalid), .m_meta_tready(r_meta_ready && e_fn == FN_ECHO)
-);
-
-offrac_accel_topk #(.K_MAX(TOPK_K_MAX)) topk_inst (
-    .clk(clk), .rst(rst),
-    .s_axis_tdata(a_data), .s_axis_tkeep(a_keep), .s_axis_tvalid(a_valid && e_fn == FN_TOPK),
-    .s_axis_tready(topk_ready), .s_axis_tlast(a_last),
-    .s_meta_tdata(a_meta), .s_meta_tvalid(a_meta_valid && e_fn == FN_TOPK),
-    .s_meta_tready(topk_meta_ready),
-    .m_axis_tdata(topk_tdata), .m_axis_tkeep(topk_tkeep), .m_axis_tvalid(topk_tvalid),
-    .m_axis_tready(r_data_ready && e_fn == FN_TOPK), .m_axis_tlast(topk_tlast),
-    .m_meta_tdata(), .m_meta_status(topk_status), .m_meta_detail(topk_detail),
-    .m_meta_tvalid(topk_mvalid), .m_meta_tready(r_meta_ready && e_fn == FN_TOPK)
-);
-
-offrac_accel_mapid #(.TABLE_BITS(MAPID_TABLE_BITS), .MAX_BEATS(MAPID_MAX_BEATS)) mapid_inst (
-    .clk(clk), .rst(rst),
-    .s_axis_tdata(a_data), .s_axis_tkeep(a_keep), .s_axis_tvalid(a_valid && e_fn == FN_MAPID),
-    .s_axis_tready(mapid_ready), .s_axis_tlast(a_last),
-    .s_meta_tdata(a_meta), .s_meta_tvalid(a_meta_valid && e_fn == FN_MAPID),
-    .s_meta_tready(mapid_meta_ready),
-    .s_cfg_tdata(s_cfg_tdata), .s_cfg_tkeep(s_cfg_tkeep), .s_cfg_tvalid(s_cfg_tvalid),
-    .s_cfg_tready(s_cfg_tready), .s_cfg_tlast(s_cfg_tlast),
-    .cfg_dict_size(cfg_dict_size), .cfg_overflow(cfg_overflow),
-    .m_axis_tdata(mapid_tdata), .m_axis_tkeep(mapid_tkeep), .m_axis_tvalid(mapid_tvalid),
-    .m_axis_tready(r_data_ready && e_fn == FN_MAPID), .m_axis_tlast(mapid_tlast),
-    .m_meta_tdata(), .m_meta_status(mapid_status), .m_meta_detail(mapid_detail),
-    .m_meta_tvalid(mapid_mvalid), .m_meta_tready(r_meta_ready && e_fn == FN_MAPID)
-);
-
-offrac_accel_minmax #(.MAX_BEATS(ACC_BEATS)) minmax_inst (
-    .clk(clk), .rst(rst),
-    .s_axis_tdata(a_data), .s_axis_tkeep(a_keep), .s_axis_tvalid(a_valid && e_fn == FN_MINMAX),
-    .s_axis_tready(mm_ready), .s_axis_tlast(a_last),
-    .s_meta_tdata(a_meta), .s_meta_tvalid(a_meta_valid && e_fn == FN_MINMAX),
-    .s_meta_tready(mm_meta_ready),
-    .m_axis_tdata(mm_tdata), .m_axis_tkeep(mm_tkeep), .m_axis_tvalid(mm_tvalid),
-    .m_axis_tready(r_data_ready && e_fn == FN_MINMAX), .m_axis_tlast(mm_tlast),
-    .m_meta_tdata(), .m_meta_status(mm_status), .m_meta_detail(mm_detail),
-    .m_meta_tvalid(mm_mvalid), .m_meta_tready(r_meta_ready && e_fn == FN_MINMAX)
-);
-
-offrac_accel_sparse #(.MAX_BEATS(ACC_BEATS)) sparse_inst (
-    .clk(clk), .rst(rst),
-    .s_axis_tdata(a_data), .s_axis_tkeep(a_keep), .s_axis_tvalid(a_valid && e_fn == FN_SPARSE),
-    .s_axis_tready(sp_ready), .s_axis_tlast(a_last),
-    .s_meta_tdata(a_meta), .s_meta_tvalid(a_meta_valid && e_fn == FN_SPARSE),
-    .s_meta_tready(sp_meta_ready),
-    .m_axis_tdata(sp_tdata), .m_axis_tkeep(sp_tkeep), .m_axis_tvalid(sp_tvalid),
-    .m_axis_tready(r_data_ready && e_fn == FN_SPARSE), .m_axis_tlast(sp_tlast),
-    .m_meta_tdata(), .m_meta_status(sp_status), .m_meta_detail(sp_detail), .m_meta_len(sp_len),
-    .m_meta_tvalid(sp_mvalid), .m_meta_tready(r_meta_ready && e_fn == FN_SPARSE)
-);
-
-offrac_accel_bucketize #(
-    .MAX_BEATS(ACC_BEATS), .SETS_MAX(BUCKET_SETS_MAX), .BORDERS_MAX(BUCKET_BORDERS_MAX)
-) bucketize_inst (
-    .clk(clk), .rst(rst),
-    .s_axis_tdata(a_data), .s_axis_tkeep(a_keep), .s_axis_tvalid(a_valid && e_fn == FN_BUCKET),
-    .s_axis_tready(bk_ready), .s_axis_tlast(a_last),
-    .s_meta_tdata(a_meta), .s_meta_tvalid(a_meta_valid && e_fn == FN_BUCKET),
-    .s_meta_tready(bk_meta_ready),
-    .s_cfg_tdata(s_bcfg_tdata), .s_cfg_tvalid(s_bcfg_tvalid), .s_cfg_tready(s_bcfg_tready),
-    .s_cfg_tlast(s_bcfg_tlast), .cfg_sets(bcfg_sets), .cfg_error(bcfg_error),
-    .m_axis_tdata(bk_tdata), .m_axis_tkeep(bk_tkeep), .m_axis_tvalid(bk_tvalid),
-    .m_axis_tready(r_data_ready && e_fn == FN_BUCKET), .m_axis_tlast(bk_tlast),
-    .m_meta_tdata(), .m_meta_status(bk_status), .m_meta_detail(bk_detail),
-    .m_meta_tvalid(bk_mvalid), .m_meta_tready(r_meta_ready && e_fn == FN_BUCKET)
-);
-
-reg [511:0] x_tdata;
-reg [63:0]  x_tkeep;
-reg         x_tvalid, x_tlast, x_mvalid;
-reg [7:0]   x_status;
-reg [31:0]  x_detail;
+// ---- the router's port: one slot's outcome at a time -------------------------
+wire [SLOT_COUNT-1:0]      sl_hopv;
+wire [SLOT_COUNT-1:0]      sl_leave;
+wire [SLOT_COUNT*1024-1:0] sl_hdr;
+wire [SLOT_COUNT*CONN_WIDTH-1:0] sl_conn;
+wire [SLOT_COUNT*8-1:0]    sl_status;
+wire [SLOT_COUNT*64-1:0]   sl_detail;
+wire [SLOT_COUNT*32-1:0]   sl_olen;
+wire [SLOT_COUNT*64-1:0]   sl_reasm, sl_queue, sl_exec, sl_nreasm;
+wire [SLOT_COUNT*512-1:0]  sl_times;
+wire [SLOT_COUNT*512-1:0]  sl_tdata;
+wire [SLOT_COUNT*64-1:0]   sl_tkeep;
+wire [SLOT_COUNT-1:0]      sl_tlast, sl_tvalid;
+wire                       rt_busy;
+wire                       hop_ready;
+wire                       r_data_ready;
+reg                        r_locked = 1'b0;
+reg  [SLOT_WIDTH-1:0]      r_own = 0;
+reg  [SLOT_WIDTH-1:0]      r_last = SLOT_COUNT - 1;
+reg  [SLOT_WIDTH-1:0]      r_pick;
+reg                        r_any;
+reg  [SLOT_WIDTH:0]        r_i;
+integer qk;
 always @* begin
-    case (e_fn)
-        FN_TOPK: begin
-            x_tdata = topk_tdata; x_tkeep = topk_tkeep; x_tvalid = topk_tvalid; x_tlast = topk_tlast;
-            x_mvalid = topk_mvalid; x_status = topk_status; x_detail = topk_detail;
+    r_any  = 1'b0;
+    r_pick = 0;
+    for (qk = SLOT_COUNT; qk >= 1; qk = qk - 1) begin
+        r_i = r_last + qk;
+        if (r_i >= SLOT_COUNT) r_i = r_i - SLOT_COUNT;
+        if (sl_hopv[r_i[SLOT_WIDTH-1:0]]) begin
+            r_any  = 1'b1;
+            r_pick = r_i[SLOT_WIDTH-1:0];
         end
-        FN_MINMAX: begin
-            x_tdata = mm_tdata; x_tkeep = mm_tkeep; x_tvalid = mm_tvalid; x_tlast = mm_tlast;
-            x_mvalid = mm_mvalid; x_status = mm_status; x_detail = mm_detail;
-        end
-        FN_MAPID: begin
-            x_tdata = mapid_tdata; x_tkeep = mapid_tkeep; x_tvalid = mapid_tvalid; x_tlast = mapid_tlast;
-            x_mvalid = mapid_mvalid; x_status = mapid_status; x_detail = mapid_detail;
-        end
-        FN_SPARSE: begin
-            x_tdata = sp_tdata; x_tkeep = sp_tkeep; x_tvalid = sp_tvalid; x_tlast = sp_tlast;
-            x_mvalid = sp_mvalid; x_status = sp_status; x_detail = sp_detail;
-        end
-        FN_BUCKET: begin
-            x_tdata = bk_tdata; x_tkeep = bk_tkeep; x_tvalid = bk_tvalid; x_tlast = bk_tlast;
-            x_mvalid = bk_mvalid; x_status = bk_status; x_detail = bk_detail;
-        end
-        default: begin
-            x_tdata = echo_tdata; x_tkeep = echo_tkeep; x_tvalid = echo_tvalid; x_tlast = echo_tlast;
-            x_mvalid = echo_mvalid; x_status = 8'd0; x_detail = 32'd0;
-        end
-    endcase
+    end
 end
-
-// ---- the hop's outcome to the chain router -------------------------------
-wire [63:0] n_elems = {32'd0, e_len >> 2};
-wire [63:0] topk_n  = (e_param < n_elems) ? e_param : n_elems;
-wire        echo_empty = e_fn == FN_ECHO && e_len == 0;
-wire        hop_ok     = echo_empty || x_status == 8'd0;
-wire        hop_valid  = e_state != E_IDLE && !e_sent && (x_mvalid || (echo_empty && e_state == E_WAIT));
-wire        hop_ready;
-
-always @* begin
-    r_meta_ready = hop_valid && hop_ready;
-end
-
-// this hop's record in the per-hop timings block (docs/protocol.md): device, ran, queue (cycles /
-// 1000, u16 saturating, where the software has µs), exec (cycles, u32 saturating, where it has ns)
-wire [63:0]  e_exec   = cyc - e_start;
-wire [2:0]   e_ran_i  = e_whdr[58:56];   // hop_index mod 8
-wire [63:0]  hop_rec  = {e_exec[63:32] != 0 ? 32'hFFFFFFFF : e_exec[31:0], e_queue_k, 8'd1, DEVICE_ID};
-reg  [511:0] hop_times;
-always @* begin
-    hop_times = e_times;
-    hop_times[64 * e_ran_i +: 64] = hop_rec;
-end
+wire [SLOT_WIDTH-1:0] r_sel     = r_locked ? r_own : r_pick;
+wire                  hop_valid = !r_locked && r_any;
+wire                  hop_take  = hop_valid && hop_ready;
 
 always @(posedge clk) begin
-    if (hop_valid && hop_ready) begin
-        e_sent <= 1'b1;
+    if (hop_take) begin
+        r_locked <= 1'b1;
+        r_own    <= r_pick;
+        r_last   <= r_pick;
         // a chained next hop's reassembly ends where this hop completes (Job::advance sets its
         // complete_at to now); its block carries this hop's record
-        e_next_reasm <= e_reasm + e_queued + e_exec;
-        e_sent_times <= hop_times;
+        e_next_reasm <= sl_nreasm[64*r_pick +: 64];
+        e_sent_times <= sl_times[512*r_pick +: 512];
     end
-    if (e_state == E_WAIT && e_sent && !rt_busy) e_sent <= 1'b0;
-    if (rst) e_sent <= 1'b0;
+    if (r_locked && sl_leave[r_own]) r_locked <= 1'b0;
+    if (rst) r_locked <= 1'b0;
 end
 
+// ---- the slots: each its own executor and accelerator ---------------------------
+localparam [2:0] E_IDLE = 3'd0, E_META = 3'd1, E_READ = 3'd2, E_FEED = 3'd3, E_WAIT = 3'd4;
+
+// a hop whose next hop is local (the router hands it to m_next_*, unless it fails or is refused)
+function chainy_of(input [1023:0] h);
+    reg [7:0] nx;
+    reg [7:0] dv;
+    begin
+        nx = h[63:56] + 8'd1;
+        dv = h[8 * (25 + 10 * nx[3:0]) +: 8];
+        chainy_of = nx < h[55:48] && (dv == 8'hFF || dv == DEVICE_ID);
+    end
+endfunction
+
+wire [SLOT_COUNT-1:0]            mcr, bcr;   // the slots' configuration readies
+wire [SLOT_COUNT*(MAPID_TABLE_BITS+1)-1:0] m_dict;
+wire [SLOT_COUNT-1:0]            m_ovf, b_err;
+wire [SLOT_COUNT*8-1:0]          b_sets;
+// the configuration goes to the first MapId and the first Bucketize slot (one of each: their state
+// is loaded once); with no such slot it is taken and dropped
+assign s_cfg_tready  = mcr[MAPID_SLOT];
+assign s_bcfg_tready = bcr[BUCKET_SLOT];
+assign cfg_dict_size = m_dict[(MAPID_TABLE_BITS+1)*MAPID_SLOT +: MAPID_TABLE_BITS+1];
+assign cfg_overflow  = m_ovf[MAPID_SLOT];
+assign bcfg_sets     = b_sets[8*BUCKET_SLOT +: 8];
+assign bcfg_error    = b_err[BUCKET_SLOT];
+
+genvar g;
+generate
+for (g = 0; g < SLOT_COUNT; g = g + 1) begin : slot
+    localparam [7:0] FN = SLOT_FUNCS[8*g +: 8];
+    reg [2:0]            st = E_IDLE;
+    reg [CONN_WIDTH-1:0] conn = 0;
+    reg [1023:0]         whdr = 0;     // the request's header (the router's input)
+    reg [31:0]           len = 0;
+    reg [63:0]           param = 0;
+    reg [63:0]           queued = 0;   // queue cycles of this hop
+    reg [63:0]           qsum = 0;     // queue and exec cycles of the chain's earlier hops here
+    reg [63:0]           esum = 0;
+    reg [63:0]           start = 0;    // cycle the slot took it
+    reg [63:0]           reasm = 0;    // reassembly cycles (for a chained hop: to the last hop's completion)
+    reg [511:0]          times = 0;    // per-hop timings block of the chain's earlier hops here
+    reg [15:0]           queue_k = 0;  // this hop's queue cycles / 1000, saturating (the block's queue_us)
+    reg [31:0]           left = 0;     // beats still to feed
+    reg                  chain = 1'b0; // a chained hop: its payload is in cmem, not in a ring
+    reg                  chainy = 1'b0; // it holds the chain token
+    reg                  sent = 1'b0;  // the hop is with the router
+    reg                  have = 1'b0;  // the first beat was read while the metadata waited
+    reg [RB_WIDTH-1:0]   rbuf = 0;
+    reg [RING_WIDTH-1:0] raddr = 0;
+    reg [RING_WIDTH-1:0] first = 0;
+    reg [511:0]          sd = 512'd0;  // the beat read for this slot
+    reg                  prv = 1'b0;   // a release waiting for its ring's turn
+    reg [RB_WIDTH-1:0]   pr_ring = 0;
+    reg [RING_WIDTH-1:0] pr_start = 0;
+    reg [31:0]           pr_size = 0;
+
+    wire [QW-1:0] hd = sq_tdata[QW*g +: QW];
+    wire head_chainy = chainy_of(hd[D_HDR +: 1024]);
+    wire idle_now    = st == E_IDLE;
+    assign sl_idle[g]     = idle_now;
+    assign sl_chainrun[g] = !idle_now && chainy;
+    assign sl_czwant[g]   = idle_now && !c_offer[g] && sq_tvalid[g] && !prv && head_chainy && !chain_busy;
+    wire take_head = idle_now && !c_offer[g] && sq_tvalid[g] && !prv && (!head_chainy || cz_ok[g]);
+    assign sq_tready[g] = take_head;
+    wire gnt = chain || (rd_any && rd_pick == g);
+    assign sl_want[g] = !chain && ((st == E_META && !have) || st == E_READ);
+    assign sl_raddr[RING_WIDTH*g +: RING_WIDTH] = raddr;
+    assign sl_rbuf[RB_WIDTH*g +: RB_WIDTH] = rbuf;
+    assign sl_prv[g] = prv;
+    assign sl_pr_ring[RB_WIDTH*g +: RB_WIDTH] = pr_ring;
+    assign sl_pr_start[RING_WIDTH*g +: RING_WIDTH] = pr_start;
+    assign sl_pr_size[32*g +: 32] = pr_size;
+
+    wire         a_last = left <= 1;
+    wire [127:0] a_meta = {64'd0, param};
+    wire [511:0] a_data = chain ? c_rd : (rd_tag_v && rd_tag == g) ? rd_data : sd;
+    wire [63:0]  a_keep = (len == 0) ? 64'd0
+                        : (left == 1 && len[5:0] != 0) ? ({64{1'b1}} >> (64 - len[5:0])) : {64{1'b1}};
+    wire         echo_empty = FN == FN_ECHO && len == 0;
+    wire         a_meta_valid = st == E_META && !echo_empty;
+    wire         a_valid = st == E_FEED;
+    wire         meta_ready, data_ready;
+    wire [511:0] x_tdata;
+    wire [63:0]  x_tkeep;
+    wire         x_tvalid, x_tlast, x_mvalid;
+    wire [7:0]   x_status;
+    wire [31:0]  x_detail;
+    wire [31:0]  x_len;    // SparseTransform's output length
+    wire         x_ready  = r_data_ready && r_locked && r_own == g;
+    wire         leave    = st == E_WAIT && sent && !rt_busy;
+    wire         accepted = hop_take && r_pick == g;
+    assign sl_leave[g] = leave;
+    assign sq_done[g]  = leave && !chain;
+
+    always @(posedge clk) begin
+        // the block's queue field: the software's is µs (its ns / 1000), here cycles / 1000
+        queue_k <= queued >= 64'd65535000 ? 16'hFFFF : queued[25:0] / 26'd1000;
+        if (rd_tag_v && rd_tag == g) sd <= rd_data;
+        if (ins[g]) prv <= 1'b0;
+        case (st)
+            E_IDLE: begin
+                start <= cyc;
+                have  <= 1'b0;
+                raddr <= {RING_WIDTH{1'b0}};
+                if (c_offer[g]) begin
+                    chain  <= 1'b1;
+                    chainy <= 1'b1;
+                    conn   <= c_conn;
+                    whdr   <= c_hdr;
+                    len    <= c_len;
+                    param  <= c_param;
+                    queued <= cyc - c_cycle;
+                    qsum   <= c_qsum;
+                    esum   <= c_esum;
+                    reasm  <= c_reasm;
+                    times  <= c_times;
+                    left   <= (c_len == 0) ? 32'd1 : (c_len + 32'd63) >> 6;
+                    st     <= E_META;
+                end else if (take_head) begin
+                    chain  <= 1'b0;
+                    chainy <= head_chainy;
+                    conn   <= hd[D_CONN +: CONN_WIDTH];
+                    whdr   <= hd[D_HDR +: 1024];
+                    len    <= hd[159:128];
+                    param  <= hd[127:64];
+                    queued <= cyc - hd[63:0];
+                    qsum   <= 64'd0;
+                    esum   <= 64'd0;
+                    reasm  <= hd[D_REASM +: 64];
+                    times  <= 512'd0;
+                    left   <= (hd[159:128] == 0) ? 32'd1 : (hd[159:128] + 32'd63) >> 6;
+                    rbuf   <= hd[D_RING +: RB_WIDTH];
+                    raddr  <= hd[D_START +: RING_WIDTH];
+                    first  <= hd[D_START +: RING_WIDTH];
+                    st     <= E_META;
+                end
+            end
+            E_META: begin
+                if (gnt) have <= 1'b1;
+                if (echo_empty) begin
+                    st <= E_WAIT;             // nothing to read: echo answers without the accelerator
+                end else if (meta_ready) begin
+                    st <= (have || gnt) ? E_FEED : E_READ;
+                end
+            end
+            E_READ: if (gnt) st <= E_FEED;
+            E_FEED: begin
+                if (data_ready) begin
+                    raddr <= ring_next(raddr);
+                    left  <= left - 1;
+                    if (a_last) begin
+                        if (!chain && len != 0) begin
+                            prv      <= 1'b1;
+                            pr_ring  <= rbuf;
+                            pr_start <= first;
+                            pr_size  <= len;
+                        end
+                        st <= E_WAIT;
+                    end else begin
+                        st <= E_READ;
+                    end
+                end
+            end
+            // the router has the hop and is done with it (its frame is out, a
+            // chained hop's in cmem): the slot takes the next
+            E_WAIT: if (leave) st <= E_IDLE;
+            default: st <= E_IDLE;
+        endcase
+        if (accepted) sent <= 1'b1;
+        if (leave) sent <= 1'b0;
+        if (rst) begin
+            st   <= E_IDLE;
+            sent <= 1'b0;
+            prv  <= 1'b0;
+        end
+    end
+
+    // the hop's outcome
+    wire [63:0] n_elems = {32'd0, len >> 2};
+    wire [63:0] topk_n  = (param < n_elems) ? param : n_elems;
+    wire        hop_ok  = echo_empty || x_status == 8'd0;
+    assign sl_hopv[g] = !idle_now && !sent && (x_mvalid || (echo_empty && st == E_WAIT));
+    // this hop's record in the per-hop timings block (docs/protocol.md): device, ran, queue (cycles /
+    // 1000, u16 saturating, where the software has µs), exec (cycles, u32 saturating, where it has ns)
+    wire [63:0]  exec_c  = cyc - start;
+    wire [2:0]   ran_i   = whdr[58:56];   // hop_index mod 8
+    wire [63:0]  hop_rec = {exec_c[63:32] != 0 ? 32'hFFFFFFFF : exec_c[31:0], queue_k, 8'd1, DEVICE_ID};
+    reg  [511:0] hop_times;
+    always @* begin
+        hop_times = times;
+        hop_times[64 * ran_i +: 64] = hop_rec;
+    end
+    assign sl_hdr[1024*g +: 1024] = whdr;
+    assign sl_conn[CONN_WIDTH*g +: CONN_WIDTH] = conn;
+    assign sl_status[8*g +: 8] = hop_ok ? 8'd0 : x_status;
+    assign sl_detail[64*g +: 64] = hop_ok || x_status == 8'd5 ? 64'd0 : {32'd0, x_detail};   // BAD_INPUT: 0
+    assign sl_olen[32*g +: 32] = !hop_ok ? 32'd0 : FN == FN_TOPK ? {topk_n[29:0], 2'b00}
+                               : FN == FN_SPARSE ? x_len : len;
+    assign sl_reasm[64*g +: 64]  = reasm;
+    assign sl_queue[64*g +: 64]  = qsum + queued;
+    assign sl_exec[64*g +: 64]   = esum + exec_c;
+    assign sl_nreasm[64*g +: 64] = reasm + queued + exec_c;
+    assign sl_times[512*g +: 512] = hop_times;
+    assign sl_tdata[512*g +: 512] = x_tdata;
+    assign sl_tkeep[64*g +: 64]   = x_tkeep;
+    assign sl_tlast[g]  = x_tlast;
+    assign sl_tvalid[g] = x_tvalid;
+
+    if (FN == FN_TOPK) begin : topk
+        assign mcr[g] = 1'b1; assign bcr[g] = 1'b1; assign x_len = 32'd0;
+        assign m_dict[(MAPID_TABLE_BITS+1)*g +: MAPID_TABLE_BITS+1] = 0; assign m_ovf[g] = 1'b0;
+        assign b_sets[8*g +: 8] = 8'd0; assign b_err[g] = 1'b0;
+        offrac_accel_topk #(.K_MAX(TOPK_K_MAX)) inst (
+            .clk(clk), .rst(rst),
+            .s_axis_tdata(a_data), .s_axis_tkeep(a_keep), .s_axis_tvalid(a_valid),
+            .s_axis_tready(data_ready), .s_axis_tlast(a_last),
+            .s_meta_tdata(a_meta), .s_meta_tvalid(a_meta_valid), .s_meta_tready(meta_ready),
+            .m_axis_tdata(x_tdata), .m_axis_tkeep(x_tkeep), .m_axis_tvalid(x_tvalid),
+            .m_axis_tready(x_ready), .m_axis_tlast(x_tlast),
+            .m_meta_tdata(), .m_meta_status(x_status), .m_meta_detail(x_detail),
+            .m_meta_tvalid(x_mvalid), .m_meta_tready(accepted)
+        );
+    end else if (FN == FN_MAPID) begin : mapid
+        assign bcr[g] = 1'b1; assign x_len = 32'd0;
+        assign b_sets[8*g +: 8] = 8'd0; assign b_err[g] = 1'b0;
+        offrac_accel_mapid #(.TABLE_BITS(MAPID_TABLE_BITS), .MAX_BEATS(MAPID_MAX_BEATS)) inst (
+            .clk(clk), .rst(rst),
+            .s_axis_tdata(a_data), .s_axis_tkeep(a_keep), .s_axis_tvalid(a_valid),
+            .s_axis_tready(data_ready), .s_axis_tlast(a_last),
+            .s_meta_tdata(a_meta), .s_meta_tvalid(a_meta_valid), .s_meta_tready(meta_ready),
+            .s_cfg_tdata(s_cfg_tdata), .s_cfg_tkeep(s_cfg_tkeep), .s_cfg_tvalid(s_cfg_tvalid && g == MAPID_SLOT),
+            .s_cfg_tready(mcr[g]), .s_cfg_tlast(s_cfg_tlast),
+            .cfg_dict_size(m_dict[(MAPID_TABLE_BITS+1)*g +: MAPID_TABLE_BITS+1]), .cfg_overflow(m_ovf[g]),
+            .m_axis_tdata(x_tdata), .m_axis_tkeep(x_tkeep), .m_axis_tvalid(x_tvalid),
+            .m_axis_tready(x_ready), .m_axis_tlast(x_tlast),
+            .m_meta_tdata(), .m_meta_status(x_status), .m_meta_detail(x_detail),
+            .m_meta_tvalid(x_mvalid), .m_meta_tready(accepted)
+        );
+    end else if (FN == FN_MINMAX) begin : minmax
+        assign mcr[g] = 1'b1; assign bcr[g] = 1'b1; assign x_len = 32'd0;
+        assign m_dict[(MAPID_TABLE_BITS+1)*g +: MAPID_TABLE_BITS+1] = 0; assign m_ovf[g] = 1'b0;
+        assign b_sets[8*g +: 8] = 8'd0; assign b_err[g] = 1'b0;
+        offrac_accel_minmax #(.MAX_BEATS(ACC_BEATS)) inst (
+            .clk(clk), .rst(rst),
+            .s_axis_tdata(a_data), .s_axis_tkeep(a_keep), .s_axis_tvalid(a_valid),
+            .s_axis_tready(data_ready), .s_axis_tlast(a_last),
+            .s_meta_tdata(a_meta), .s_meta_tvalid(a_meta_valid), .s_meta_tready(meta_ready),
+            .m_axis_tdata(x_tdata), .m_axis_tkeep(x_tkeep), .m_axis_tvalid(x_tvalid),
+            .m_axis_tready(x_ready), .m_axis_tlast(x_tlast),
+            .m_meta_tdata(), .m_meta_status(x_status), .m_meta_detail(x_detail),
+            .m_meta_tvalid(x_mvalid), .m_meta_tready(accepted)
+        );
+    end else if (FN == FN_SPARSE) begin : sparse
+        assign mcr[g] = 1'b1; assign bcr[g] = 1'b1;
+        assign m_dict[(MAPID_TABLE_BITS+1)*g +: MAPID_TABLE_BITS+1] = 0; assign m_ovf[g] = 1'b0;
+        assign b_sets[8*g +: 8] = 8'd0; assign b_err[g] = 1'b0;
+        offrac_accel_sparse #(.MAX_BEATS(ACC_BEATS)) inst (
+            .clk(clk), .rst(rst),
+            .s_axis_tdata(a_data), .s_axis_tkeep(a_keep), .s_axis_tvalid(a_valid),
+            .s_axis_tready(data_ready), .s_axis_tlast(a_last),
+            .s_meta_tdata(a_meta), .s_meta_tvalid(a_meta_valid), .s_meta_tready(meta_ready),
+            .m_axis_tdata(x_tdata), .m_axis_tkeep(x_tkeep), .m_axis_tvalid(x_tvalid),
+            .m_axis_tready(x_ready), .m_axis_tlast(x_tlast),
+            .m_meta_tdata(), .m_meta_status(x_status), .m_meta_detail(x_detail), .m_meta_len(x_len),
+            .m_meta_tvalid(x_mvalid), .m_meta_tready(accepted)
+        );
+    end else if (FN == FN_BUCKET) begin : bucketize
+        assign mcr[g] = 1'b1; assign x_len = 32'd0;
+        assign m_dict[(MAPID_TABLE_BITS+1)*g +: MAPID_TABLE_BITS+1] = 0; assign m_ovf[g] = 1'b0;
+        offrac_accel_bucketize #(
+            .MAX_BEATS(ACC_BEATS), .SETS_MAX(BUCKET_SETS_MAX), .BORDERS_MAX(BUCKET_BORDERS_MAX)
+        ) inst (
+            .clk(clk), .rst(rst),
+            .s_axis_tdata(a_data), .s_axis_tkeep(a_keep), .s_axis_tvalid(a_valid),
+            .s_axis_tready(data_ready), .s_axis_tlast(a_last),
+            .s_meta_tdata(a_meta), .s_meta_tvalid(a_meta_valid), .s_meta_tready(meta_ready),
+            .s_cfg_tdata(s_bcfg_tdata), .s_cfg_tvalid(s_bcfg_tvalid && g == BUCKET_SLOT), .s_cfg_tready(bcr[g]),
+            .s_cfg_tlast(s_bcfg_tlast), .cfg_sets(b_sets[8*g +: 8]), .cfg_error(b_err[g]),
+            .m_axis_tdata(x_tdata), .m_axis_tkeep(x_tkeep), .m_axis_tvalid(x_tvalid),
+            .m_axis_tready(x_ready), .m_axis_tlast(x_tlast),
+            .m_meta_tdata(), .m_meta_status(x_status), .m_meta_detail(x_detail),
+            .m_meta_tvalid(x_mvalid), .m_meta_tready(accepted)
+        );
+    end else begin : echo
+        assign mcr[g] = 1'b1; assign bcr[g] = 1'b1; assign x_len = 32'd0;
+        assign m_dict[(MAPID_TABLE_BITS+1)*g +: MAPID_TABLE_BITS+1] = 0; assign m_ovf[g] = 1'b0;
+        assign b_sets[8*g +: 8] = 8'd0; assign b_err[g] = 1'b0;
+        assign x_status = 8'd0;
+        assign x_detail = 32'd0;
+        offrac_accel_echo inst (
+            .clk(clk), .rst(rst),
+            .s_axis_tdata(a_data), .s_axis_tkeep(a_keep), .s_axis_tvalid(a_valid),
+            .s_axis_tready(data_ready), .s_axis_tlast(a_last),
+            .s_meta_tdata(a_meta), .s_meta_tvalid(a_meta_valid), .s_meta_tready(meta_ready),
+            .m_axis_tdata(x_tdata), .m_axis_tkeep(x_tkeep), .m_axis_tvalid(x_tvalid),
+            .m_axis_tready(x_ready), .m_axis_tlast(x_tlast),
+            .m_meta_tdata(), .m_meta_tvalid(x_mvalid), .m_meta_tready(accepted)
+        );
+    end
+end
+endgenerate
+
+// ---- the chain router ----------------------------------------------------------
 wire [511:0]          rr_tdata;
 wire [63:0]           rr_tkeep;
 wire [CONN_WIDTH-1:0] rr_tuser;
@@ -769,15 +1088,14 @@ offrac_chain_router #(
     .MAX_PAYLOAD(MAX_PAYLOAD)
 ) router_inst (
     .clk(clk), .rst(rst),
-    .s_hop_hdr(e_whdr), .s_hop_conn(e_conn),
-    .s_hop_status(hop_ok ? 8'd0 : x_status),
-    .s_hop_detail(hop_ok || x_status == 8'd5 ? 64'd0 : {32'd0, x_detail}),   // BAD_INPUT: 0
-    .s_hop_len(!hop_ok ? 32'd0 : e_fn == FN_TOPK ? {topk_n[29:0], 2'b00} : e_fn == FN_SPARSE ? sp_len : e_len),
-    .s_hop_reassembly(e_reasm),
-    .s_hop_queue(e_qsum + e_queued), .s_hop_exec(e_esum + e_exec), .s_hop_times(hop_times),
+    .s_hop_hdr(sl_hdr[1024*r_sel +: 1024]), .s_hop_conn(sl_conn[CONN_WIDTH*r_sel +: CONN_WIDTH]),
+    .s_hop_status(sl_status[8*r_sel +: 8]), .s_hop_detail(sl_detail[64*r_sel +: 64]),
+    .s_hop_len(sl_olen[32*r_sel +: 32]), .s_hop_reassembly(sl_reasm[64*r_sel +: 64]),
+    .s_hop_queue(sl_queue[64*r_sel +: 64]), .s_hop_exec(sl_exec[64*r_sel +: 64]),
+    .s_hop_times(sl_times[512*r_sel +: 512]),
     .s_hop_valid(hop_valid), .s_hop_ready(hop_ready),
-    .s_axis_tdata(x_tdata), .s_axis_tkeep(x_tkeep), .s_axis_tlast(x_tlast),
-    .s_axis_tvalid(x_tvalid), .s_axis_tready(r_data_ready),
+    .s_axis_tdata(sl_tdata[512*r_sel +: 512]), .s_axis_tkeep(sl_tkeep[64*r_sel +: 64]),
+    .s_axis_tlast(sl_tlast[r_sel]), .s_axis_tvalid(sl_tvalid[r_sel] && r_locked), .s_axis_tready(r_data_ready),
     .m_resp_axis_tdata(rr_tdata), .m_resp_axis_tkeep(rr_tkeep), .m_resp_axis_tuser(rr_tuser),
     .m_resp_axis_tlast(rr_tlast), .m_resp_axis_tvalid(rr_tvalid), .m_resp_axis_tready(rr_tready),
     .m_net_axis_tdata(m_net_axis_tdata), .m_net_axis_tkeep(m_net_axis_tkeep),
@@ -818,8 +1136,9 @@ always @(posedge clk) begin
     end
 end
 
-assign idle = !d_busy && !ab_valid && f_count == 0 && s_count == 0 && e_state == E_IDLE && !fl_valid && !m_axis_tvalid && !locked
-            && !rt_busy && c_st == C_HDR;
+assign idle = !d_busy && !ab_valid && f_count == 0 && s_count == 0 && (&sl_idle) && !(|sq_tvalid) && !(|sq_busy)
+            && !(|sl_prv) && pt_v == 0 && !rel_valid && !fl_valid && !m_axis_tvalid && !locked
+            && !rt_busy && c_st == C_HDR && !r_locked;
 
 offrac_axis_reg #(.WIDTH(512 + 64 + CONN_WIDTH + 1)) out_reg (
     .clk(clk), .rst(rst),

@@ -51,10 +51,10 @@ module offrac_slot_stage #(
     input  wire [SLOT_COUNT-1:0]            slot_done,
 
     output wire [SLOT_COUNT*SIZE_WIDTH-1:0] slot_queued_bytes,
-    output wire [SLOT_COUNT-1:0]            slot_busy
+    output wire [SLOT_COUNT-1:0]            slot_busy,
+    output wire [SLOT_COUNT-1:0]            slot_full   // every entry of the slot's queue taken
 );
 
-wire [SLOT_COUNT-1:0] slot_full;
 wire                  pick_ok;
 wire [SLOT_WIDTH-1:0] pick_slot;
 

@@ -24,6 +24,9 @@ const SOURCES: &[&str] = &[
     "offrac_result_buffer",
     "offrac_axis_reg",
     "offrac_chain_router",
+    "offrac_slot_stage",
+    "offrac_selector",
+    "offrac_slot_queue",
 ];
 
 /// The instance the node serves with (docs/rtl.md, "The Verilated datapath"):

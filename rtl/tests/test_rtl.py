@@ -68,6 +68,9 @@ SUBMODULES = {
         "offrac_sparse_packer",
         "offrac_accel_bucketize",
         "offrac_result_buffer",
+        "offrac_slot_stage",
+        "offrac_selector",
+        "offrac_slot_queue",
         "offrac_axis_reg",
     ),
 }
@@ -177,6 +180,21 @@ def accel_oracle() -> Path:
 def test_accel_against_software(toplevel: str, bench: str) -> None:
     env = {"OFFRAC_ACCEL_ORACLE": str(accel_oracle())}
     run(toplevel, bench, BUILD / toplevel, PARAMETERS.get(toplevel, {}), env)
+
+
+@pytest.mark.parametrize("policy", ["rr", "jsq"])
+def test_request_path_slots(policy: str) -> None:
+    """The top with two top-k and two echo slots (and one of each other function), the selector's RR
+    or JSQ: tb_request_path's slot tests (and, under RR, its random and chain rounds)."""
+    env = {"OFFRAC_ACCEL_ORACLE": str(accel_oracle()), "OFFRAC_RP_SLOTS": policy}
+    params = PARAMETERS["offrac_request_path"] | {
+        # slots 0 and 1 top-k, 2 and 3 echo, then min-max, MapId, SparseTransform, Bucketize
+        "SLOT_COUNT": 8,
+        "SLOT_FUNCS": "64'h0807060300000101",
+        "SLOT_DEPTH": 2,  # two requests fill a slot queue (full_slot_queue_passed)
+        "SLOT_POLICY": {"rr": 0, "jsq": 1}[policy],
+    }
+    run("offrac_request_path", "tb_request_path", BUILD / f"request-path-slots-{policy}", params, env)
 
 
 def test_minmax_cycles() -> None:
