@@ -15,6 +15,7 @@ import os
 import random
 import subprocess
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 import cocotb
@@ -760,7 +761,7 @@ async def long_request_cycles(dut: Any, rid: int, length: int) -> dict[str, int]
     assert got == wire[64:], f"payload of request {rid}: {len(got)} of {length} bytes"
     assert "request out" in out, f"request {rid} did not complete: {len(taken)} of {len(chunks)} beats taken"
     # the payload's beats taken back to back, one a cycle
-    gaps = [b - a for a, b in zip(taken[1:], taken[2:], strict=False)]
+    gaps = [b - a for a, b in pairwise(taken[1:])]
     out["payload beats"] = len(chunks) - 1
     out["payload beats taken late"] = sum(g != 1 for g in gaps)
     return out
