@@ -726,13 +726,18 @@ async def engine_replay(dut: Any) -> None:
 # ---- line rate (issue #12's rtl-linerate): a request's payload a beat a cycle -------------------------
 
 
-async def long_request_cycles(dut: Any, rid: int, length: int) -> dict[str, int]:
-    """One request of `length` payload bytes in whole 64-byte beats, each its own segment (so through
-    the pool), the input always valid and every output ready: when each beat was taken, when the last
-    payload beat and the complete request went out (cycles from the header's beat taken), the payload
-    checked byte for byte."""
+async def long_request_cycles(
+    dut: Any, rid: int, length: int, head_cut: tuple[int, ...] = (64,)
+) -> dict[str, int]:
+    """One request of `length` payload bytes in whole 64-byte beats after its header (cut into beats of
+    `head_cut` bytes), each beat its own segment (so through the pool), the input always valid and every
+    output ready: when each beat was taken, when the last payload beat and the complete request went out
+    (cycles from the header's first beat taken), the payload checked byte for byte and the request's
+    reassembly time (from its first byte's beat to its going out) against the cycles seen."""
     wire = wire_request(rid, 0, length)
-    chunks = [wire[i : i + 64] for i in range(0, len(wire), 64)]
+    at = [sum(head_cut[:k]) for k in range(len(head_cut) + 1)]
+    assert at[-1] == 64
+    chunks = [wire[a:b] for a, b in pairwise(at)] + [wire[i : i + 64] for i in range(64, len(wire), 64)]
     taken: list[int] = []
     got = b""
     out: dict[str, int] = {}
@@ -755,14 +760,16 @@ async def long_request_cycles(dut: Any, rid: int, length: int) -> dict[str, int]
         if sig(dut.m_req_tvalid) and sig(dut.m_req_tready):
             assert sig(dut.m_req_request_id) == rid and sig(dut.m_req_len) == length
             out["request out"] = t - taken[0]
+            # counted up to the edge that sent it out
+            assert sig(dut.m_req_reassembly) == t - 1 - taken[0], (sig(dut.m_req_reassembly), t, taken)
             await FallingEdge(dut.clk)
             break
         await FallingEdge(dut.clk)
     assert got == wire[64:], f"payload of request {rid}: {len(got)} of {length} bytes"
     assert "request out" in out, f"request {rid} did not complete: {len(taken)} of {len(chunks)} beats taken"
     # the payload's beats taken back to back, one a cycle
-    gaps = [b - a for a, b in pairwise(taken[1:])]
-    out["payload beats"] = len(chunks) - 1
+    gaps = [b - a for a, b in pairwise(taken[len(head_cut) :])]
+    out["payload beats"] = len(chunks) - len(head_cut)
     out["payload beats taken late"] = sum(g != 1 for g in gaps)
     return out
 
@@ -776,13 +783,17 @@ async def line_rate_long_request(dut: Any) -> None:
     await fresh(dut)
     max_payload = sig(dut.MAX_PAYLOAD)
     length = 4096 if max_payload >= 4096 else (max_payload // 64) * 64
-    for k in range(2):  # twice: the second request starts where the first left the connection
-        m = await long_request_cycles(dut, 500 + k, length)
-        dut._log.info("line rate, %d B payload: %s", length, m)
+    # twice whole: the second request starts where the first left the connection; then the header
+    # cut into three beats (held until whole), with a gap of idle cycles between requests
+    for k, cut in enumerate([(64,), (64,), (20, 20, 24)]):
+        m = await long_request_cycles(dut, 500 + k, length, cut)
+        dut._log.info("line rate, %d B payload, header in %s: %s", length, cut, m)
         release(dut, sig(dut.m_req_buffer), length)  # the drain gives the buffer back
         await FallingEdge(dut.clk)
         idle(dut)
-        beats_in = 1 + m["payload beats"]
+        for _ in range(3 * k):
+            await FallingEdge(dut.clk)
+        beats_in = len(cut) + m["payload beats"]
         assert m["payload beats taken late"] == 0, m
         assert m["last payload beat out"] <= beats_in + LINE_RATE_SLACK, m
         assert m["request out"] == m["last payload beat out"] + 1, m
