@@ -54,10 +54,16 @@
  * connection's held bytes are forgotten and it starts again between
  * requests, a closed one too.
  *
- * One connection is worked on at a time: a beat is taken only when the last
- * is used up, and each cycle does one step (a header into the parser, one
- * payload beat, one answer, ...), so a beat that ends one request and
- * starts the next takes a few cycles: correctness first, line rate later.
+ * A request's payload goes at line rate: a beat in the middle of it (more
+ * payload after it), with the buffer sink ready, is taken and sent in the
+ * same cycle from S_IDLE (so is a beat ending the request exactly, which
+ * then completes from S_DONE; a skipped payload's or a closed connection's
+ * middle beat is counted or dropped there, and a beat leaving a header
+ * short of 64 bytes is joined to the bytes held). Any other beat (one that
+ * completes a header, or ends one request and starts the next) is worked on
+ * one connection at a time, a beat taken only when the last is used up and
+ * each cycle one step (a header into the parser, one payload beat, one
+ * answer, ...), so such a beat takes a few cycles.
  */
 
 `resetall
