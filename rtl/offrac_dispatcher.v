@@ -54,10 +54,16 @@
  * connection's held bytes are forgotten and it starts again between
  * requests, a closed one too.
  *
- * One connection is worked on at a time: a beat is taken only when the last
- * is used up, and each cycle does one step (a header into the parser, one
- * payload beat, one answer, ...), so a beat that ends one request and
- * starts the next takes a few cycles: correctness first, line rate later.
+ * A request's payload goes at line rate: a beat in the middle of it (more
+ * payload after it), with the buffer sink ready, is taken and sent in the
+ * same cycle from S_IDLE (so is a beat ending the request exactly, which
+ * then completes from S_DONE; a skipped payload's or a closed connection's
+ * middle beat is counted or dropped there, and a beat leaving a header
+ * short of 64 bytes is joined to the bytes held). Any other beat (one that
+ * completes a header, or ends one request and starts the next) is worked on
+ * one connection at a time, a beat taken only when the last is used up and
+ * each cycle one step (a header into the parser, one payload beat, one
+ * answer, ...), so such a beat takes a few cycles.
  */
 
 `resetall
@@ -391,6 +397,25 @@ end
 wire [1023:0] w_in = {512'd0, c_res[s_axis_tuser]}
                    | ({512'd0, in_data} << (8 * c_rlen[s_axis_tuser]));
 
+// The line-rate path: a beat in the middle of a connection's payload (or of bytes it skips) is the
+// whole step, taken in S_IDLE itself: the connection holds no bytes there (a payload's beats go out
+// as the segments cut them, the buffer memory packs them), so the beat goes out as it came, its
+// count off the connection's remaining bytes, and the next beat is taken the next cycle. A beat
+// that ends the request (or starts the next) goes the way of every other (S_WORK), but a payload
+// beat that ends its request exactly goes out at once and the request completes from S_DONE.
+wire [CONN_WIDTH-1:0] f_conn = s_axis_tuser;
+wire        f_idle   = state == S_IDLE && s_axis_tvalid && !abort_valid && c_rlen[f_conn] == 7'd0;
+wire        f_out_ok = !buf_tvalid || m_buf_axis_tready;
+wire        f_more   = {26'd0, in_bytes} < c_rem[f_conn];     // payload still to come after this beat
+wire        f_pay    = f_idle && c_rx[f_conn] == RX_PAYLOAD && f_out_ok;
+wire        f_mid    = f_pay && f_more;                      // a middle beat: out, stay in S_IDLE
+wire        f_end    = f_pay && {26'd0, in_bytes} == c_rem[f_conn];  // the request's last beat, exactly
+wire        f_skip   = f_idle && ((c_rx[f_conn] == RX_DISCARD && f_more) || c_rx[f_conn] == RX_CLOSED);
+// a beat that leaves a header (or its extension) still short of 64 bytes only joins the bytes held
+wire        f_hold   = state == S_IDLE && s_axis_tvalid && !abort_valid
+                       && (c_rx[f_conn] == RX_HEADER || c_rx[f_conn] == RX_EXT)
+                       && {1'b0, c_rlen[f_conn]} + {1'b0, in_bytes} < 8'd64;
+
 reg [511:0] buf_tdata = 512'd0;
 reg [63:0]  buf_tkeep = 64'd0;
 reg         buf_tlast = 1'b0;
@@ -517,6 +542,25 @@ always @(posedge clk) begin
                 c_rx[abort_conn]   <= RX_HEADER;
                 c_rlen[abort_conn] <= 7'd0;
                 c_res[abort_conn]  <= 512'd0;
+            end else if (f_hold) begin
+                c_res[f_conn]  <= w_in[511:0];
+                c_rlen[f_conn] <= c_rlen[f_conn] + in_bytes;
+                if (c_rx[f_conn] == RX_HEADER && c_rlen[f_conn] == 7'd0) begin
+                    c_first[f_conn] <= d_cyc;   // a new request's first byte
+                end
+            end else if (f_mid || f_skip) begin
+                // the line-rate step: the beat out (a payload's), the connection's count down
+                if (f_mid) begin
+                    buf_tvalid <= 1'b1;
+                    buf_tdata  <= in_data;
+                    buf_tkeep  <= s_axis_tkeep;
+                    buf_tlast  <= 1'b0;
+                    buf_tuser  <= c_buf[f_conn];
+                    buf_tsmall <= c_small[f_conn];
+                end
+                if (c_rx[f_conn] != RX_CLOSED) begin
+                    c_rem[f_conn] <= c_rem[f_conn] - in_bytes;
+                end
             end else if (s_axis_tvalid) begin
                 conn       <= s_axis_tuser;
                 w          <= w_in;
@@ -540,6 +584,19 @@ always @(posedge clk) begin
                 first      <= (c_rx[s_axis_tuser] == RX_HEADER && c_rlen[s_axis_tuser] == 7'd0)
                               ? d_cyc : c_first[s_axis_tuser];
                 state      <= S_WORK;
+                if (f_end) begin
+                    // the request's last beat, out now: the request completes from S_DONE
+                    buf_tvalid <= 1'b1;
+                    buf_tdata  <= in_data;
+                    buf_tkeep  <= s_axis_tkeep;
+                    buf_tlast  <= 1'b1;
+                    buf_tuser  <= c_buf[f_conn];
+                    buf_tsmall <= c_small[f_conn];
+                    w          <= 1024'd0;
+                    wlen       <= 8'd0;
+                    rem        <= 33'd0;
+                    state      <= S_DONE;
+                end
             end
         end
         S_WORK: begin
@@ -590,12 +647,21 @@ always @(posedge clk) begin
                         rem  <= rem - beat_pay;
                         if (rem == beat_pay) begin
                             state <= S_DONE;
+                        end else if (wlen == {1'b0, beat_pay}) begin
+                            // the beat used up, the request not: the connection waits for its next
+                            save;
+                            c_res[conn]  <= 512'd0;
+                            c_rlen[conn] <= 7'd0;
+                            c_rem[conn]  <= rem - beat_pay;
                         end
                     end
                 end
                 RX_DISCARD: begin
-                    if (wlen == 0) begin
+                    if (wlen == 0 || (wlen == take_pay && rem != take_pay)) begin
                         save;
+                        c_res[conn]  <= 512'd0;
+                        c_rlen[conn] <= 7'd0;
+                        c_rem[conn]  <= rem - take_pay;
                     end
                     w    <= w >> (8 * take_pay);
                     wlen <= wlen - take_pay;
@@ -722,6 +788,11 @@ always @(posedge clk) begin
                 rx    <= RX_HEADER;
                 first <= in_cyc;
                 state <= S_WORK;
+                if (wlen == 0) begin
+                    // nothing more in hand: the connection is between requests, take the next beat
+                    save;
+                    c_rx[conn] <= RX_HEADER;
+                end
             end
         end
         default: state <= S_IDLE;

@@ -15,12 +15,14 @@ import os
 import random
 import subprocess
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 import cocotb
 from cocotb.triggers import FallingEdge, ReadOnly
+from cocotb.utils import get_sim_time
 from header_model import FLAG_HOP_EXT, FLAG_TRACE, encode_request
-from tb_util import cycles_to, sig, start
+from tb_util import CLOCK_NS, cycles_to, sig, start
 
 BUSY, UNKNOWN_FUNCTION, TOO_LARGE, MALFORMED, UNSUPPORTED_VERSION, UNREACHABLE = 1, 2, 3, 4, 7, 11
 ID_NONE = (1 << 64) - 1
@@ -510,8 +512,8 @@ async def request_latency(dut: Any) -> None:
 # What the dispatcher takes today (checked, so that a change shows); docs/rtl.md, "Cycles per request".
 LATENCY = {
     "header only (small): header in -> request out": 4,  # 6 through the pool, before the small FIFO
-    "384 B payload: header in -> request out": 24,
-    "384 B payload: last beat in -> request out": 3,
+    "384 B payload: header in -> request out": 13,  # 24 before the line-rate payload path
+    "384 B payload: last beat in -> request out": 2,  # 3 before
     "refusal: header in -> answer out": 4,
 }
 
@@ -719,3 +721,100 @@ async def engine_replay(dut: Any) -> None:
     assert totals["admitted"] > 0 and totals["answers"] > 0
     # the generator reaches every case: small requests taken, split ones and a full pool refused
     assert totals["small"] > 0 and totals["busy"] > 0, totals
+
+
+# ---- line rate (issue #12's rtl-linerate): a request's payload a beat a cycle -------------------------
+
+
+async def long_request_cycles(
+    dut: Any, rid: int, length: int, head_cut: tuple[int, ...] = (64,)
+) -> dict[str, int]:
+    """One request of `length` payload bytes in whole 64-byte beats after its header (cut into beats of
+    `head_cut` bytes), each beat its own segment (so through the pool), the input always valid and every
+    output ready: when each beat was taken, when the last payload beat and the complete request went out
+    (cycles from the header's first beat taken), the payload checked byte for byte and the request's
+    reassembly time (from its first byte's beat to its going out) against the cycles seen."""
+    wire = wire_request(rid, 0, length)
+    at = [sum(head_cut[:k]) for k in range(len(head_cut) + 1)]
+    assert at[-1] == 64
+    chunks = [wire[a:b] for a, b in pairwise(at)] + [wire[i : i + 64] for i in range(64, len(wire), 64)]
+    taken: list[int] = []
+    got = b""
+    out: dict[str, int] = {}
+    for t in range(20 * len(chunks) + 100):
+        idle(dut)
+        if len(taken) < len(chunks):
+            chunk = chunks[len(taken)]
+            dut.s_axis_tvalid.value = 1
+            dut.s_axis_tdata.value = int.from_bytes(chunk, "little")
+            dut.s_axis_tkeep.value = (1 << len(chunk)) - 1
+            dut.s_axis_tseg.value = len(chunk)
+        await ReadOnly()
+        if len(taken) < len(chunks) and sig(dut.s_axis_tready):
+            taken.append(t)
+        if sig(dut.m_buf_axis_tvalid) and sig(dut.m_buf_axis_tready):
+            n = bin(sig(dut.m_buf_axis_tkeep)).count("1")
+            got += kept(dut.m_buf_axis_tdata, n)
+            if sig(dut.m_buf_axis_tlast):
+                out["last payload beat out"] = t - taken[0]
+        if sig(dut.m_req_tvalid) and sig(dut.m_req_tready):
+            assert sig(dut.m_req_request_id) == rid and sig(dut.m_req_len) == length
+            out["request out"] = t - taken[0]
+            # counted up to the edge that sent it out
+            assert sig(dut.m_req_reassembly) == t - 1 - taken[0], (sig(dut.m_req_reassembly), t, taken)
+            await FallingEdge(dut.clk)
+            break
+        await FallingEdge(dut.clk)
+    assert got == wire[64:], f"payload of request {rid}: {len(got)} of {length} bytes"
+    assert "request out" in out, f"request {rid} did not complete: {len(taken)} of {len(chunks)} beats taken"
+    # the payload's beats taken back to back, one a cycle
+    gaps = [b - a for a, b in pairwise(taken[len(head_cut) :])]
+    out["payload beats"] = len(chunks) - len(head_cut)
+    out["payload beats taken late"] = sum(g != 1 for g in gaps)
+    return out
+
+
+@cocotb.test()
+async def line_rate_long_request(dut: Any) -> None:
+    """A long request, input always valid and every output ready: its payload goes in and out a beat a
+    cycle, so header in to last payload beat out takes at most its beats plus a few cycles (the
+    header's parse and the pool's admission). 4 KB where the build admits it (test_rtl.py's line-rate
+    configuration), else the largest whole-beat payload this build admits."""
+    await fresh(dut)
+    max_payload = sig(dut.MAX_PAYLOAD)
+    length = 4096 if max_payload >= 4096 else (max_payload // 64) * 64
+    # twice whole: the second request starts where the first left the connection; then the header
+    # cut into three beats (held until whole), with a gap of idle cycles between requests
+    for k, cut in enumerate([(64,), (64,), (20, 20, 24)]):
+        m = await long_request_cycles(dut, 500 + k, length, cut)
+        dut._log.info("line rate, %d B payload, header in %s: %s", length, cut, m)
+        release(dut, sig(dut.m_req_buffer), length)  # the drain gives the buffer back
+        await FallingEdge(dut.clk)
+        idle(dut)
+        for _ in range(3 * k):
+            await FallingEdge(dut.clk)
+        beats_in = len(cut) + m["payload beats"]
+        assert m["payload beats taken late"] == 0, m
+        assert m["last payload beat out"] <= beats_in + LINE_RATE_SLACK, m
+        assert m["request out"] == m["last payload beat out"] + 1, m
+
+
+# cycles the header's beat costs past its own (parse, admission) in line_rate_long_request
+LINE_RATE_SLACK = 6
+
+
+@cocotb.test()
+async def interleaved_cycles(dut: Any) -> None:
+    """The interleaved streams (interleaved_streams' traffic, every output ready, input always valid):
+    cycles for all their beats, logged for docs/rtl.md and pinned."""
+    await fresh(dut)
+    rng = random.Random(1)
+    t0 = get_sim_time("ns")
+    counts = await run(dut, traffic(rng, 40, 1000), rng, 1.0, 1.0, hold=4)
+    cycles = int(get_sim_time("ns") - t0) // CLOCK_NS
+    dut._log.info("interleaved streams: %d beats in %d cycles (%s)", counts["beats"], cycles, counts)
+    assert cycles == INTERLEAVED_CYCLES, (cycles, counts)
+
+
+# pinned, so that a change shows (docs/rtl.md): 2,985 before the line-rate payload path
+INTERLEAVED_CYCLES = 2020

@@ -223,6 +223,7 @@ def run(
     build_dir: Path,
     parameters: dict[str, object],
     env: dict[str, str],
+    testcase: str | None = None,
 ) -> None:
     runner = get_runner("icarus")
     runner.build(
@@ -240,6 +241,7 @@ def run(
         test_dir=TESTS,
         results_xml=str(build_dir / "results.xml"),
         extra_env=env,
+        testcase=testcase,
     )
     tests, failed = get_results(Path(results))
     assert tests > 0 and failed == 0, f"{failed} of {tests} cocotb tests failed"
@@ -275,6 +277,13 @@ def test_dispatcher() -> None:
     name = "offrac_dispatcher"
     run(name, "tb_dispatcher", BUILD / name, PARAMETERS[name], env)
     print("dispatcher-engine", json.loads(summary.read_text()))
+
+
+def test_dispatcher_line_rate() -> None:
+    """The dispatcher's payload a beat a cycle for a 4 KB request (a build that admits one)."""
+    name = "offrac_dispatcher"
+    params = PARAMETERS[name] | {"BUF_BYTES": 8192, "MAX_PAYLOAD": 4096}
+    run(name, "tb_dispatcher", BUILD / "dispatcher-line-rate", params, {}, testcase="line_rate_long_request")
 
 
 # (buffers, bytes each, policy): the three policies, a one-buffer pool, small buffers that fill.
