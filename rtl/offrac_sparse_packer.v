@@ -3,16 +3,19 @@
 `default_nettype none
 
 /*
- * A word packer of offrac_accel_sparse: up to LANES words of W bits a cycle
- * in (the lanes set in in_mask; COMPACT 0: a low run), full beats of LANES
- * words out, in order, a beat a cycle. With COMPACT the lanes are first
- * compacted (each word moved down by the number of unset lanes below it, in
- * four shift stages of 1, 2, 4 and 8 lanes, which never collide), then
- * placed after the words held (up to LANES - 1) by a barrel shift. A beat
- * goes out (out_valid, combinational) when LANES words are there, or with
- * in_last what is left (out_last, out_cnt words; more than LANES: a full
- * beat, then the rest the next cycle, busy meanwhile, input ignored). The
- * state moves only with en; clear empties it.
+ * The word packer of offrac_accel_sparse: up to LANES words of W bits a
+ * cycle in (the lanes set in in_mask; COMPACT 0: a low run), full beats of
+ * LANES words out, in order, a beat a cycle. With COMPACT the lanes are
+ * first compacted (each word moved down by the number of unset lanes below
+ * it, in four shift stages of 1, 2, 4 and 8 lanes, which never collide),
+ * then rotated by the words held (up to LANES - 1, four stages again): the
+ * rotated lanes at and above the held count complete the beat, the ones
+ * below it are what is held next. A beat goes out (out_valid,
+ * combinational) when LANES words are there, or with in_last what is left
+ * (out_last, out_cnt words; more than LANES: a full beat, then the rest the
+ * next cycle, busy meanwhile, input ignored). The words of a beat past
+ * out_cnt are left undefined. The state moves only with en; clear empties
+ * it.
  */
 module offrac_sparse_packer #(
     parameter LANES   = 16,
@@ -44,7 +47,7 @@ reg [LANES*W-1:0]   cw, nw;
 reg [LANES-1:0]     cv, nv;
 reg [LANES*4-1:0]   cd, nd;
 reg [4:0]           cnt;
-reg [2*LANES*W-1:0] placed;
+reg [LANES*W-1:0]   rot, lo;
 reg [5:0]           total;
 reg [LANES*W-1:0]   acc_n;
 reg [4:0]           fill_n;
@@ -86,25 +89,28 @@ always @* begin
     if (!in_valid) begin
         cnt = 5'd0;
     end
-    for (l = 0; l < LANES; l = l + 1) begin
-        if (l >= cnt) begin
-            cw[W*l +: W] = {W{1'b0}};
+    // rotated up by the words held: word j lands on lane (fill + j) mod LANES
+    rot = cw;
+    for (s = 0; s < 4; s = s + 1) begin
+        nw = rot;
+        if (fill[s]) begin
+            for (l = 0; l < LANES; l = l + 1) begin
+                nw[W*l +: W] = rot[W*((l + LANES - (1 << s)) % LANES) +: W];
+            end
         end
+        rot = nw;
     end
-    // placed after the words held
-    placed = {{LANES*W{1'b0}}, cw} << (W * fill);
+    // the beat being completed: the held words below fill, the new ones above
     for (l = 0; l < LANES; l = l + 1) begin
-        if (l < fill) begin
-            placed[W*l +: W] = acc[W*l +: W];
-        end
+        lo[W*l +: W] = l < fill ? acc[W*l +: W] : rot[W*l +: W];
     end
     total = fill + cnt;
 
     out_valid = 1'b0;
-    out_data  = placed[LANES*W-1:0];
+    out_data  = lo;
     out_cnt   = 5'd16;
     out_last  = 1'b0;
-    acc_n     = placed[LANES*W-1:0];
+    acc_n     = lo;
     fill_n    = total[4:0];
     pend_n    = 1'b0;
     if (pend) begin
@@ -121,7 +127,7 @@ always @* begin
         fill_n    = 5'd0;
     end else if (total >= LANES) begin
         out_valid = 1'b1;
-        acc_n     = placed[2*LANES*W-1:LANES*W];
+        acc_n     = rot;           // the words past the beat, on lanes 0 .. total - LANES - 1
         fill_n    = total - LANES;
         pend_n    = in_valid && in_last && total > LANES;
     end
