@@ -58,6 +58,8 @@ fn main() {
         "--top-module",
         "offrac_request_path",
         "-Wno-fatal",
+        // the RTL's parameter checks ($error at elaboration) stay errors
+        "-Werror-USERERROR",
         "-Wno-lint",
     ])
     .args(["-Wno-style", "--prefix", "Vrp", "-Mdir"])
