@@ -47,7 +47,7 @@ reg [LANES*W-1:0]   cw, nw;
 reg [LANES-1:0]     cv, nv;
 reg [LANES*4-1:0]   cd, nd;
 reg [4:0]           cnt;
-reg [LANES*W-1:0]   rot, lo;
+reg [LANES*W-1:0]   rot;
 reg [5:0]           total;
 reg [LANES*W-1:0]   acc_n;
 reg [4:0]           fill_n;
@@ -63,22 +63,18 @@ always @* begin
     cw = in_words;
     cv = in_mask;
     if (COMPACT) begin
+        // stage s: lane l takes the word 2^s above it when that one moves by 2^s (bit s of its
+        // distance), else keeps its own (the two never both want lane l); a plain 2:1 mux a bit
         for (s = 0; s < 4; s = s + 1) begin
-            nw = {LANES*W{1'b0}};
-            nv = {LANES{1'b0}};
-            nd = {LANES*4{1'b0}};
             for (l = 0; l < LANES; l = l + 1) begin
-                if (cv[l] && !cd[4*l + s]) begin
-                    nw[W*l +: W] = cw[W*l +: W];
+                if (l + (1 << s) < LANES && cv[l + (1 << s)] && cd[4*(l + (1 << s)) + s]) begin
+                    nw[W*l +: W] = cw[W*(l + (1 << s)) +: W];
                     nv[l]        = 1'b1;
+                    nd[4*l +: 4] = cd[4*(l + (1 << s)) +: 4];
+                end else begin
+                    nw[W*l +: W] = cw[W*l +: W];
+                    nv[l]        = cv[l] && !cd[4*l + s];
                     nd[4*l +: 4] = cd[4*l +: 4];
-                end
-                if (l + (1 << s) < LANES) begin
-                    if (cv[l + (1 << s)] && cd[4*(l + (1 << s)) + s]) begin
-                        nw[W*l +: W] = cw[W*(l + (1 << s)) +: W];
-                        nv[l]        = 1'b1;
-                        nd[4*l +: 4] = cd[4*(l + (1 << s)) +: 4];
-                    end
                 end
             end
             cw = nw;
@@ -92,33 +88,29 @@ always @* begin
     // rotated up by the words held: word j lands on lane (fill + j) mod LANES
     rot = cw;
     for (s = 0; s < 4; s = s + 1) begin
-        nw = rot;
-        if (fill[s]) begin
-            for (l = 0; l < LANES; l = l + 1) begin
-                nw[W*l +: W] = rot[W*((l + LANES - (1 << s)) % LANES) +: W];
-            end
+        for (l = 0; l < LANES; l = l + 1) begin
+            nw[W*l +: W] = fill[s] ? rot[W*((l + LANES - (1 << s)) % LANES) +: W] : rot[W*l +: W];
         end
         rot = nw;
     end
-    // the beat being completed: the held words below fill, the new ones above
-    for (l = 0; l < LANES; l = l + 1) begin
-        lo[W*l +: W] = l < fill ? acc[W*l +: W] : rot[W*l +: W];
-    end
     total = fill + cnt;
 
+    // lane l of the beat out: a held word below fill (all of them with pend), else a new one;
+    // held next: the words below fill while the beat is not complete, else the rotated rest
+    // (after a last input nothing is held: acc_n does not matter)
+    for (l = 0; l < LANES; l = l + 1) begin
+        out_data[W*l +: W] = pend || l < fill ? acc[W*l +: W] : rot[W*l +: W];
+        acc_n[W*l +: W]    = l < fill && total < LANES ? acc[W*l +: W] : rot[W*l +: W];
+    end
     out_valid = 1'b0;
-    out_data  = lo;
     out_cnt   = 5'd16;
     out_last  = 1'b0;
-    acc_n     = lo;
     fill_n    = total[4:0];
     pend_n    = 1'b0;
     if (pend) begin
         out_valid = 1'b1;
-        out_data  = acc;
         out_cnt   = fill;
         out_last  = 1'b1;
-        acc_n     = acc;
         fill_n    = 5'd0;
     end else if (in_valid && in_last && total <= LANES) begin
         out_valid = total != 0;
@@ -127,7 +119,6 @@ always @* begin
         fill_n    = 5'd0;
     end else if (total >= LANES) begin
         out_valid = 1'b1;
-        acc_n     = rot;           // the words past the beat, on lanes 0 .. total - LANES - 1
         fill_n    = total - LANES;
         pend_n    = in_valid && in_last && total > LANES;
     end
