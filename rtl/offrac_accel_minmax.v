@@ -100,10 +100,15 @@ localparam [2:0]
     ST_LOAD   = 3'd6,
     ST_NORM   = 3'd7;
 
-// IEEE a < b on float32 bits: false with a NaN, -0 == +0
+// IEEE a < b on float32 bits: false with a NaN, -0 == +0; except that two negatives of the same
+// bits give 1. Every use is `if (lt(v, m)) m <= v` (or lt(m, v)), where taking a value with the
+// same bits as the one held changes nothing, so one magnitude comparator serves both sign cases
+// (two negatives: |a| >= |b|), not a < and a > of 31 bits each.
 function lt;
     input [31:0] a, b;
+    reg mag_lt;
     begin
+        mag_lt = a[30:0] < b[30:0];
         if ((a[30:23] == 8'hFF && a[22:0] != 0) || (b[30:23] == 8'hFF && b[22:0] != 0)) begin
             lt = 1'b0;
         end else if (a[30:0] == 0 && b[30:0] == 0) begin
@@ -112,8 +117,8 @@ function lt;
             case ({a[31], b[31]})
                 2'b10:   lt = 1'b1;
                 2'b01:   lt = 1'b0;
-                2'b00:   lt = a[30:0] < b[30:0];
-                default: lt = a[30:0] > b[30:0];
+                2'b00:   lt = mag_lt;
+                default: lt = !mag_lt;
             endcase
         end
     end

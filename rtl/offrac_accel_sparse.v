@@ -18,20 +18,24 @@
  *   5 BAD_INPUT    empty payload or a length not a multiple of 4, then n elements not whole
  *                  rows of cols (cols > n included); detail 0
  *
- * One pass over the data, while it comes in (a beat a cycle): each beat's
- * 16 lanes get their columns (a chain of wrapping increments from the
- * beat's first column), and three word packers (offrac_sparse_packer,
- * below) compact, in the same cycle, the beat's non-zero values, their
- * columns and its row ends (the running non-zero count at each row's last
- * element) and append them to three buffers (block RAM: the values
- * MAX_BEATS x 512 bits, the columns and row ends MAX_BEATS x 16 x NW bits).
- * The row count is the number of row ends (cols 0: one), and the input is
+ * One pass over the data, while it comes in (a beat a cycle): a word
+ * packer (offrac_sparse_packer) compacts, in that cycle, the beat's non-zero
+ * values and appends them to the values buffer (block RAM, MAX_BEATS x 512
+ * bits, a beat written whenever one fills), and the beat's non-zero bitmap
+ * (16 bits) goes to a second, small buffer. Each beat's 16 lanes get their
+ * columns (a chain of wrapping increments from the beat's first column) and
+ * row ends (a lane whose column is cols - 1), which the input only counts:
+ * the row count is the number of row ends (cols 0: one), and the input is
  * whole rows exactly when its last element ends a row: no divider. The
- * payload itself is not kept. After the last beat the packers flush (a
- * cycle), the metadata word goes out, then the result a beat a cycle: the
- * header words, the row ends, the columns, the values, each buffer read a
- * beat at a time and realigned by a fourth packer (the regions do not start
- * on a beat boundary).
+ * payload itself is not kept. After the last beat the packer flushes (a
+ * cycle), the metadata word goes out, then the result: the header words,
+ * the row ends, the columns and the values, through the same packer (now
+ * realigning: a region does not start on a beat boundary). The row ends
+ * and the columns are regenerated from the bitmap, a bitmap beat a cycle
+ * through the same lane logic (the running non-zero count at each row end;
+ * the columns of the set lanes); the values a beat a cycle. So the output
+ * takes n_beats cycles for each of the two walks (cols 0: one for the row
+ * ends) and nnz / 16 for the values.
  *
  * Input beats as for min-max: all but the last full, tkeep a run from byte 0.
  */
@@ -97,8 +101,8 @@ localparam [2:0]
 
 localparam [2:0]            // the regions of the result, in order
     RG_HDR  = 3'd0,         // rows, offsets[0] = 0
-    RG_ENDS = 3'd1,         // offsets[1..rows]
-    RG_COLS = 3'd2,
+    RG_ENDS = 3'd1,         // offsets[1..rows]: a walk of the bitmap (cols 0: the one word nnz)
+    RG_COLS = 3'd2,         // a walk of the bitmap
     RG_VALS = 3'd3,
     RG_DONE = 3'd4;
 
@@ -110,6 +114,7 @@ reg [63:0]            param;
 reg [ADDR_WIDTH:0]    n_beats;
 reg [NW-1:0]          nnz;
 reg [NW-1:0]          rows;           // row ends seen (cols 0: set to 1 at the flush)
+reg [LANES-1:0]       last_whole;     // the elements of the last beat stored
 reg                   last_end;       // the last element seen ends a row
 reg                   too_large;
 reg                   any_bytes;
@@ -121,23 +126,31 @@ assign s_axis_tready = state == ST_IN;
 wire meta_take = s_meta_tvalid && s_meta_tready;
 wire data_take = s_axis_tvalid && s_axis_tready;
 wire feed      = data_take && n_beats < MAX_BEATS;   // a beat that is stored
+wire out_phase = state == ST_OUT;
 
-// ---- per-beat lanes: element, non-zero, column, row end --------------------
+// ---- the lanes of a beat: element, non-zero, column, row end ----------------
+// Shared by the input (the payload beat) and the output (a bitmap beat read back).
 
 wire          one_row = param == 0;
 wire          wrap_en = !one_row && param <= MAX_ELEMS;   // larger: no row ends in range (not whole rows)
 wire [NW-1:0] col_max = param[NW-1:0] - 1'b1;            // cols - 1 when wrap_en
 reg  [NW-1:0] col_base;                                    // the column of the next beat's lane 0
+reg  [NW-1:0] run_base;                                    // the non-zeros before the next beat
 
-wire [LANES-1:0] el_whole, el_part, el_nz;
+wire [LANES-1:0] in_whole, in_part, in_nz;
 genvar i;
 generate
     for (i = 0; i < LANES; i = i + 1) begin : el
-        assign el_whole[i] = &s_axis_tkeep[4*i +: 4];
-        assign el_part[i]  = |s_axis_tkeep[4*i +: 4] && !el_whole[i];
-        assign el_nz[i]    = el_whole[i] && |s_axis_tdata[32*i +: 31];   // != 0.0: not +-0
+        assign in_whole[i] = &s_axis_tkeep[4*i +: 4];
+        assign in_part[i]  = |s_axis_tkeep[4*i +: 4] && !in_whole[i];
+        assign in_nz[i]    = in_whole[i] && |s_axis_tdata[32*i +: 31];   // != 0.0: not +-0
     end
 endgenerate
+
+reg  [LANES-1:0] b_map;              // the output's bitmap beat (stage B below)
+reg              b_rend;             // the last beat of its walk (or region)
+wire [LANES-1:0] el_whole = out_phase ? (b_rend ? last_whole : {LANES{1'b1}}) : in_whole;
+wire [LANES-1:0] el_nz    = out_phase ? b_map : in_nz;
 
 reg [NW*(LANES+1)-1:0] chain;        // lane i's column: bits [NW*i +: NW]; the next beat's at LANES
 reg [LANES-1:0]        el_end;        // lane i is an element that ends its row
@@ -153,7 +166,7 @@ always @* begin
     end
     nz_n          = 5'd0;
     end_n         = 5'd0;
-    run           = nnz;
+    run           = run_base;
     beat_any      = 1'b0;
     beat_last_end = 1'b0;
     for (k = 0; k < LANES; k = k + 1) begin
@@ -169,95 +182,72 @@ always @* begin
     end
 end
 
-// ---- the three packers and their buffers ------------------------------------
+// ---- the result out: a region sequencer (stage A), the buffers' read (stage B)
 
-wire                  flushing = state == ST_FLUSH;
-wire                  fin      = s_axis_tlast;      // the packers flush after the last beat
-
-reg  [LANES*NW-1:0]   col_words;
-always @* begin
-    for (k = 0; k < LANES; k = k + 1) begin
-        col_words[NW*k +: NW] = chain[NW*k +: NW];
-    end
-end
-
-wire                  v_ov, c_ov, e_ov;
-wire [LANES*32-1:0]   v_od;
-wire [LANES*NW-1:0]   c_od, e_od;
-
-offrac_sparse_packer #(.LANES(LANES), .W(32), .COMPACT(1)) vals_pk (
-    .clk(clk), .rst(rst), .clear(meta_take), .en(1'b1),
-    .in_valid(feed), .in_mask(el_nz), .in_words(s_axis_tdata), .in_last(fin),
-    .out_valid(v_ov), .out_data(v_od), .out_cnt(), .out_last(), .busy()
-);
-offrac_sparse_packer #(.LANES(LANES), .W(NW), .COMPACT(1)) cols_pk (
-    .clk(clk), .rst(rst), .clear(meta_take), .en(1'b1),
-    .in_valid(feed), .in_mask(el_nz), .in_words(col_words), .in_last(fin),
-    .out_valid(c_ov), .out_data(c_od), .out_cnt(), .out_last(), .busy()
-);
-// cols 0: no row end in the beats, the one row's end (nnz) is pushed at the flush
-wire               e_flush_one = flushing && one_row;
-wire [LANES-1:0]   e_mask      = e_flush_one ? {{(LANES-1){1'b0}}, 1'b1} : el_end;
-wire [LANES*NW-1:0] e_words    = e_flush_one ? {{((LANES-1)*NW){1'b0}}, nnz} : end_word;
-offrac_sparse_packer #(.LANES(LANES), .W(NW), .COMPACT(1)) ends_pk (
-    .clk(clk), .rst(rst), .clear(meta_take), .en(1'b1),
-    .in_valid(feed || e_flush_one), .in_mask(e_mask), .in_words(e_words), .in_last(e_flush_one || (fin && !one_row)),
-    .out_valid(e_ov), .out_data(e_od), .out_cnt(), .out_last(), .busy()
-);
-
-reg [LANES*32-1:0] vals_mem [0:MAX_BEATS-1];
-reg [LANES*NW-1:0] cols_mem [0:MAX_BEATS-1];
-reg [LANES*NW-1:0] ends_mem [0:MAX_BEATS-1];
-reg [ADDR_WIDTH:0] v_wp, c_wp, e_wp;
-
-always @(posedge clk) begin
-    if (v_ov) begin
-        vals_mem[v_wp[ADDR_WIDTH-1:0]] <= v_od;
-    end
-    if (c_ov) begin
-        cols_mem[c_wp[ADDR_WIDTH-1:0]] <= c_od;
-    end
-    if (e_ov) begin
-        ends_mem[e_wp[ADDR_WIDTH-1:0]] <= e_od;
-    end
-end
-
-// ---- the result out: a region sequencer, the buffers' read stage, a realigning packer
-
-reg [2:0]            a_region;        // stage A: which region, which beat, words left in it
+reg [2:0]            a_region;        // stage A: which region, which beat, what is left of it
 reg [ADDR_WIDTH-1:0] a_beat;
-reg [NW-1:0]         a_left;
+reg [NW-1:0]         a_left;          // the walks: beats; the values: words
 reg                  b_valid = 1'b0;  // stage B: the beat read, its region and word count
 reg [2:0]            b_region;
 reg [4:0]            b_cnt;
 reg                  b_last;
 reg [LANES*32-1:0]   vals_rd;
-reg [LANES*NW-1:0]   cols_rd, ends_rd;
+
+// ---- the packer: the values while the payload comes in, the result on the way out
 
 wire                 o_ov, o_last, o_busy;
 wire [LANES*32-1:0]  o_od;
 wire [4:0]           o_cnt;
 wire                 pk_ready;
-wire                 o_en = !o_ov || pk_ready;
-wire                 adv  = state == ST_OUT && o_en && !o_busy;
+wire                 o_en = out_phase ? !o_ov || pk_ready : 1'b1;
+wire                 adv  = out_phase && o_en && !o_busy;
 
 reg [LANES*32-1:0]   b_words;
+reg [LANES-1:0]      b_mask;
 always @* begin
     b_words = {LANES*32{1'b0}};
+    b_mask  = {LANES{1'b1}} >> (LANES - b_cnt);
     case (b_region)
-        RG_HDR: b_words[NW-1:0] = rows;   // word 1, offsets[0], is 0
-        RG_ENDS: for (k = 0; k < LANES; k = k + 1) b_words[32*k +: NW] = ends_rd[NW*k +: NW];
-        RG_COLS: for (k = 0; k < LANES; k = k + 1) b_words[32*k +: NW] = cols_rd[NW*k +: NW];
+        RG_HDR: begin
+            b_words[NW-1:0] = rows;   // word 1, offsets[0], is 0
+        end
+        RG_ENDS: begin
+            if (one_row) begin
+                b_words[NW-1:0] = nnz;
+            end else begin
+                b_mask = el_end;
+                for (k = 0; k < LANES; k = k + 1) b_words[32*k +: NW] = end_word[NW*k +: NW];
+            end
+        end
+        RG_COLS: begin
+            b_mask = el_nz;
+            for (k = 0; k < LANES; k = k + 1) b_words[32*k +: NW] = chain[NW*k +: NW];
+        end
         default: b_words = vals_rd;
     endcase
 end
 
-offrac_sparse_packer #(.LANES(LANES), .W(32), .COMPACT(0)) out_pk (
-    .clk(clk), .rst(rst), .clear(meta_take), .en(o_en),
-    .in_valid(b_valid && state == ST_OUT), .in_mask({LANES{1'b1}} >> (LANES - b_cnt)),
-    .in_words(b_words), .in_last(b_last),
+wire pk_in_valid = out_phase ? b_valid : feed;
+
+offrac_sparse_packer #(.LANES(LANES), .W(32), .COMPACT(1)) pk (
+    .clk(clk), .rst(rst), .clear(meta_take || state == ST_STATUS), .en(o_en),
+    .in_valid(pk_in_valid), .in_mask(out_phase ? b_mask : in_nz),
+    .in_words(out_phase ? b_words : s_axis_tdata), .in_last(out_phase ? b_last : s_axis_tlast),
     .out_valid(o_ov), .out_data(o_od), .out_cnt(o_cnt), .out_last(o_last), .busy(o_busy)
 );
+
+reg [LANES*32-1:0] vals_mem [0:MAX_BEATS-1];
+reg [LANES-1:0]    map_mem  [0:MAX_BEATS-1];
+reg [ADDR_WIDTH:0] v_wp;
+
+always @(posedge clk) begin
+    if (o_ov && !out_phase) begin
+        vals_mem[v_wp[ADDR_WIDTH-1:0]] <= o_od;
+    end
+    if (feed) begin
+        map_mem[n_beats[ADDR_WIDTH-1:0]] <= in_nz;
+    end
+end
 
 reg [KEEP_WIDTH-1:0] o_keep;
 always @* begin
@@ -268,38 +258,54 @@ end
 
 offrac_axis_reg #(.WIDTH(DATA_WIDTH + KEEP_WIDTH + 1)) data_out (
     .clk(clk), .rst(rst),
-    .s_tdata({o_od, o_keep, o_last}), .s_tvalid(o_ov && state == ST_OUT), .s_tready(pk_ready),
+    .s_tdata({o_od, o_keep, o_last}), .s_tvalid(o_ov && out_phase), .s_tready(pk_ready),
     .m_tdata({m_axis_tdata, m_axis_tkeep, m_axis_tlast}),
     .m_tvalid(m_axis_tvalid), .m_tready(m_axis_tready)
 );
 
-wire a_fits = a_left <= LANES;        // the region's last beat
+wire a_walk = a_region == RG_ENDS || a_region == RG_COLS;
+wire a_fits = a_walk ? a_left <= 1 : a_left <= LANES;   // the region's last beat
 always @(posedge clk) begin
     if (adv) begin
-        vals_rd <= vals_mem[a_beat];
-        cols_rd <= cols_mem[a_beat];
-        ends_rd <= ends_mem[a_beat];
+        vals_rd  <= vals_mem[a_beat];
+        b_map    <= map_mem[a_beat];
         b_region <= a_region;
         b_valid  <= a_region != RG_DONE;
-        b_cnt    <= a_region == RG_HDR ? 5'd2 : a_fits ? a_left[4:0] : 5'd16;
+        b_cnt    <= a_region == RG_HDR ? 5'd2 : a_region == RG_ENDS ? 5'd1 : a_fits ? a_left[4:0] : 5'd16;
+        b_rend   <= a_fits;
         b_last   <= a_fits && (a_region == RG_VALS || (a_region == RG_ENDS && nnz == 0));
         if (a_region == RG_HDR) begin
             a_region <= RG_ENDS;
             a_beat   <= 0;
-            a_left   <= rows;
+            a_left   <= one_row ? 1 : n_beats;
         end else if (a_region != RG_DONE) begin
             a_beat <= a_beat + 1'b1;
-            a_left <= a_left - LANES;
+            a_left <= a_left - (a_walk ? 1 : LANES);
             if (a_fits) begin
                 a_region <= a_region == RG_ENDS && nnz == 0 ? RG_DONE : a_region + 1'b1;
                 a_beat   <= 0;
-                a_left   <= nnz;
+                a_left   <= a_region == RG_ENDS ? n_beats : nnz;
             end
+        end
+        // stage B's beat goes into the packer now: the lane logic moves to the next bitmap beat
+        if (b_valid && (b_region == RG_ENDS || b_region == RG_COLS)) begin
+            col_base <= b_rend ? {NW{1'b0}} : chain[NW*LANES +: NW];
+            run_base <= b_rend ? {NW{1'b0}} : run;
         end
     end
     if (state == ST_STATUS) begin   // the sequencer starts at the header words
         a_region <= RG_HDR;
         a_beat   <= 0;
+        col_base <= 0;
+        run_base <= 0;
+    end
+    if (state == ST_IN && feed) begin
+        col_base <= chain[NW*LANES +: NW];
+        run_base <= run;
+    end
+    if (meta_take) begin
+        col_base <= 0;
+        run_base <= 0;
     end
     if (rst) begin
         b_valid <= 1'b0;
@@ -322,37 +328,30 @@ always @* begin
 end
 
 always @(posedge clk) begin
-    if (v_ov) v_wp <= v_wp + 1'b1;
-    if (c_ov) c_wp <= c_wp + 1'b1;
-    if (e_ov) e_wp <= e_wp + 1'b1;
+    if (o_ov && !out_phase) v_wp <= v_wp + 1'b1;
     case (state)
         ST_IDLE: begin
             if (meta_take) begin
                 meta_word <= s_meta_tdata;
                 param     <= s_meta_tdata[PARAM_LSB +: 64];
                 n_beats   <= 0;
-                nnz       <= 0;
                 rows      <= 0;
                 last_end  <= 1'b0;
                 too_large <= 1'b0;
                 any_bytes <= 1'b0;
                 ragged    <= 1'b0;
-                col_base  <= 0;
                 v_wp      <= 0;
-                c_wp      <= 0;
-                e_wp      <= 0;
                 state     <= ST_IN;
             end
         end
         ST_IN: begin
             if (data_take) begin
                 any_bytes <= any_bytes || |s_axis_tkeep;
-                ragged    <= ragged || |el_part;
+                ragged    <= ragged || |in_part;
                 if (n_beats < MAX_BEATS) begin
-                    n_beats  <= n_beats + 1'b1;
-                    nnz      <= nnz + nz_n;
-                    rows     <= rows + end_n;
-                    col_base <= chain[NW*LANES +: NW];
+                    n_beats    <= n_beats + 1'b1;
+                    rows       <= rows + end_n;
+                    last_whole <= in_whole;
                     if (beat_any) begin
                         last_end <= one_row || beat_last_end;
                     end
@@ -364,7 +363,8 @@ always @(posedge clk) begin
                 end
             end
         end
-        ST_FLUSH: begin   // the packers write their last beats
+        ST_FLUSH: begin   // the packer writes its last values beat
+            nnz <= run_base;
             if (one_row) begin
                 rows <= 1;
             end

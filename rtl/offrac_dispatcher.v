@@ -816,6 +816,55 @@ always @(posedge clk) begin
     end
 end
 
+// ---- parameter checks, at elaboration ---------------------------------------
+// A parameter set the software node would refuse as a configuration (crates/core/src/config.rs
+// `validate`), or that the widths cannot hold, fails the build instead of misbehaving: Verilator
+// (an error with -Werror-USERERROR, which the Verilated build passes beside -Wno-fatal) and Yosys
+// print the $error; Icarus 11, which does not parse elaboration tasks, stops at the instance of a
+// module that does not exist, named after the rule (Verilator resolves every instance, in a
+// generate branch not taken too, so that one is for Icarus only).
+generate
+    if (CONN_COUNT < 1 || (CONN_COUNT > 1 && CONN_WIDTH < $clog2(CONN_COUNT))) begin : bad_conn
+`ifdef __ICARUS__
+        offrac_bad_parameter__CONN_COUNT_or_CONN_WIDTH bad ();
+`else
+        $error("offrac_dispatcher: CONN_COUNT (%0d) must be at least 1 and fit CONN_WIDTH (%0d) bits",
+               CONN_COUNT, CONN_WIDTH);
+`endif
+    end
+    if (BUF_COUNT < 1 || (BUF_COUNT > 1 && BUF_WIDTH < $clog2(BUF_COUNT))) begin : bad_buf
+`ifdef __ICARUS__
+        offrac_bad_parameter__BUF_COUNT_or_BUF_WIDTH bad ();
+`else
+        $error("offrac_dispatcher: BUF_COUNT (%0d) must be at least 1 and fit BUF_WIDTH (%0d) bits",
+               BUF_COUNT, BUF_WIDTH);
+`endif
+    end
+    if (BUF_POLICY < 0 || BUF_POLICY > 2) begin : bad_policy
+`ifdef __ICARUS__
+        offrac_bad_parameter__BUF_POLICY_not_0_1_2 bad ();
+`else
+        $error("offrac_dispatcher: BUF_POLICY (%0d) must be 0 (Naive RR), 1 (Eligible RR) or 2 (JSB)",
+               BUF_POLICY);
+`endif
+    end
+    if (MAX_PAYLOAD > BUF_BYTES) begin : bad_payload
+`ifdef __ICARUS__
+        offrac_bad_parameter__MAX_PAYLOAD_above_BUF_BYTES bad ();
+`else
+        $error("offrac_dispatcher: MAX_PAYLOAD (%0d) exceeds BUF_BYTES (%0d): such a request could never be admitted",
+               MAX_PAYLOAD, BUF_BYTES);
+`endif
+    end
+    if (SMALL_MAX != 0 && SMALL_BYTES < SMALL_MAX) begin : bad_small
+`ifdef __ICARUS__
+        offrac_bad_parameter__SMALL_BYTES_below_SMALL_MAX bad ();
+`else
+        $error("offrac_dispatcher: SMALL_BYTES (%0d) is below SMALL_MAX (%0d)", SMALL_BYTES, SMALL_MAX);
+`endif
+    end
+endgenerate
+
 endmodule
 
 `resetall

@@ -1147,6 +1147,27 @@ offrac_axis_reg #(.WIDTH(512 + 64 + CONN_WIDTH + 1)) out_reg (
     .m_tvalid(m_axis_tvalid), .m_tready(m_axis_tready)
 );
 
+// ---- parameter checks, at elaboration (as offrac_dispatcher's, which checks its own) ----------
+// The single-fragment FIFO's ring is a buffer's size, so SMALL_BYTES <= BUF_BYTES; the descriptor
+// FIFOs need an entry.
+generate
+    if (SMALL_BYTES > BUF_BYTES) begin : bad_small_ring
+`ifdef __ICARUS__
+        offrac_bad_parameter__SMALL_BYTES_above_BUF_BYTES bad ();
+`else
+        $error("offrac_request_path: SMALL_BYTES (%0d) exceeds BUF_BYTES (%0d), the small queue's ring",
+               SMALL_BYTES, BUF_BYTES);
+`endif
+    end
+    if (DESC_DEPTH < 1) begin : bad_desc_depth
+`ifdef __ICARUS__
+        offrac_bad_parameter__DESC_DEPTH_below_1 bad ();
+`else
+        $error("offrac_request_path: DESC_DEPTH (%0d) must be at least 1", DESC_DEPTH);
+`endif
+    end
+endgenerate
+
 endmodule
 
 `resetall

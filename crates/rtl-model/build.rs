@@ -47,6 +47,12 @@ fn main() {
     let rtl = manifest.join("../../rtl");
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets it"));
     let obj = out.join("vobj");
+    // Verilator does not delete the files of an earlier run that this one does not write (a
+    // module's memory gone, its `__DepSet_*` split differently); the glob of *.cpp below would
+    // compile them against the new headers and fail.
+    if obj.exists() {
+        std::fs::remove_dir_all(&obj).expect("remove verilator's earlier output");
+    }
     let verilator = std::env::var("VERILATOR").unwrap_or_else(|_| "verilator".into());
     let mut cmd = Command::new(&verilator);
     cmd.args([
@@ -55,6 +61,8 @@ fn main() {
         "--top-module",
         "offrac_request_path",
         "-Wno-fatal",
+        // the RTL's parameter checks ($error at elaboration) stay errors
+        "-Werror-USERERROR",
         "-Wno-lint",
     ])
     .args(["-Wno-style", "--prefix", "Vrp", "-Mdir"])

@@ -217,6 +217,93 @@ def test_sparse_cycles() -> None:
     run("offrac_accel_sparse", "tb_accel_sparse_cycles", BUILD / "sparse-cycles", {"MAX_BEATS": 256}, env)
 
 
+# Parameter sets that must not build (the modules' elaboration checks), each beside a base set that
+# builds: (top, base, the bad parameters, what Icarus names (the missing module), what Verilator prints)
+DISPATCHER_BASE: dict[str, object] = {
+    "BUF_BYTES": 512,
+    "MAX_PAYLOAD": 400,
+    "SMALL_MAX": 264,
+    "SMALL_BYTES": 300,
+}
+PATH_BASE: dict[str, object] = {
+    "BUF_BYTES": 1024,
+    "MAX_PAYLOAD": 512,
+    "SMALL_MAX": 320,
+    "SMALL_BYTES": 512,
+    "MAPID_TABLE_BITS": 6,
+}
+BAD_PARAMETERS = [
+    (
+        "offrac_dispatcher",
+        DISPATCHER_BASE,
+        {"SMALL_BYTES": 200},
+        "SMALL_BYTES_below_SMALL_MAX",
+        "is below SMALL_MAX",
+    ),
+    (
+        "offrac_dispatcher",
+        DISPATCHER_BASE,
+        {"MAX_PAYLOAD": 513},
+        "MAX_PAYLOAD_above_BUF_BYTES",
+        "exceeds BUF_BYTES",
+    ),
+    ("offrac_dispatcher", DISPATCHER_BASE, {"BUF_POLICY": 3}, "BUF_POLICY_not_0_1_2", "BUF_POLICY (3)"),
+    (
+        "offrac_dispatcher",
+        DISPATCHER_BASE,
+        {"BUF_COUNT": 8, "BUF_WIDTH": 2},
+        "BUF_COUNT_or_BUF_WIDTH",
+        "BUF_COUNT (8)",
+    ),
+    ("offrac_dispatcher", DISPATCHER_BASE, {"CONN_COUNT": 0}, "CONN_COUNT_or_CONN_WIDTH", "CONN_COUNT (0)"),
+    (
+        "offrac_request_path",
+        PATH_BASE,
+        {"SMALL_BYTES": 1088},
+        "SMALL_BYTES_above_BUF_BYTES",
+        "exceeds BUF_BYTES (1024)",
+    ),
+    ("offrac_request_path", PATH_BASE, {"DESC_DEPTH": 0}, "DESC_DEPTH_below_1", "DESC_DEPTH (0)"),
+]
+
+
+def elaborate(tool: str, top: str, parameters: dict[str, object]) -> subprocess.CompletedProcess[str]:
+    """Build `top` with `parameters` as the benches (Icarus) and the Verilated model (Verilator's
+    flags of crates/rtl-model/build.rs) do, without simulating."""
+    sources = [str(RTL / f"{m}.v") for m in (top, *SUBMODULES.get(top, ()))]
+    if tool == "iverilog":
+        out = BUILD / "bad-parameters" / f"{top}.vvp"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        cmd = ["iverilog", "-g2012", "-o", str(out), "-s", top]
+        cmd += [f"-P{top}.{k}={v}" for k, v in parameters.items()]
+    else:
+        cmd = ["verilator", "--lint-only", "-Wno-fatal", "-Werror-USERERROR", "-Wno-lint", "-Wno-style"]
+        cmd += ["--top-module", top, *(f"-G{k}={v}" for k, v in parameters.items())]
+    return subprocess.run([*cmd, *sources], capture_output=True, text=True, check=False)
+
+
+@pytest.mark.parametrize("tool", ["iverilog", "verilator"])
+@pytest.mark.parametrize(("top", "base", "bad", "icarus_says", "verilator_says"), BAD_PARAMETERS)
+def test_bad_parameters_fail_to_build(
+    tool: str,
+    top: str,
+    base: dict[str, object],
+    bad: dict[str, object],
+    icarus_says: str,
+    verilator_says: str,
+) -> None:
+    """A parameter set the node's configuration would refuse fails at elaboration, naming the rule;
+    the same top with the base set builds."""
+    if shutil.which(tool) is None:
+        pytest.skip(f"{tool} is not installed")
+    good = elaborate(tool, top, base)
+    assert good.returncode == 0, good.stderr
+    res = elaborate(tool, top, {**base, **bad})
+    assert res.returncode != 0, f"{top} with {bad} built"
+    said = icarus_says if tool == "iverilog" else verilator_says
+    assert said in res.stdout + res.stderr, res.stdout + res.stderr
+
+
 def run(
     toplevel: str,
     bench: str,
