@@ -101,9 +101,9 @@ rtl-test: rtl-deps
 # replay against Engine (RTL_DISPATCHER_TRACES, segments: its traces are the slowest) and the
 # chain router's against the software node (RTL_ROUTER_TRACES, ten hops a trace). CI (rtl-test)
 # runs 25 of each. The defaults: 10,000 traces, about 40 minutes on the loaded 2-core machine.
-RTL_TRACES ?= 500
-RTL_DISPATCHER_TRACES ?= 100
-RTL_ROUTER_TRACES ?= 4900
+RTL_TRACES ?= 600
+RTL_DISPATCHER_TRACES ?= 80
+RTL_ROUTER_TRACES ?= 3920
 RTL_TRACE_SEED ?= 2
 rtl-traces: rtl-deps
 	@mkdir -p rtl/build

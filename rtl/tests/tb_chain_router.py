@@ -93,7 +93,9 @@ def expected(h: Hop) -> Frame:
     nxt = ran + 1
     pay = h.payload_beats()
 
-    def answer(status: int, hop: int, detail: int, timed: bool, result: bytes = b"", block: bool = False) -> Frame:
+    def answer(
+        status: int, hop: int, detail: int, timed: bool, result: bytes = b"", block: bool = False
+    ) -> Frame:
         # the RTL's answers carry no English message: payload_len 0 on an error; a TRACE request's
         # result or hop error carries the per-hop timings block (Job::time_answer), and so does
         # UNREACHABLE (the driver's fail_forwarded), the other refusals not (reply_to)
@@ -263,7 +265,9 @@ async def run_hops(
     return counts
 
 
-async def drive_hops(dut: Any, hops: list[Hop], rng: random.Random, p_in: float, p_out: float, sinks: Sinks) -> None:
+async def drive_hops(
+    dut: Any, hops: list[Hop], rng: random.Random, p_in: float, p_out: float, sinks: Sinks
+) -> None:
     """Offer the hops and their results with gaps, stall every output at random, until a frame per hop
     is out (into `sinks`); then check that nothing more comes."""
     before = {p: len(sinks.frames[p]) for p in PORTS}
@@ -515,8 +519,9 @@ def engine_hop(rng: random.Random, conn: int) -> tuple[Hop, dict[str, Any]]:
     budget stay short of the budget running out. Returns the hop and its input to chain_replay."""
     h = random_hop(rng)
     ran = h.fields["hop_index"]
+    n = h.fields["hop_count"]
     h.hops = [
-        (f if f < NODE_FUNCTIONS else rng.randrange(NODE_FUNCTIONS), d, p) if i < h.fields["hop_count"] else (f, d, p)
+        (f if f < NODE_FUNCTIONS or i >= n else rng.randrange(NODE_FUNCTIONS), d, p)
         for i, (f, d, p) in enumerate(h.hops)
     ]
     f, _, p = h.hops[ran]
@@ -549,7 +554,12 @@ def engine_hop(rng: random.Random, conn: int) -> tuple[Hop, dict[str, Any]]:
 
 
 def chain_replay(hops: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    config = {"device_id": DEVICE_ID, "hosted": sorted(HOSTED), "peers": sorted(PEERS), "max_payload": MAX_PAYLOAD}
+    config = {
+        "device_id": DEVICE_ID,
+        "hosted": sorted(HOSTED),
+        "peers": sorted(PEERS),
+        "max_payload": MAX_PAYLOAD,
+    }
     out = subprocess.run(
         [os.environ["OFFRAC_CHAIN_REPLAY"]],
         input=json.dumps({"config": config, "hops": hops}),
@@ -682,4 +692,5 @@ async def engine_replay(dut: Any) -> None:
             json.dump(summary, f)
     assert diverged == 0, f"{diverged} of {traces} traces diverged from the software: {fields}"
     # every outcome reached (OK answers, a failed hop, each refusal, a forward, a next local hop)
-    assert min(outcomes.get(k, 0) for k in ("resp-0", "resp-2", "resp-3", "resp-5", "resp-11", "net", "next")) > 0
+    reached = [outcomes.get(k, 0) for k in ("resp-0", "resp-2", "resp-3", "resp-5", "resp-11", "net", "next")]
+    assert min(reached) > 0, outcomes

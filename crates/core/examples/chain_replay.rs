@@ -233,9 +233,15 @@ fn replay(cfg: &Config, hop: &Value) -> Result<Value, String> {
                     "times": [job.reassembly_ns(), job.earlier_queue_ns, job.earlier_exec_ns],
                 })
             }
-            Action::Reply { header, message, .. } => response(&header, message.as_bytes()),
+            Action::Reply {
+                header, message, ..
+            } => response(&header, message.as_bytes()),
             Action::Forward { job } => forward(cfg, done, &engine, conn, job),
-            other => return Err(format!("the router's configuration cannot produce {other:?}")),
+            other => {
+                return Err(format!(
+                    "the router's configuration cannot produce {other:?}"
+                ))
+            }
         });
     }
     let mut out = out.ok_or("nothing happened after the hop")?;
