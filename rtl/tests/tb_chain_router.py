@@ -639,7 +639,8 @@ async def engine_replay(dut: Any) -> None:
     device, or an answer), the connection, tdest, the timing sums, every header field, the payload and
     the beats' framing. The fields in EXCLUDED are the RTL's documented differences: not compared, and
     counted each time they actually differ."""
-    traces = int(os.environ.get("OFFRAC_RTL_TRACES", "25"))
+    # its own count first: the simulator's environment is the process's over test_rtl.py's extra_env
+    traces = int(os.environ.get("OFFRAC_RTL_ROUTER_TRACES", os.environ.get("OFFRAC_RTL_TRACES", "25")))
     seed = int(os.environ.get("OFFRAC_RTL_TRACE_SEED", "1"))
     await start(dut)
     idle(dut)

@@ -24,8 +24,10 @@ RTL = TESTS.parent
 BUILD = Path(os.environ.get("OFFRAC_RTL_BUILD", RTL / "build"))
 # Core traces replayed per configuration (make rtl-traces raises it); CI keeps it small.
 TRACES = int(os.environ.get("OFFRAC_RTL_TRACES", "25"))
-# The replays against the engine, a trace costing more (the dispatcher's) or less (the router's, ten
-# hops) than a pool or slot trace: their own counts, TRACES unless set.
+# The replays against the engine, a trace costing more (the dispatcher's) or about as much (the
+# router's, ten hops) as a pool or slot trace: their own counts, TRACES unless set. (The benches
+# read these names: cocotb's runner lets the process's environment override extra_env, so an
+# OFFRAC_RTL_TRACES set by make would win over a count passed under that name.)
 DISPATCHER_TRACES = int(os.environ.get("OFFRAC_RTL_DISPATCHER_TRACES", str(TRACES)))
 ROUTER_TRACES = int(os.environ.get("OFFRAC_RTL_ROUTER_TRACES", str(TRACES)))
 TRACE_SEED = int(os.environ.get("OFFRAC_RTL_TRACE_SEED", "1"))
@@ -253,7 +255,7 @@ def test_dispatcher() -> None:
     summary.parent.mkdir(parents=True, exist_ok=True)
     env = {
         "OFFRAC_ENGINE_REPLAY": str(EXAMPLES / "engine_replay"),
-        "OFFRAC_RTL_TRACES": str(DISPATCHER_TRACES),
+        "OFFRAC_RTL_DISPATCHER_TRACES": str(DISPATCHER_TRACES),
         "OFFRAC_RTL_TRACE_SEED": str(TRACE_SEED),
         "OFFRAC_TRACE_SUMMARY": str(summary),
     }
@@ -270,7 +272,7 @@ def test_chain_router() -> None:
     summary.parent.mkdir(parents=True, exist_ok=True)
     env = {
         "OFFRAC_CHAIN_REPLAY": str(EXAMPLES / "chain_replay"),
-        "OFFRAC_RTL_TRACES": str(ROUTER_TRACES),
+        "OFFRAC_RTL_ROUTER_TRACES": str(ROUTER_TRACES),
         "OFFRAC_RTL_TRACE_SEED": str(TRACE_SEED),
         "OFFRAC_TRACE_SUMMARY": str(summary),
     }
