@@ -102,8 +102,8 @@ rtl-test: rtl-deps
 # chain router's against the software node (RTL_ROUTER_TRACES, ten hops a trace). CI (rtl-test)
 # runs 25 of each. The defaults: 10,000 traces, about 40 minutes on the loaded 2-core machine.
 RTL_TRACES ?= 600
-RTL_DISPATCHER_TRACES ?= 80
-RTL_ROUTER_TRACES ?= 3920
+RTL_DISPATCHER_TRACES ?= 200
+RTL_ROUTER_TRACES ?= 3800
 RTL_TRACE_SEED ?= 2
 rtl-traces: rtl-deps
 	@mkdir -p rtl/build
