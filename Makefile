@@ -100,7 +100,7 @@ rtl-test: rtl-deps
 # traces from the sans-IO core per pool and slot-stage configuration (5 + 5), the dispatcher's
 # replay against Engine (RTL_DISPATCHER_TRACES, segments: its traces are the slowest) and the
 # chain router's against the software node (RTL_ROUTER_TRACES, ten hops a trace). CI (rtl-test)
-# runs 25 of each. The defaults: 10,000 traces, about 40 minutes on the loaded 2-core machine.
+# runs 25 of each. The defaults: 10,000 traces, 7 minutes at a load average of 2 (docs/rtl.md).
 RTL_TRACES ?= 600
 RTL_DISPATCHER_TRACES ?= 200
 RTL_ROUTER_TRACES ?= 3800
