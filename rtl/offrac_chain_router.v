@@ -47,7 +47,9 @@
  * per-hop timings block (s_hop_times, eight 8-byte records as
  * docs/protocol.md lays them out, built by the request path) as one beat
  * right after the response header, and HOP_TIMES (bit 0) in the response
- * flags, as Job::time_answer; a refusal made here has neither (reply_to).
+ * flags, as Job::time_answer; so does UNREACHABLE (the driver's fail_forwarded,
+ * with this hop's record in the block); the other refusals made here have
+ * neither (reply_to).
  *
  * One hop at a time; one output register stage shared by the three ports
  * (a beat is held, never dropped, while its port stalls).
@@ -194,7 +196,9 @@ always @* begin
 end
 
 wire answer_ok = port == P_RESP && r_status == ST_OK;   // the result goes out behind it
-wire traced    = port == P_RESP && r_timed && flags[1];  // TRACE: the per-hop timings block follows
+// TRACE: the per-hop timings block follows a result, a hop's error and UNREACHABLE (the driver's
+// fail_forwarded answers a forward it cannot make with the chain's timings so far)
+wire traced    = port == P_RESP && (r_timed || r_status == ST_UNREACHABLE) && flags[1];
 
 // the response header (crates/proto/src/response.rs, ResponseHeader::encode)
 wire [511:0] resp_beat = {

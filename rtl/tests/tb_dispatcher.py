@@ -661,7 +661,8 @@ async def engine_replay(dut: Any) -> None:
     complete requests (connection, request id, length; the engine dispatches the small ones first,
     so as sets), how many went to the small queue, the small queue's bytes and which buffers hold a
     partial request. Any difference fails the trace."""
-    traces = int(os.environ.get("OFFRAC_RTL_TRACES", "25"))
+    # its own count first: the simulator's environment is the process's over test_rtl.py's extra_env
+    traces = int(os.environ.get("OFFRAC_RTL_DISPATCHER_TRACES", os.environ.get("OFFRAC_RTL_TRACES", "25")))
     seed = int(os.environ.get("OFFRAC_RTL_TRACE_SEED", "1"))
     await fresh(dut)
     rng = random.Random(seed)
