@@ -59,8 +59,7 @@
  *   payload's length, top-k 4 * min(K, n)), timings in cycles summed over
  *   the chain's hops here (queue = queued until the slot took it, exec
  *   = taken until the metadata word, reassembly = the dispatcher's first
- *   byte to complete, for a chained hop to the end of the hop before it, as
- *   Job::advance), the per-hop timings block of a TRACE request (this hop's
+ *   byte to complete, kept by a chained hop as Job::reassembly), the per-hop timings block of a TRACE request (this hop's
  *   record over the earlier hops', which ride with a chained hop), then
  *   the result beats as they come. The router answers (our response header,
  *   the OK result; an error has no payload: the software's English message
@@ -555,7 +554,7 @@ reg [1:0]             c_st = C_HDR;
 reg [1023:0]          c_hdr = 1024'd0;
 reg [CONN_WIDTH-1:0]  c_conn = {CONN_WIDTH{1'b0}};
 reg [63:0]            c_qsum = 64'd0, c_esum = 64'd0, c_cycle = 64'd0;
-reg [63:0]            c_reasm = 64'd0;   // its reassembly: first byte until the last hop's completion
+reg [63:0]            c_reasm = 64'd0;   // its reassembly: the request's (first byte to complete)
 reg [511:0]           c_times = 512'd0;  // the per-hop timings block so far
 reg [63:0]            e_next_reasm = 64'd0;   // set at the hop's hand-over to the router: a chained
 reg [511:0]           e_sent_times = 512'd0;  // next hop's reassembly, and the block with its record
@@ -727,7 +726,7 @@ wire [SLOT_COUNT*CONN_WIDTH-1:0] sl_conn;
 wire [SLOT_COUNT*8-1:0]    sl_status;
 wire [SLOT_COUNT*64-1:0]   sl_detail;
 wire [SLOT_COUNT*32-1:0]   sl_olen;
-wire [SLOT_COUNT*64-1:0]   sl_reasm, sl_queue, sl_exec, sl_nreasm;
+wire [SLOT_COUNT*64-1:0]   sl_reasm, sl_queue, sl_exec;
 wire [SLOT_COUNT*512-1:0]  sl_times;
 wire [SLOT_COUNT*512-1:0]  sl_tdata;
 wire [SLOT_COUNT*64-1:0]   sl_tkeep;
@@ -763,9 +762,9 @@ always @(posedge clk) begin
         r_locked <= 1'b1;
         r_own    <= r_pick;
         r_last   <= r_pick;
-        // a chained next hop's reassembly ends where this hop completes (Job::advance sets its
-        // complete_at to now); its block carries this hop's record
-        e_next_reasm <= sl_nreasm[64*r_pick +: 64];
+        // a chained next hop keeps the request's reassembly (its earlier hops' queueing and
+        // execution are in the queue and exec sums); its block carries this hop's record
+        e_next_reasm <= sl_reasm[64*r_pick +: 64];
         e_sent_times <= sl_times[512*r_pick +: 512];
     end
     if (r_locked && sl_leave[r_own]) r_locked <= 1'b0;
@@ -812,7 +811,7 @@ for (g = 0; g < SLOT_COUNT; g = g + 1) begin : slot
     reg [63:0]           qsum = 0;     // queue and exec cycles of the chain's earlier hops here
     reg [63:0]           esum = 0;
     reg [63:0]           start = 0;    // cycle the slot took it
-    reg [63:0]           reasm = 0;    // reassembly cycles (for a chained hop: to the last hop's completion)
+    reg [63:0]           reasm = 0;    // reassembly cycles (a chained hop: the request's, kept)
     reg [511:0]          times = 0;    // per-hop timings block of the chain's earlier hops here
     reg [15:0]           queue_k = 0;  // this hop's queue cycles / 1000, saturating (the block's queue_us)
     reg [31:0]           left = 0;     // beats still to feed
@@ -974,7 +973,6 @@ for (g = 0; g < SLOT_COUNT; g = g + 1) begin : slot
     assign sl_reasm[64*g +: 64]  = reasm;
     assign sl_queue[64*g +: 64]  = qsum + queued;
     assign sl_exec[64*g +: 64]   = esum + exec_c;
-    assign sl_nreasm[64*g +: 64] = reasm + queued + exec_c;
     assign sl_times[512*g +: 512] = hop_times;
     assign sl_tdata[512*g +: 512] = x_tdata;
     assign sl_tkeep[64*g +: 64]   = x_tkeep;

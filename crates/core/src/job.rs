@@ -12,8 +12,14 @@ pub struct Job {
     pub payload: Vec<u8>,
     /// When the first byte of the header arrived.
     pub first_byte_at: Instant,
-    /// When the last byte arrived.
+    /// When the current hop became ready to queue: the last byte's arrival
+    /// for the first hop, the end of the hop before for a chain's later hop.
     pub complete_at: Instant,
+    /// When the request's last byte arrived on this node (a chain's later
+    /// hops keep it: their answer's reassembly is the request's, not
+    /// stretched over the earlier hops' queueing and execution, which
+    /// `queue_ns` and `exec_ns` count).
+    pub reassembled_at: Instant,
     /// When the job left its slot queue for execution (`None` until dispatched).
     pub dispatched_at: Option<Instant>,
     /// Queueing and execution of the chain's earlier hops on this node, which
@@ -43,6 +49,7 @@ impl Job {
             payload,
             first_byte_at,
             complete_at,
+            reassembled_at: complete_at,
             dispatched_at: None,
             earlier_queue_ns: 0,
             earlier_exec_ns: 0,
@@ -116,8 +123,9 @@ impl Job {
         self.header.current_hop().function
     }
 
+    /// First byte to last byte on this node, whichever hop is current.
     pub fn reassembly(&self) -> Duration {
-        self.complete_at.saturating_since(self.first_byte_at)
+        self.reassembled_at.saturating_since(self.first_byte_at)
     }
 
     /// From complete to dispatched (zero while not dispatched).

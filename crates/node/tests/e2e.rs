@@ -285,6 +285,39 @@ fn a_chain_equals_its_functions_called_one_by_one() {
     n.shutdown().unwrap();
 }
 
+/// A chain's answer counts the request's reassembly once: two 30 ms spin
+/// hops before the last do not stretch it (they are in `queue_ns` and
+/// `exec_ns`), and the three add up to no more than the call took.
+#[test]
+fn a_chains_reassembly_is_not_stretched_over_its_earlier_hops() {
+    let n = node("");
+    let mut c = Client::connect(&n.addr.to_string()).unwrap();
+    let hops = [
+        Hop::local(FunctionId::Spin.id(), 30_000),
+        Hop::local(FunctionId::Spin.id(), 30_000),
+        Hop::local(FunctionId::Echo.id(), 0),
+    ];
+    let t = Instant::now();
+    let r = c.call_chain(&hops, b"abc").unwrap();
+    let took = t.elapsed().as_nanos() as u64;
+    let h = r.header;
+    assert_eq!(
+        (h.status, h.hop_index, &r.payload[..]),
+        (Status::Ok, 2, &b"abc"[..])
+    );
+    assert!(h.exec_ns >= 60_000_000, "{h:?}");
+    assert!(
+        h.reassembly_ns < 30_000_000,
+        "a 67-byte request; reassembly_ns {} counts the spin hops",
+        h.reassembly_ns
+    );
+    assert!(
+        h.reassembly_ns + h.queue_ns + h.exec_ns <= took,
+        "{h:?}: more than the call's {took} ns"
+    );
+    n.shutdown().unwrap();
+}
+
 #[test]
 fn a_failing_hop_is_named_and_later_hops_do_not_run() {
     let n = node("");

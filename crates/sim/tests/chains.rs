@@ -69,6 +69,36 @@ fn the_answer_times_every_hop() {
     });
 }
 
+/// A chain's answer counts the request's reassembly once: its later hops
+/// do not stretch it over the earlier hops' queueing and execution (which
+/// `queue_ns` and `exec_ns` hold), so the three add up to no more than the
+/// time the node held the request.
+#[test]
+fn a_chains_reassembly_is_the_requests_not_its_earlier_hops() {
+    for_seeds(|seed| {
+        let mut w = world(seed, |c| c.exec.fixed = vec![(SPIN, 40_000)]);
+        let c = w.connect();
+        w.run_for(MS);
+        let sent = w.now();
+        w.send(c, &chain(1, &[(SPIN, 0), (SPIN, 0), (SPIN, 0)], b"abc"));
+        w.run_for(5 * MS);
+        let a = w.answers_to(c, 1);
+        assert_eq!(a.len(), 1);
+        let h = &a[0].header;
+        assert_eq!(h.exec_ns, 120_000);
+        assert!(
+            h.reassembly_ns < 40_000,
+            "a 67-byte request; reassembly_ns {} counts earlier hops",
+            h.reassembly_ns
+        );
+        assert!(
+            h.reassembly_ns + h.queue_ns + h.exec_ns <= a[0].at - sent,
+            "{h:?}: more than the {} ns from send to answer",
+            a[0].at - sent
+        );
+    });
+}
+
 #[test]
 fn a_failing_hop_answers_once_and_names_itself() {
     for_seeds(|seed| {
