@@ -354,21 +354,35 @@ def core_traces(kind: str, name: str, *config: str) -> Path:
     return out
 
 
-def test_dispatcher() -> None:
-    """The dispatcher's own bench, including its replay against `Engine` itself
-    (crates/core/examples/engine_replay.rs answers the same beats)."""
+def replay_against_software(
+    name: str, bench: str, kind: str, example: str, traces: int, count_var: str
+) -> None:
+    """Run `name`'s own bench with its replay against the software: `example` (in
+    crates/core/examples) answers the same inputs; `traces` of them, counted in `count_var`."""
     workspace_build()
-    summary = BUILD / "traces" / f"dispatcher-engine-{DISPATCHER_TRACES}-{TRACE_SEED}.summary.json"
+    summary = BUILD / "traces" / f"{kind}-{traces}-{TRACE_SEED}.summary.json"
     summary.parent.mkdir(parents=True, exist_ok=True)
     env = {
-        "OFFRAC_ENGINE_REPLAY": str(EXAMPLES / "engine_replay"),
-        "OFFRAC_RTL_DISPATCHER_TRACES": str(DISPATCHER_TRACES),
+        f"OFFRAC_{example.upper()}": str(EXAMPLES / example),
+        count_var: str(traces),
         "OFFRAC_RTL_TRACE_SEED": str(TRACE_SEED),
         "OFFRAC_TRACE_SUMMARY": str(summary),
     }
-    name = "offrac_dispatcher"
-    run(name, "tb_dispatcher", BUILD / name, PARAMETERS[name], env)
-    print("dispatcher-engine", json.loads(summary.read_text()))
+    run(name, bench, BUILD / name, PARAMETERS[name], env)
+    print(kind, json.loads(summary.read_text()))
+
+
+def test_dispatcher() -> None:
+    """The dispatcher's own bench, including its replay against `Engine` itself
+    (crates/core/examples/engine_replay.rs answers the same beats)."""
+    replay_against_software(
+        "offrac_dispatcher",
+        "tb_dispatcher",
+        "dispatcher-engine",
+        "engine_replay",
+        DISPATCHER_TRACES,
+        "OFFRAC_RTL_DISPATCHER_TRACES",
+    )
 
 
 def test_dispatcher_line_rate() -> None:
@@ -381,18 +395,14 @@ def test_dispatcher_line_rate() -> None:
 def test_chain_router() -> None:
     """The chain router's own bench, including its replay against the software node
     (crates/core/examples/chain_replay.rs decides what comes after the same hops)."""
-    workspace_build()
-    summary = BUILD / "traces" / f"router-engine-{ROUTER_TRACES}-{TRACE_SEED}.summary.json"
-    summary.parent.mkdir(parents=True, exist_ok=True)
-    env = {
-        "OFFRAC_CHAIN_REPLAY": str(EXAMPLES / "chain_replay"),
-        "OFFRAC_RTL_ROUTER_TRACES": str(ROUTER_TRACES),
-        "OFFRAC_RTL_TRACE_SEED": str(TRACE_SEED),
-        "OFFRAC_TRACE_SUMMARY": str(summary),
-    }
-    name = "offrac_chain_router"
-    run(name, "tb_chain_router", BUILD / name, PARAMETERS[name], env)
-    print("router-engine", json.loads(summary.read_text()))
+    replay_against_software(
+        "offrac_chain_router",
+        "tb_chain_router",
+        "router-engine",
+        "chain_replay",
+        ROUTER_TRACES,
+        "OFFRAC_RTL_ROUTER_TRACES",
+    )
 
 
 # (buffers, bytes each, policy): the three policies, a one-buffer pool, small buffers that fill.

@@ -28,18 +28,13 @@ use std::time::Duration;
 use offrac_core::{Action, BufferPolicy, Engine, EngineConfig, Instant, SlotPolicy};
 use serde_json::{json, Value};
 
+/// Lower-case hex of `bytes`, as the benches write and read them.
 fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    hex::encode(bytes)
 }
 
 fn unhex(s: &str) -> Result<Vec<u8>, String> {
-    if !s.len().is_multiple_of(2) {
-        return Err(format!("odd-length hex {s:?}"));
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).map_err(|e| format!("hex {s:?}: {e}")))
-        .collect()
+    hex::decode(s).map_err(|e| format!("hex {s:?}: {e}"))
 }
 
 fn field(cfg: &Value, name: &str) -> Result<u64, String> {
