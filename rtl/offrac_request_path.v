@@ -41,9 +41,9 @@
  *   its function waiting in the chain buffer first (as the software's
  *   chained queue goes first), else its queue's head. It sends the hop
  *   parameter (K for top-k, bits [63:0] of the metadata word) to its
- *   accelerator and reads the payload beats (two cycles a beat) from the
- *   ring (one read port, shared round robin), or from the chain buffer,
- *   into it. The pool's bytes are released when the last ring beat has been
+ *   accelerator and reads the payload beats (a beat a cycle: the next one
+ *   read while a beat goes in) from the ring (one read port, shared round
+ *   robin), or from the chain buffer, into it. The pool's bytes are released when the last ring beat has been
  *   read, in each ring's order (a table of releases; a chained hop holds no
  *   pool bytes). An empty payload goes to top-k and MapId as one beat with
  *   tkeep 0 (they answer BAD_INPUT, as the software does); echo answers it
@@ -837,8 +837,6 @@ for (g = 0; g < SLOT_COUNT; g = g + 1) begin : slot
     wire take_head = idle_now && !c_offer[g] && sq_tvalid[g] && !prv && (!head_chainy || cz_ok[g]);
     assign sq_tready[g] = take_head;
     wire gnt = chain || (rd_any && rd_pick == g);
-    assign sl_want[g] = !chain && ((st == E_META && !have) || st == E_READ);
-    assign sl_raddr[RING_WIDTH*g +: RING_WIDTH] = raddr;
     assign sl_rbuf[RB_WIDTH*g +: RB_WIDTH] = rbuf;
     assign sl_prv[g] = prv;
     assign sl_pr_ring[RB_WIDTH*g +: RB_WIDTH] = pr_ring;
@@ -854,6 +852,11 @@ for (g = 0; g < SLOT_COUNT; g = g + 1) begin : slot
     wire         a_meta_valid = st == E_META && !echo_empty;
     wire         a_valid = st == E_FEED;
     wire         meta_ready, data_ready;
+    // a beat a cycle: while a beat goes into the accelerator, the next one is read (the chain
+    // buffer's every cycle, the ring's when the shared port grants it)
+    wire ahead = st == E_FEED && data_ready && !a_last;
+    assign sl_want[g] = !chain && ((st == E_META && !have) || st == E_READ || ahead);
+    assign sl_raddr[RING_WIDTH*g +: RING_WIDTH] = ahead ? ring_next(raddr) : raddr;
     wire [511:0] x_tdata;
     wire [63:0]  x_tkeep;
     wire         x_tvalid, x_tlast, x_mvalid;
@@ -931,7 +934,7 @@ for (g = 0; g < SLOT_COUNT; g = g + 1) begin : slot
                         end
                         st <= E_WAIT;
                     end else begin
-                        st <= E_READ;
+                        st <= gnt ? E_FEED : E_READ;   // the next beat read ahead, or to be read
                     end
                 end
             end
