@@ -56,15 +56,6 @@ use offrac_proto::{
 };
 use serde_json::{json, Value};
 
-/// Lower-case hex of `bytes`, as the benches write and read them.
-fn hex(bytes: &[u8]) -> String {
-    hex::encode(bytes)
-}
-
-fn unhex(s: &str) -> Result<Vec<u8>, String> {
-    hex::decode(s).map_err(|e| format!("hex {s:?}: {e}"))
-}
-
 fn num(v: &Value, name: &str) -> Result<u64, String> {
     v[name]
         .as_u64()
@@ -72,7 +63,8 @@ fn num(v: &Value, name: &str) -> Result<u64, String> {
 }
 
 fn bytes_of(v: &Value, name: &str) -> Result<Vec<u8>, String> {
-    unhex(v[name].as_str().ok_or_else(|| format!("{name} missing"))?)
+    hex::decode(v[name].as_str().ok_or_else(|| format!("{name} missing"))?)
+        .map_err(|e| format!("hex: {e}"))
 }
 
 fn ids(v: &Value, name: &str) -> Result<Vec<u8>, String> {
@@ -101,7 +93,7 @@ fn times_block(times: &[HopTime; MAX_HOPS]) -> Vec<u8> {
 
 fn response(h: &ResponseHeader, payload: &[u8]) -> Value {
     let wire = h.encode_wire();
-    json!({"port": "resp", "header": hex(&wire[..h.wire_len()]), "payload": hex(payload)})
+    json!({"port": "resp", "header": hex::encode(&wire[..h.wire_len()]), "payload": hex::encode(payload)})
 }
 
 fn replay(cfg: &Config, hop: &Value) -> Result<Value, String> {
@@ -188,7 +180,7 @@ fn replay(cfg: &Config, hop: &Value) -> Result<Value, String> {
         "reassembly": job.reassembly_ns(),
         "queue": job.earlier_queue_ns + queue_ns,
         "exec": job.earlier_exec_ns + exec_ns,
-        "times": hex(&times_block(&times)),
+        "times": hex::encode(times_block(&times)),
     });
     // The worker: a failed or last hop is answered where it ran.
     if status != Status::Ok || job.is_last_hop() {
@@ -222,9 +214,9 @@ fn replay(cfg: &Config, hop: &Value) -> Result<Value, String> {
                 let w = job.header.encode_wire();
                 json!({
                     "port": "next",
-                    "header": hex(&w[..job.header.wire_len()]),
+                    "header": hex::encode(&w[..job.header.wire_len()]),
                     "header_payload_len": job.header.payload_len,
-                    "payload": hex(&job.payload),
+                    "payload": hex::encode(&job.payload),
                     "times": [job.reassembly_ns(), job.earlier_queue_ns, job.earlier_exec_ns],
                 })
             }
@@ -277,8 +269,8 @@ fn forward(cfg: &Config, now: Instant, engine: &Engine, conn: u64, job: Job) -> 
     json!({
         "port": "net",
         "dest": device,
-        "header": hex(&w[..header.wire_len()]),
-        "payload": hex(&job.payload),
+        "header": hex::encode(&w[..header.wire_len()]),
+        "payload": hex::encode(&job.payload),
     })
 }
 

@@ -28,15 +28,6 @@ use std::time::Duration;
 use offrac_core::{Action, BufferPolicy, Engine, EngineConfig, Instant, SlotPolicy};
 use serde_json::{json, Value};
 
-/// Lower-case hex of `bytes`, as the benches write and read them.
-fn hex(bytes: &[u8]) -> String {
-    hex::encode(bytes)
-}
-
-fn unhex(s: &str) -> Result<Vec<u8>, String> {
-    hex::decode(s).map_err(|e| format!("hex {s:?}: {e}"))
-}
-
 fn field(cfg: &Value, name: &str) -> Result<u64, String> {
     cfg[name]
         .as_u64()
@@ -86,14 +77,15 @@ fn replay(cfg: &EngineConfig, beats: &Value) -> Result<Value, String> {
         if beat[1].is_null() {
             engine.handle_close(now, conn);
         } else {
-            let data = unhex(beat[1].as_str().ok_or("a beat's bytes")?)?;
+            let data = hex::decode(beat[1].as_str().ok_or("a beat's bytes")?)
+                .map_err(|e| format!("hex: {e}"))?;
             engine.handle_bytes(now, conn, &data);
         }
         let mut events = Vec::new();
         while let Some(action) = engine.poll_action() {
             match action {
                 Action::Reply { conn, header, .. } => {
-                    events.push(json!({"reply": [conn, hex(&header.encode())]}));
+                    events.push(json!({"reply": [conn, hex::encode(header.encode())]}));
                 }
                 Action::Dispatch { slot, job } => {
                     events.push(
