@@ -46,7 +46,6 @@
 //! next hop's request (`times` the sums it carries; `header_payload_len`
 //! what the in-memory header still says).
 
-use std::io::Read;
 use std::time::Duration;
 
 use offrac_core::{Action, BufferPolicy, Engine, EngineConfig, Instant, Job, SlotPolicy};
@@ -275,11 +274,8 @@ fn forward(cfg: &Config, now: Instant, engine: &Engine, conn: u64, job: Job) -> 
 }
 
 fn main() -> Result<(), String> {
-    let mut text = String::new();
-    std::io::stdin()
-        .read_to_string(&mut text)
-        .map_err(|e| e.to_string())?;
-    let input: Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+    let input: Value =
+        serde_json::from_reader(std::io::stdin().lock()).map_err(|e| e.to_string())?;
     let c = &input["config"];
     let cfg = Config {
         device_id: u8::try_from(num(c, "device_id")?).map_err(|e| e.to_string())?,

@@ -22,7 +22,6 @@
 //! `reassembling`, the buffers holding a partial request after the segment, `small`, the
 //! requests it admitted to the small queue, and `small_bytes`, the small queue's bytes after it.
 
-use std::io::Read;
 use std::time::Duration;
 
 use offrac_core::{Action, BufferPolicy, Engine, EngineConfig, Instant, SlotPolicy};
@@ -112,11 +111,8 @@ fn replay(cfg: &EngineConfig, beats: &Value) -> Result<Value, String> {
 }
 
 fn main() -> Result<(), String> {
-    let mut text = String::new();
-    std::io::stdin()
-        .read_to_string(&mut text)
-        .map_err(|e| e.to_string())?;
-    let input: Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+    let input: Value =
+        serde_json::from_reader(std::io::stdin().lock()).map_err(|e| e.to_string())?;
     let cfg = config(&input["config"])?;
     let traces = input["traces"].as_array().ok_or("traces missing")?;
     let answers = traces
