@@ -74,6 +74,12 @@ pub enum Action {
         status: Status,
         message: String,
     },
+    /// Run the collective of `job`'s current hop (a hop for function
+    /// [`FN_COLLECTIVE`] in a chain of two or more hops, `docs/protocol.md`,
+    /// "Collective hops") with the hop's input, its payload; report its end
+    /// with [`Engine::handle_collective_hop_done`]. The job holds no slot
+    /// meanwhile, but the engine still owes its request an answer.
+    CollectiveHop { job: Job },
 }
 
 /// Where an answer goes ([`Engine::answer_route`]).
@@ -790,6 +796,7 @@ impl Engine {
             |engine: &mut Engine, rest: &mut &[u8], status: Status, detail: u64, msg: &str| {
                 engine.reply_to(conn, &h, status, detail, msg);
                 if hop.function == FN_COLLECTIVE
+                    && h.hop_count == 1
                     && engine.is_local(hop.device)
                     && len >= COLLECTIVE_HEAD_LEN as u64
                 {
@@ -994,13 +1001,18 @@ impl Engine {
                     ),
                 });
             }
+            if hop.function == FN_COLLECTIVE && h.hop_count > 1 {
+                // A collective hop: the driver runs it (its descriptor is
+                // the named buffer in `param`, read when the hop starts).
+                continue;
+            }
             if node_function(hop.function) {
                 if h.hop_count != 1 {
                     return Err(HopError {
                         hop: i,
                         status: Status::BadInput,
                         detail: 0,
-                        message: "a control or collective request is a single hop".into(),
+                        message: "a control request is a single hop".into(),
                     });
                 }
                 return Ok(());
@@ -1400,7 +1412,7 @@ impl Engine {
             return;
         };
         let hop = header.current_hop();
-        if hop.function != FN_COLLECTIVE || !self.is_local(hop.device) {
+        if hop.function != FN_COLLECTIVE || header.hop_count != 1 || !self.is_local(hop.device) {
             return;
         }
         if let Some(head) = payload.first_chunk::<COLLECTIVE_HEAD_LEN>() {
@@ -1455,6 +1467,12 @@ impl Engine {
                 self.run_buffer_hop(now, job);
                 continue;
             }
+            if f == FN_COLLECTIVE {
+                let job = self.chained.remove(i).expect("index in range");
+                self.chained_bytes -= cost;
+                self.start_collective_hop(now, job);
+                continue;
+            }
             match self.pick(&mut blocked, f, self.chained[i].tenant, cost) {
                 Some(slot) => {
                     let job = self.chained.remove(i).expect("index in range");
@@ -1471,6 +1489,12 @@ impl Engine {
                 let job = self.small.remove(i).expect("index in range");
                 self.small_bytes -= cost;
                 self.run_buffer_hop(now, job);
+                continue;
+            }
+            if self.is_collective_hop(&self.small[i]) {
+                let job = self.small.remove(i).expect("index in range");
+                self.small_bytes -= cost;
+                self.start_collective_hop(now, job);
                 continue;
             }
             if !self.runs_here(&self.small[i]) || node_function(f) {
@@ -1497,6 +1521,11 @@ impl Engine {
                 if f == FN_BUFFER && self.runs_here(job) {
                     let job = self.take_pool(b, i).expect("index in range");
                     self.run_buffer_hop(now, job);
+                    continue;
+                }
+                if self.is_collective_hop(job) {
+                    let job = self.take_pool(b, i).expect("index in range");
+                    self.start_collective_hop(now, job);
                     continue;
                 }
                 if !self.runs_here(job) || node_function(f) {
@@ -1616,9 +1645,16 @@ impl Engine {
             self.requeued = true;
             return self.route(job);
         }
+        self.answer_result(job, output, queue_ns, 0);
+    }
+
+    /// The chain's last hop, run by the engine or the driver (a buffer's or
+    /// a collective's), returned `output`: that is the answer.
+    fn answer_result(&mut self, job: Job, output: Vec<u8>, queue_ns: u64, exec_ns: u64) {
+        let device = self.cfg.device_id;
         let mut header =
             ResponseHeader::answer(&job.header, Status::Ok, device, output.len() as u32);
-        job.time_answer(&mut header, device, queue_ns, 0);
+        job.time_answer(&mut header, device, queue_ns, exec_ns);
         let route = self.answer_route(job.conn, &job.header);
         let receipt = ResponseHeader::receipt_of(&header);
         header.request_id = route.request_id;
@@ -1636,6 +1672,54 @@ impl Engine {
         }
         self.stats.completed += 1;
         self.settle(job.conn, job.tenant);
+    }
+
+    /// A job whose current hop is a collective hop of a chain on this node.
+    fn is_collective_hop(&self, job: &Job) -> bool {
+        job.function() == FN_COLLECTIVE && job.header.hop_count > 1 && self.runs_here(job)
+    }
+
+    /// Hand a collective hop to the driver (its budget checked first, like
+    /// any hop's start). It waits for its collective holding no slot.
+    fn start_collective_hop(&mut self, now: Instant, mut job: Job) {
+        if job.expired(now) {
+            return self.expire(job);
+        }
+        job.dispatched_at = Some(now);
+        self.stats.collective_hops += 1;
+        self.actions.push_back(Action::CollectiveHop { job });
+    }
+
+    /// The collective of `job`'s current hop ([`Action::CollectiveHop`])
+    /// ended at `now`: with this rank's output, which the chain goes on
+    /// with (or which is the answer, at its last hop), or with a failure
+    /// (`status`, `detail`, message), which is the chain's one answer. Its
+    /// time from the hand-off is the hop's `exec_ns`.
+    pub fn handle_collective_hop_done(
+        &mut self,
+        now: Instant,
+        mut job: Job,
+        result: Result<Vec<u8>, (Status, u64, String)>,
+    ) {
+        let queue_ns = job.queue_ns();
+        let exec_ns = job
+            .dispatched_at
+            .map_or(0, |d| crate::nanos(now.saturating_since(d)));
+        match result {
+            Err((status, detail, msg)) => {
+                let msg = format!("hop {}: {msg}", job.header.hop_index);
+                self.reply_to(job.conn, &job.header, status, detail, &msg);
+                self.settle(job.conn, job.tenant);
+            }
+            Ok(output) if !job.is_last_hop() => {
+                let device = self.cfg.device_id;
+                job.advance(output, now, queue_ns, exec_ns, device);
+                self.stats.hops += 1;
+                self.route(job);
+            }
+            Ok(output) => self.answer_result(job, output, queue_ns, exec_ns),
+        }
+        self.drain(now);
     }
 
     /// Answer `TIMEOUT` for a job whose budget ran out before its hop started.

@@ -237,7 +237,7 @@ impl Harness {
                 Action::Describe { .. } => panic!("the generated requests never ask to describe"),
                 Action::Control { .. } => panic!("the generated requests never ask for control"),
                 Action::Result { .. } => panic!("the generated requests never name a buffer"),
-                Action::RefusedCollective { .. } => {
+                Action::RefusedCollective { .. } | Action::CollectiveHop { .. } => {
                     panic!("the generated requests never call a collective")
                 }
             }

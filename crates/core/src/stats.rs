@@ -27,6 +27,9 @@ pub struct EngineStats {
     /// Named buffers' hops run by the engine (any position in a chain,
     /// refused ones included).
     pub buffer_hops: u64,
+    /// Collective hops of chains handed to the driver
+    /// ([`crate::Action::CollectiveHop`]).
+    pub collective_hops: u64,
     /// Admitted but collected before completion (connection closed or stalled).
     pub collected: u64,
     /// Replies the engine produced itself, indexed by status code. With

@@ -17,6 +17,7 @@
 mod autoscale;
 mod collective;
 mod control;
+mod hop;
 mod links;
 mod ops;
 
@@ -607,6 +608,7 @@ impl Driver {
             return false;
         };
         let quiet = self.engine.is_idle()
+            && self.calls.hops.is_empty()
             && self
                 .conns
                 .values()
@@ -766,6 +768,7 @@ impl Driver {
                     status,
                     message,
                 } => self.refused_collective(now, &head, status, &message),
+                Action::CollectiveHop { job } => self.collective_hop(now, job),
                 Action::Control { job } => {
                     if let Some(c) = self.conns.get_mut(&job.conn) {
                         c.answering += 1;

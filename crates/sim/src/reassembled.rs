@@ -74,7 +74,8 @@ impl Reassembled {
                 | Action::Describe { .. }
                 | Action::Control { .. }
                 | Action::Result { .. }
-                | Action::RefusedCollective { .. } => {}
+                | Action::RefusedCollective { .. }
+                | Action::CollectiveHop { .. } => {}
             }
         }
         if let Some(t) = self.engine.poll_timeout().map(Instant::as_nanos) {

@@ -21,7 +21,9 @@ use rustc_hash::FxHashMap;
 #[derive(Default)]
 pub(super) struct Calls {
     waiting: FxHashMap<CallId, Waiting>,
-    next: CallId,
+    /// Chains waiting at a collective hop (`driver/hop.rs`).
+    pub(super) hops: FxHashMap<CallId, Job>,
+    pub(super) next: CallId,
 }
 
 struct Waiting {
@@ -47,7 +49,7 @@ pub(super) fn machine(device: u8, cfg: offrac_collective::Config) -> Collectives
     Collectives::new(device, cfg)
 }
 
-fn status_of(kind: FailKind) -> Status {
+pub(super) fn status_of(kind: FailKind) -> Status {
     match kind {
         FailKind::BadInput => Status::BadInput,
         FailKind::Unreachable => Status::Unreachable,
@@ -238,6 +240,9 @@ impl Driver {
         algorithm: Algorithm,
         result: Result<Vec<u8>, offrac_collective::Failure>,
     ) {
+        if let Some(job) = self.calls.hops.remove(&call) {
+            return self.collective_hop_done(now, job, result);
+        }
         let Some(Waiting {
             conn,
             req,
