@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .client import Client
+from .buffers import put_buffer
+from .client import Client, Step
 from .errors import error_for_response
 from .protocol import Status
 
@@ -33,6 +34,7 @@ __all__ = [
     "Communicator",
     "ReduceOp",
     "encode_call",
+    "hop_param",
 ]
 
 FN_COLLECTIVE = 251
@@ -103,6 +105,22 @@ def _buffer_name(name: int | None) -> int:
     return name
 
 
+def hop_param(descriptor: int, tag: int) -> int:
+    """The ``param`` of a collective hop (``docs/protocol.md``, "Collective hops"): the named
+    buffer holding the call's descriptor in bits 0-31, the number added to its tag in bits
+    32-63."""
+    if not 0 <= tag <= 0xFFFF_FFFF:
+        raise ValueError(f"a collective hop's tag is 0..=2**32-1, not {tag}")
+    return _buffer_name(descriptor) | tag << 32
+
+
+def _parse_op(op: str) -> _Op:
+    try:
+        return _Op[op.upper()]
+    except KeyError:
+        raise ValueError(f"unknown collective {op!r}: bcast, reduce, allreduce, gather or scatter") from None
+
+
 def encode_call(
     op: int,
     dtype_code: int,
@@ -143,7 +161,8 @@ class Communicator:
     members in the last 30 s, so a new communicator on the same members starts past the
     tags of the previous one. ``poll_us``: the client it opens polls for its answers that
     long before it blocks (:class:`~offrac.client.Client`'s ``poll_us``, as MPI's ranks
-    poll and yield); ignored when ``address`` is a client."""
+    poll and yield); ignored when ``address`` is a client. ``hop_buffers``: the first name of
+    the named buffers :meth:`hop` keeps its descriptors in on this rank's node."""
 
     def __init__(
         self,
@@ -154,6 +173,7 @@ class Communicator:
         timeout: float = 10.0,
         first_tag: int = 1,
         poll_us: int = 0,
+        hop_buffers: int = 0xC011_0000,
     ) -> None:
         self._own = not isinstance(address, Client)
         self.client: Client = (
@@ -170,6 +190,8 @@ class Communicator:
         self.timeout_ms: int = max(1, int(timeout * 1000))
         self.tag: int = first_tag
         self.last_algorithm: Algorithm | None = None
+        self.hop_buffers: int = _buffer_name(hop_buffers)
+        self._hop_names: dict[bytes, int] = {}
 
     def close(self) -> None:
         if self._own:
@@ -238,12 +260,7 @@ class Communicator:
         ``keep=NAME`` keeps this rank's output there and returns None, so a later chain can
         read it (``offrac.buffers.load``) without it crossing the network. Otherwise returns
         this rank's output, flat (empty where MPI gives nothing)."""
-        try:
-            o = _Op[op.upper()]
-        except KeyError:
-            raise ValueError(
-                f"unknown collective {op!r}: bcast, reduce, allreduce, gather or scatter"
-            ) from None
+        o = _parse_op(op)
         if source is not None and data is not None:
             raise ValueError("pass data= or source=, not both")
         red = int(redop) if o in (_Op.REDUCE, _Op.ALLREDUCE) else 0
@@ -251,6 +268,37 @@ class Communicator:
             o, None if data is None else np.asarray(data), dtype, count, red, root, algorithm, source, keep
         )
         return None if keep is not None else out
+
+    def hop(
+        self,
+        op: str,
+        *,
+        dtype: npt.DTypeLike,
+        count: int,
+        redop: ReduceOp = SUM,
+        root: int = 0,
+        algorithm: Algorithm = Algorithm.AUTO,
+    ) -> Step:
+        """A chain step that runs one collective at this rank's node (``docs/collectives.md``,
+        "Collectives in a chain"): its input is the step's input (the chain's data or the
+        previous step's output), its output (this rank's, as :meth:`run` returns it) goes on
+        to the next step or is the chain's answer. So one call per rank runs e.g.
+        ``[comm.hop("scatter", ...), load(A), Step("gemv", cols=k), comm.hop("reduce", ...)]``
+        at the nodes. Each call takes the communicator's next tag, like :meth:`run`: build
+        the steps anew for every chain, in the same order on every rank. The call's
+        descriptor is kept once per distinct collective as a named buffer on the node (names
+        from ``hop_buffers``); the step's ``param`` names it and the tag."""
+        o = _parse_op(op)
+        red = int(redop) if o in (_Op.REDUCE, _Op.ALLREDUCE) else 0
+        desc = encode_call(o, _dtype_code(dtype), red, root, algorithm, 0, count, self.timeout_ms, self.members)
+        name = self._hop_names.get(desc)
+        if name is None:
+            name = _buffer_name(self.hop_buffers + len(self._hop_names))
+            put_buffer(self.client, name, desc)
+            self._hop_names[desc] = name
+        tag = self.tag
+        self.tag += 1
+        return Step(FN_COLLECTIVE, param=hop_param(name, tag))
 
     def allreduce(
         self, data: npt.ArrayLike, op: ReduceOp = SUM, *, algorithm: Algorithm = Algorithm.AUTO

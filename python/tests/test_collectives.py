@@ -202,6 +202,51 @@ def test_distributed_gemv_with_the_matrix_kept_at_the_nodes(cluster: list[Node])
                 assert y is not None and y.size == 0
 
 
+def test_distributed_gemv_as_one_chain_per_rank_with_collective_hops(cluster: list[Node]) -> None:
+    """The same multiply as one request per rank and multiply: ``[scatter, load(A), gemv,
+    reduce]``, the collectives as hops of the chain (``Communicator.hop``); and every chain
+    answers (a ``BadInputError`` at the scatter hop) when the root's scatter names the wrong
+    size."""
+    members = list(range(N))
+    m, n = 96, 64
+    k = n // N
+    a = np.random.default_rng(6).standard_normal((m, n)).astype(np.float32)
+    xs = [np.random.default_rng(20 + i).standard_normal(n).astype(np.float32) for i in range(3)]
+
+    def run(c: Communicator) -> list[Any]:
+        put_buffer(c.client, 1, np.ascontiguousarray(a[:, c.rank * k : (c.rank + 1) * k]))
+        ys = []
+        for x in xs:
+            chain = [
+                c.hop("scatter", dtype=np.float32, count=k),
+                load(1),
+                Step("gemv", cols=k),
+                c.hop("reduce", dtype=np.float32, count=m, root=0),
+            ]
+            ys.append(np.frombuffer(c.client.call_chain(chain, x if c.rank == 0 else b""), np.float32))
+        try:
+            # The root's scatter says k + 1 per rank: its input is short, so it is refused
+            # and the others' scatter hops are aborted.
+            bad = [c.hop("scatter", dtype=np.float32, count=k + (c.rank == 0)), load(1)]
+            c.client.call_chain(bad, xs[0] if c.rank == 0 else b"")
+            ys.append(None)
+        except BadInputError as e:
+            ys.append(e)
+        drop_buffer(c.client, 1)
+        return ys
+
+    for rank, res in enumerate(on_ranks(cluster, members, run)):
+        assert not isinstance(res, Exception), res
+        for x, y in zip(xs, res[:-1], strict=True):
+            if rank == 0:
+                np.testing.assert_allclose(y, a.astype(np.float64) @ x.astype(np.float64), rtol=1e-4, atol=1e-4)
+            else:
+                assert y.size == 0
+        err = res[-1]
+        assert isinstance(err, BadInputError), (rank, err)
+        assert err.hop == 0, (rank, err)
+
+
 def test_collective_buffers_refusals(cluster: list[Node]) -> None:
     with Communicator(cluster[0].address, [0, 1], device=0, first_tag=next(_TAGS)) as c:
         with pytest.raises(UnknownBufferError) as e:
