@@ -8,6 +8,12 @@ at node 0, each multiply the chain ``[load(A), gemv]`` with x as the payload. Al
 reference, one node without named buffers (A sent with every multiply). Every result is
 checked against numpy (float64). Prints median ms per multiply and the speed-up.
 
+The distributed multiply runs two ways, alternated within each repetition (worker.py
+``--mode both``): three client calls per rank (scatter, the gemv chain, reduce) and one (the
+collectives as hops of the chain, ``docs/collectives.md``, "Collectives in a chain"); a
+second table compares them (``--mode three|one`` runs one of them; ``--no-single`` skips the
+one-node baselines).
+
     sudo python3 experiments/gemv/run.py [--ranks 4] [--sizes 1024,2048,4096] [--reps 10]
 
 Needs root and iproute2 (network namespaces), and a release build of ``offrac``.
@@ -90,7 +96,7 @@ def one_node(addr: str, side: int, reps: int, warmup: int = 2) -> tuple[list[flo
     return kept, sent
 
 
-def distributed(hosts: Hosts, n: int, sizes: list[int], reps: int) -> list[dict[str, object]]:
+def distributed(hosts: Hosts, n: int, sizes: list[int], reps: int, mode: str) -> list[dict[str, object]]:
     env = {**os.environ, "PYTHONPATH": str(REPO / "python")}
     members = ",".join(str(i) for i in range(n))
     procs = [
@@ -109,6 +115,8 @@ def distributed(hosts: Hosts, n: int, sizes: list[int], reps: int) -> list[dict[
                 ",".join(map(str, sizes)),
                 "--reps",
                 str(reps),
+                "--mode",
+                mode,
             ],
             stdout=subprocess.PIPE,
             text=True,
@@ -124,11 +132,25 @@ def distributed(hosts: Hosts, n: int, sizes: list[int], reps: int) -> list[dict[
     return lines
 
 
+def one_vs_three(dist: dict[int, dict[str, object]], ranks: int, sizes: list[int]) -> None:
+    """The distributed multiply with three client calls per rank against one (collective hops)."""
+    print("| ranks | matrix | three calls µs | one call µs | one / three |")
+    print("|---:|---|---:|---:|---:|")
+    for s in sizes:
+        three = [float(t) for t in dist[s]["times"]]  # type: ignore[union-attr]
+        one = [float(t) for t in dist[s]["times_one"]]  # type: ignore[union-attr]
+        t3 = statistics.median(three) if three else float("nan")
+        t1 = statistics.median(one) if one else float("nan")
+        print(f"| {ranks} | {s} x {s} | {t3 * 1e6:.0f} | {t1 * 1e6:.0f} | {t1 / t3:.2f} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ranks", type=int, default=4)
     ap.add_argument("--sizes", default="1024,2048,4096")
     ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--mode", choices=["three", "one", "both"], default="both")
+    ap.add_argument("--no-single", action="store_true", help="skip the one-node baselines")
     a = ap.parse_args()
     sizes = [int(s) for s in a.sizes.split(",")]
     try:
@@ -141,8 +163,10 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as d:
             nodes = start_nodes(hosts, a.ranks, Path(d))
             try:
-                single = {s: one_node(f"{hosts.ip(0)}:{PORT}", s, a.reps) for s in sizes}
-                dist = {int(str(x["side"])): x for x in distributed(hosts, a.ranks, sizes, a.reps)}
+                single = (
+                    {} if a.no_single else {s: one_node(f"{hosts.ip(0)}:{PORT}", s, a.reps) for s in sizes}
+                )
+                dist = {int(str(x["side"])): x for x in distributed(hosts, a.ranks, sizes, a.reps, a.mode)}
             except BaseException:
                 print(nodes.report(), file=sys.stderr, flush=True)
                 raise
@@ -150,7 +174,14 @@ def main() -> None:
                 nodes.stop()
     finally:
         hosts.close()
-    print(f"load average at start: {load_avg:.1f}")
+    try:
+        load_end = os.getloadavg()[0]
+    except OSError:
+        load_end = float("nan")
+    print(f"load average at start: {load_avg:.1f}, at the end: {load_end:.1f}")
+    one_vs_three(dist, a.ranks, sizes)
+    if a.no_single or a.mode == "one":
+        return
     head = "| matrix | MiB | one node, A sent µs | one node, A kept µs | 4 hosts µs | speed-up"
     print(f"{head.replace('4 hosts', f'{a.ranks} hosts')} | scatter / gemv / reduce µs | max rel. error |")
     print("|---|---:|---:|---:|---:|---:|---|---:|")

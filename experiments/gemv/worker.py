@@ -6,8 +6,14 @@ multiply: the root scatters x (block r to rank r), each node keeping its block a
 each rank's chain ``[load(2), load(1), gemv(cols=k), keep(3)]`` (empty payload) computes its
 partial product y_r = A_r x_r on its node and keeps it as buffer 3; a reduce (sum) whose
 input is buffer 3 gives y at the root. Only x's blocks and the partial products cross the
-network; the matrix never does after the start. The root checks y against numpy and prints
-one JSON line per size: total seconds per multiply and the three phases.
+network; the matrix never does after the start. That is three client calls per rank and
+multiply (``--mode three``). ``--mode one``: one call per rank and multiply, the collectives
+as hops of the chain (``docs/collectives.md``, "Collectives in a chain"):
+``[scatter, load(1), gemv(cols=k), reduce]`` with x as the root's payload, so x's block and
+the partial product never come back to the client. ``--mode both`` (the default) alternates
+the two within each repetition, so both see the same load. The root checks y against numpy
+and prints one JSON line per size: seconds per multiply of each mode (and the three-call
+mode's phases).
 """
 
 from __future__ import annotations
@@ -43,7 +49,9 @@ def main() -> None:
     ap.add_argument("--sizes", required=True, help="comma-separated matrix sides (square m = n)")
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--mode", choices=["three", "one", "both"], default="both")
     a = ap.parse_args()
+    modes = ["three", "one"] if a.mode == "both" else [a.mode]
     members = [int(x) for x in a.members.split(",")]
     with Communicator(a.addr, members, device=a.device, timeout=120) as comm:
         c = comm.client
@@ -57,22 +65,42 @@ def main() -> None:
             put_buffer(c, A_BUF, mine)
             del mine
             chain = [load(X_BUF), load(A_BUF), Step("gemv", cols=k), keep(Y_BUF)]
-            total, phases, worst = [], [], 0.0
-            for i in range(a.warmup + a.reps):
+            total: list[float] = []
+            one: list[float] = []
+            phases: list[tuple[float, float, float]] = []
+            worst = 0.0
+            for i, mode in ((i, mode) for i in range(a.warmup + a.reps) for mode in modes):
                 x = vector(n, i)
-                t0 = time.perf_counter()
-                comm.run(
-                    "scatter",
-                    dtype=np.float32,
-                    count=k,
-                    data=x.reshape(comm.size, k) if comm.rank == 0 else None,
-                    keep=X_BUF,
-                )
-                t1 = time.perf_counter()
-                c.call_chain(chain)
-                t2 = time.perf_counter()
-                y = comm.run("reduce", dtype=np.float32, count=m, source=Y_BUF, root=0)
-                t3 = time.perf_counter()
+                if mode == "one":
+                    # One call: the collectives are hops of the chain, run at the nodes.
+                    hops = [
+                        comm.hop("scatter", dtype=np.float32, count=k),
+                        load(A_BUF),
+                        Step("gemv", cols=k),
+                        comm.hop("reduce", dtype=np.float32, count=m, root=0),
+                    ]
+                    t0 = time.perf_counter()
+                    out = c.call_chain(hops, x if comm.rank == 0 else b"")
+                    t3 = time.perf_counter()
+                    y = np.frombuffer(out, dtype=np.float32)
+                    if comm.rank != 0:
+                        assert y.size == 0
+                else:
+                    t0 = time.perf_counter()
+                    comm.run(
+                        "scatter",
+                        dtype=np.float32,
+                        count=k,
+                        data=x.reshape(comm.size, k) if comm.rank == 0 else None,
+                        keep=X_BUF,
+                    )
+                    t1 = time.perf_counter()
+                    c.call_chain(chain)
+                    t2 = time.perf_counter()
+                    y = comm.run("reduce", dtype=np.float32, count=m, source=Y_BUF, root=0)
+                    t3 = time.perf_counter()
+                    if i >= a.warmup:
+                        phases.append((t1 - t0, t2 - t1, t3 - t2))
                 if comm.rank == 0:
                     assert y is not None and y.shape == (m,)
                     want = a_full.astype(np.float64) @ x.astype(np.float64)
@@ -82,9 +110,8 @@ def main() -> None:
                     worst = max(worst, err)
                     assert err < 1e-4, err
                 if i >= a.warmup:
-                    total.append(t3 - t0)
-                    phases.append((t1 - t0, t2 - t1, t3 - t2))
-            for name in (A_BUF, X_BUF, Y_BUF):
+                    (one if mode == "one" else total).append(t3 - t0)
+            for name in (A_BUF, X_BUF, Y_BUF) if "three" in modes else (A_BUF,):
                 c.call_chain([drop(name)])
             if comm.rank == 0:
                 print(
@@ -93,6 +120,7 @@ def main() -> None:
                             "side": side,
                             "ranks": comm.size,
                             "times": total,
+                            "times_one": one,
                             "phases": phases,
                             "max_rel_err": worst,
                         }

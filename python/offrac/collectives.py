@@ -290,7 +290,9 @@ class Communicator:
         from ``hop_buffers``); the step's ``param`` names it and the tag."""
         o = _parse_op(op)
         red = int(redop) if o in (_Op.REDUCE, _Op.ALLREDUCE) else 0
-        desc = encode_call(o, _dtype_code(dtype), red, root, algorithm, 0, count, self.timeout_ms, self.members)
+        desc = encode_call(
+            o, _dtype_code(dtype), red, root, algorithm, 0, count, self.timeout_ms, self.members
+        )
         name = self._hop_names.get(desc)
         if name is None:
             name = _buffer_name(self.hop_buffers + len(self._hop_names))

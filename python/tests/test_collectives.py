@@ -239,7 +239,9 @@ def test_distributed_gemv_as_one_chain_per_rank_with_collective_hops(cluster: li
         assert not isinstance(res, Exception), res
         for x, y in zip(xs, res[:-1], strict=True):
             if rank == 0:
-                np.testing.assert_allclose(y, a.astype(np.float64) @ x.astype(np.float64), rtol=1e-4, atol=1e-4)
+                np.testing.assert_allclose(
+                    y, a.astype(np.float64) @ x.astype(np.float64), rtol=1e-4, atol=1e-4
+                )
             else:
                 assert y.size == 0
         err = res[-1]
