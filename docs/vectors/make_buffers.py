@@ -48,6 +48,18 @@ def members(devices):
 # input from buffer 2 (param bits 0-31), output kept as buffer 3 (bits 32-63)
 CALL = struct.pack("<BBBBBBBBQIIII32s", 1, 3, 1, 1, 0, 0, 0, 3, 9, 8, 0, 0, 5000, members([0, 1, 2, 3]))
 
+# Collective hops (docs/protocol.md, "Collective hops"): a scatter (op 5) of 2 float32 per
+# rank from root 0 and a reduce (op 2) sum of 4 float32 to root 0, devices 0-1, tag 0 (the
+# hop's param bits 32-63 add the call's number), 5 s, byte 7 = 0; kept as buffers 0xC0110000
+# and 0xC0110001
+SCATTER = struct.pack("<BBBBBBBBQIIII32s", 1, 5, 1, 0, 0, 0, 0, 0, 0, 2, 0, 0, 5000, members([0, 1]))
+REDUCE = struct.pack("<BBBBBBBBQIIII32s", 1, 2, 1, 1, 0, 0, 0, 0, 0, 4, 0, 0, 5000, members([0, 1]))
+
+
+def hop_param(descriptor, tag):
+    return tag << 32 | descriptor
+
+
 VECTORS = [
     vector("put: keep 8 bytes as buffer 7", 1, [(FN_BUFFER, SELF, param(PUT, 7))], bytes(range(8))),
     vector(
@@ -68,6 +80,23 @@ VECTORS = [
         5,
         [(FN_COLLECTIVE, SELF, 3 << 32 | 2)],
         CALL,
+    ),
+    vector(
+        "keep a scatter's call descriptor as buffer 0xC0110000",
+        6,
+        [(FN_BUFFER, SELF, param(PUT, 0xC011_0000))],
+        SCATTER,
+    ),
+    vector(
+        "collective hops: scatter (tag 7) the root's 4 floats, buffer 1 ahead, gemv, reduce (tag 8)",
+        7,
+        [
+            (FN_COLLECTIVE, SELF, hop_param(0xC011_0000, 7)),
+            (FN_BUFFER, SELF, param(GET, 1)),
+            (FN_GEMV, SELF, 2),
+            (FN_COLLECTIVE, SELF, hop_param(0xC011_0001, 8)),
+        ],
+        struct.pack("<4f", 1.0, 2.0, 3.0, 4.0),
     ),
 ]
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from offrac import Step
 from offrac.buffers import drop, keep, load, tee
-from offrac.collectives import CALL_FROM_BUFFER, CALL_KEEP, encode_call
+from offrac.collectives import CALL_FROM_BUFFER, CALL_KEEP, FN_COLLECTIVE, encode_call, hop_param
 from offrac.protocol import Hop, RequestHeader
 
 VECTORS = Path(__file__).resolve().parents[2] / "docs" / "vectors" / "buffers.json"
@@ -27,6 +27,16 @@ def test_buffer_requests_match_the_vectors() -> None:
         (
             [Hop.local(251, 3 << 32 | 2)],
             encode_call(3, 1, 1, 0, 0, 9, 8, 5000, [0, 1, 2, 3], CALL_FROM_BUFFER | CALL_KEEP),
+        ),
+        ([keep(0xC011_0000).hop()], encode_call(5, 1, 0, 0, 0, 0, 2, 5000, [0, 1])),
+        (
+            [
+                Step(FN_COLLECTIVE, param=hop_param(0xC011_0000, 7)).hop(),
+                load(1).hop(),
+                Step("gemv", cols=2).hop(),
+                Step(FN_COLLECTIVE, param=hop_param(0xC011_0001, 8)).hop(),
+            ],
+            np.array([1.0, 2.0, 3.0, 4.0], "<f4").tobytes(),
         ),
     ]
     assert len(vectors) == len(ours)

@@ -9,7 +9,9 @@ mod common;
 use offrac_client::{Client, Hop, RetryPolicy, Status};
 use offrac_collective::{Algorithm, Descriptor, Dtype, Kind, Members, Op, RedOp};
 use offrac_node::NodeHandle;
-use offrac_proto::{buffer_param, BufferOp, FunctionId, FN_BUFFER, FN_COLLECTIVE};
+use offrac_proto::{
+    buffer_param, collective_hop_param, BufferOp, FunctionId, FN_BUFFER, FN_COLLECTIVE,
+};
 use std::time::{Duration, Instant};
 
 const N: usize = 3;
@@ -48,10 +50,13 @@ fn f32s(v: &[f32]) -> Vec<u8> {
 
 fn chain(seq: u64, k: usize) -> [Hop; 4] {
     [
-        Hop::local(FN_COLLECTIVE, SCATTER_DESC as u64 | seq << 32),
+        Hop::local(
+            FN_COLLECTIVE,
+            collective_hop_param(SCATTER_DESC, seq as u32),
+        ),
         Hop::local(FN_BUFFER, buffer_param(BufferOp::Get, A_BUF)),
         Hop::local(GEMV, k as u64),
-        Hop::local(FN_COLLECTIVE, REDUCE_DESC as u64 | seq << 32),
+        Hop::local(FN_COLLECTIVE, collective_hop_param(REDUCE_DESC, seq as u32)),
     ]
 }
 

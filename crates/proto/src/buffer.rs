@@ -40,6 +40,19 @@ pub fn buffer_param(op: BufferOp, name: u32) -> u64 {
     (u64::from(op as u8) << 32) | u64::from(name)
 }
 
+/// The `param` of a collective hop (a hop for [`crate::FN_COLLECTIVE`] in a
+/// chain of two or more hops, `docs/protocol.md`, "Collective hops"): the
+/// named buffer holding the call's 64-byte descriptor in bits 0-31, the
+/// number added to the descriptor's tag in bits 32-63.
+pub fn collective_hop_param(descriptor: u32, tag: u32) -> u64 {
+    (u64::from(tag) << 32) | u64::from(descriptor)
+}
+
+/// A collective hop's `param` as (descriptor buffer, tag added).
+pub fn decode_collective_hop_param(param: u64) -> (u32, u32) {
+    (param as u32, (param >> 32) as u32)
+}
+
 /// A buffer hop's `param` that does not decode.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BufferParamError {

@@ -10,7 +10,10 @@ mod request;
 mod response;
 mod status;
 
-pub use buffer::{buffer_param, decode_buffer_param, BufferOp, BufferParamError};
+pub use buffer::{
+    buffer_param, collective_hop_param, decode_buffer_param, decode_collective_hop_param, BufferOp,
+    BufferParamError,
+};
 pub use function::{
     Elem, FunctionId, FunctionSpec, Granularity, Layout, ParamField, ParamKind, SlotState,
     FUNCTIONS,
@@ -55,7 +58,9 @@ pub const FN_CONTROL: u8 = 0xFC;
 /// Control function: a collective (`docs/collectives.md`): a client's call
 /// on its own node, or a message between the nodes of a communicator; the
 /// payload starts with a 64-byte collective descriptor. Handled by the
-/// node's collectives, never by a slot.
+/// node's collectives, never by a slot. In a chain of two or more hops it
+/// is a collective hop (`docs/protocol.md`, "Collective hops"; `param`:
+/// [`collective_hop_param`]).
 pub const FN_COLLECTIVE: u8 = 0xFB;
 /// Node function: a named buffer (`docs/protocol.md`, "Named buffers"):
 /// keep the hop's input on the node under a name, or read a kept buffer as

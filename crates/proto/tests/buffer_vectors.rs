@@ -2,7 +2,10 @@
 //! from the protocol's tables by `docs/vectors/make_buffers.py`): the header
 //! encoder with `buffer_param` gives the same bytes, and they decode back.
 
-use offrac_proto::{decode_buffer_param, Hop, RequestHeader, FN_BUFFER, HEADER_LEN};
+use offrac_proto::{
+    collective_hop_param, decode_buffer_param, decode_collective_hop_param, Hop, RequestHeader,
+    FN_BUFFER, FN_COLLECTIVE, HEADER_LEN,
+};
 
 #[test]
 fn buffer_requests_match_the_vectors() {
@@ -15,6 +18,7 @@ fn buffer_requests_match_the_vectors() {
     let vectors = v["vectors"].as_array().expect("vectors");
     assert!(vectors.len() >= 5);
     let mut buffer_hops = 0;
+    let mut collective_hops = 0;
     for (i, t) in vectors.iter().enumerate() {
         let name = t["name"].as_str().unwrap();
         let bytes = hex::decode(t["hex"].as_str().unwrap()).unwrap();
@@ -38,6 +42,18 @@ fn buffer_requests_match_the_vectors() {
             decode_buffer_param(hop.param).expect(name);
             buffer_hops += 1;
         }
+        if hops.len() > 1 {
+            for hop in hops.iter().filter(|h| h.function == FN_COLLECTIVE) {
+                let (descriptor, tag) = decode_collective_hop_param(hop.param);
+                assert_eq!(collective_hop_param(descriptor, tag), hop.param, "{name}");
+                assert!(
+                    descriptor >= 0xC011_0000,
+                    "{name}: the vectors' descriptor names"
+                );
+                collective_hops += 1;
+            }
+        }
     }
     assert!(buffer_hops >= 4);
+    assert_eq!(collective_hops, 2);
 }

@@ -10,7 +10,8 @@ mod common;
 use common::{for_seeds, MS};
 use offrac_collective::{Algorithm, Descriptor, Dtype, Kind, Members, Op, RedOp};
 use offrac_proto::{
-    buffer_param, BufferOp, FunctionId, Hop, RequestHeader, Status, FN_BUFFER, FN_COLLECTIVE,
+    buffer_param, collective_hop_param, BufferOp, FunctionId, Hop, RequestHeader, Status,
+    FN_BUFFER, FN_COLLECTIVE,
 };
 use offrac_sim::world::World;
 
@@ -62,10 +63,13 @@ fn put(id: u64, name: u32, data: &[u8]) -> Vec<u8> {
 /// same two descriptors (their tags advance by `seq`).
 fn gemv_chain(id: u64, seq: u64, k: usize, x: &[u8]) -> Vec<u8> {
     let hops = [
-        Hop::local(FN_COLLECTIVE, SCATTER_DESC as u64 | seq << 32),
+        Hop::local(
+            FN_COLLECTIVE,
+            collective_hop_param(SCATTER_DESC, seq as u32),
+        ),
         Hop::local(FN_BUFFER, buffer_param(BufferOp::Get, A_BUF)),
         Hop::local(GEMV, k as u64),
-        Hop::local(FN_COLLECTIVE, REDUCE_DESC as u64 | seq << 32),
+        Hop::local(FN_COLLECTIVE, collective_hop_param(REDUCE_DESC, seq as u32)),
     ];
     request(id, &hops, x)
 }

@@ -15,17 +15,12 @@ use super::collective::status_of;
 use super::Driver;
 use offrac_collective::{Kind, DESCRIPTOR_LEN};
 use offrac_core::{BufferError, Instant, Job};
-use offrac_proto::Status;
-
-/// Where a collective hop's descriptor is and how its tag advances.
-pub fn decode_hop_param(param: u64) -> (u32, u64) {
-    (param as u32, param >> 32)
-}
+use offrac_proto::{decode_collective_hop_param, Status};
 
 impl Driver {
     /// Start the collective of `job`'s current hop.
     pub(super) fn collective_hop(&mut self, now: Instant, job: Job) {
-        let (name, advance) = decode_hop_param(job.header.current_hop().param);
+        let (name, advance) = decode_collective_hop_param(job.header.current_hop().param);
         let desc = match self.engine.buffers().get(job.tenant, name) {
             Ok(d) => d.to_vec(),
             Err(e) => {
@@ -47,7 +42,7 @@ impl Driver {
         }
         let mut desc = desc;
         let tag = u64::from_le_bytes(desc[8..16].try_into().unwrap_or([0; 8]));
-        desc[8..16].copy_from_slice(&tag.wrapping_add(advance).to_le_bytes());
+        desc[8..16].copy_from_slice(&tag.wrapping_add(u64::from(advance)).to_le_bytes());
         let call = self.calls.next;
         self.calls.next += 1;
         let link_of = &self.link_of;
