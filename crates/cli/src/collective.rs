@@ -4,7 +4,7 @@
 
 use crate::CliError;
 use offrac_client::{Client, FunctionCode};
-use offrac_collective::{Algorithm, Descriptor, Dtype, Kind, Members, Op, RedOp};
+use offrac_collective::{Algorithm, Descriptor, Dtype, Members, Op, RedOp};
 use offrac_proto::FN_COLLECTIVE;
 use std::time::Duration;
 
@@ -122,9 +122,6 @@ pub fn run(a: Args) -> Result<(), CliError> {
         }
     };
     let desc = Descriptor {
-        kind: Kind::Call,
-        op,
-        dtype,
         redop: match (op.reduces(), a.reduction) {
             (false, _) => RedOp::None,
             (true, Reduction::Sum) => RedOp::Sum,
@@ -138,13 +135,9 @@ pub fn run(a: Args) -> Result<(), CliError> {
             Algo::Ring => Algorithm::Ring,
             Algo::RecursiveDoubling => Algorithm::RecursiveDoubling,
         },
-        src: 0,
         tag: a.tag,
-        count,
-        step: 0,
-        offset: 0,
         timeout_ms: a.timeout_ms,
-        members: Members::of(&a.members),
+        ..Descriptor::call(op, dtype, count, Members::of(&a.members))
     };
     if a.from_buffer.is_some() && given > 0 {
         return Err(CliError::Usage(

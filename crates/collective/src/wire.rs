@@ -192,6 +192,32 @@ pub fn take_message_flags(payload: &mut [u8]) -> Result<u8, WireError> {
 }
 
 impl Descriptor {
+    /// A client's call: `op` over `count` elements of `dtype` per rank among
+    /// `members`, with the defaults a caller changes by struct update: the
+    /// root rank 0, the algorithm chosen by the node, a sum for the ops that
+    /// reduce, tag 0 and the node's default deadline.
+    pub fn call(op: Op, dtype: Dtype, count: u32, members: Members) -> Descriptor {
+        Descriptor {
+            kind: Kind::Call,
+            op,
+            dtype,
+            redop: if op.reduces() {
+                RedOp::Sum
+            } else {
+                RedOp::None
+            },
+            root: 0,
+            algorithm: Algorithm::Auto,
+            src: 0,
+            tag: 0,
+            count,
+            step: 0,
+            offset: 0,
+            timeout_ms: 0,
+            members,
+        }
+    }
+
     pub fn encode(&self) -> [u8; DESCRIPTOR_LEN] {
         let mut b = [0u8; DESCRIPTOR_LEN];
         b[0] = self.kind as u8;

@@ -7,7 +7,7 @@
 mod common;
 
 use offrac_client::{Client, Hop, RetryPolicy, Status};
-use offrac_collective::{Algorithm, Descriptor, Dtype, Kind, Members, Op, RedOp};
+use offrac_collective::{Descriptor, Dtype, Members, Op};
 use offrac_node::NodeHandle;
 use offrac_proto::{
     buffer_param, collective_hop_param, BufferOp, FunctionId, FN_BUFFER, FN_COLLECTIVE,
@@ -22,23 +22,9 @@ const GEMV: u8 = FunctionId::Gemv as u8;
 
 fn descriptor(op: Op, count: usize, timeout_ms: u32) -> Vec<u8> {
     Descriptor {
-        kind: Kind::Call,
-        op,
-        dtype: Dtype::F32,
-        redop: if op == Op::Reduce {
-            RedOp::Sum
-        } else {
-            RedOp::None
-        },
-        root: 0,
-        algorithm: Algorithm::Auto,
-        src: 0,
         tag: (op as u64) << 40, // apart for each descriptor: the hops add their call's number
-        count: count as u32,
-        step: 0,
-        offset: 0,
         timeout_ms,
-        members: Members::of(&[0, 1, 2]),
+        ..Descriptor::call(op, Dtype::F32, count as u32, Members::of(&[0, 1, 2]))
     }
     .encode()
     .to_vec()

@@ -8,7 +8,7 @@
 mod common;
 
 use common::{for_seeds, MS};
-use offrac_collective::{Algorithm, Descriptor, Dtype, Kind, Members, Op, RedOp};
+use offrac_collective::{Descriptor, Dtype, Members, Op};
 use offrac_proto::{
     buffer_param, collective_hop_param, BufferOp, FunctionId, Hop, RequestHeader, Status,
     FN_BUFFER, FN_COLLECTIVE,
@@ -24,23 +24,9 @@ const TIMEOUT_MS: u32 = 400;
 fn descriptor(op: Op, n: usize, count: usize) -> Vec<u8> {
     let devices: Vec<u8> = (0..n as u8).collect();
     Descriptor {
-        kind: Kind::Call,
-        op,
-        dtype: Dtype::F32,
-        redop: if op == Op::Reduce {
-            RedOp::Sum
-        } else {
-            RedOp::None
-        },
-        root: 0,
-        algorithm: Algorithm::Auto,
-        src: 0,
         tag: (op as u64) << 40, // apart for each descriptor: the hops add their call's number
-        count: count as u32,
-        step: 0,
-        offset: 0,
         timeout_ms: TIMEOUT_MS,
-        members: Members::of(&devices),
+        ..Descriptor::call(op, Dtype::F32, count as u32, Members::of(&devices))
     }
     .encode()
     .to_vec()

@@ -1,6 +1,6 @@
 //! Collective calls as a client sends them (docs/collectives.md).
 
-use offrac_collective::{Algorithm, Descriptor, Dtype, Kind, Members, Op, RedOp};
+use offrac_collective::{Algorithm, Descriptor, Dtype, Members, Op};
 
 /// The payload of an i32 sum all-reduce call over devices 0, 1 and 2 (root
 /// 0): the descriptor with `flags` in byte 7 (bit 0: the input is a named
@@ -14,19 +14,10 @@ pub fn allreduce_payload(
     input: &[i32],
 ) -> Vec<u8> {
     let d = Descriptor {
-        kind: Kind::Call,
-        op: Op::AllReduce,
-        dtype: Dtype::I32,
-        redop: RedOp::Sum,
-        root: 0,
         algorithm,
-        src: 0,
         tag,
-        count,
-        step: 0,
-        offset: 0,
         timeout_ms,
-        members: Members::of(&[0, 1, 2]),
+        ..Descriptor::call(Op::AllReduce, Dtype::I32, count, Members::of(&[0, 1, 2]))
     };
     let mut payload = d.encode().to_vec();
     payload[7] = flags;

@@ -2,7 +2,7 @@
 //! uses a part of it).
 #![allow(dead_code)]
 
-use offrac_collective::{Algorithm, Descriptor, Dtype, Kind, Members, Op, RedOp};
+use offrac_collective::{Algorithm, Descriptor, Dtype, Members, Op};
 use offrac_core::EngineConfig;
 use offrac_proto::{FunctionId, RequestHeader, FN_COLLECTIVE};
 
@@ -103,19 +103,15 @@ pub fn bcast_descriptor(
 ) -> Descriptor {
     let devices: Vec<u8> = (0..n as u8).collect();
     Descriptor {
-        kind: Kind::Call,
-        op: Op::Broadcast,
-        dtype: Dtype::I32,
-        redop: RedOp::None,
-        root: 0,
         algorithm,
-        src: 0,
         tag,
-        count: count as u32,
-        step: 0,
-        offset: 0,
         timeout_ms,
-        members: Members::of(&devices),
+        ..Descriptor::call(
+            Op::Broadcast,
+            Dtype::I32,
+            count as u32,
+            Members::of(&devices),
+        )
     }
 }
 
