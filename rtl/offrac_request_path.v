@@ -237,7 +237,7 @@ wire                  b_tready;
 
 wire [CONN_WIDTH-1:0] q_conn;
 wire [BUF_WIDTH-1:0]  q_buffer;
-wire [63:0]           q_id;
+wire [63:0]           q_id;           // unused here: the header (descriptor memory) has it
 wire [15:0]           q_tenant;
 wire [7:0]            q_hop;
 wire [7:0]            q_fn;
