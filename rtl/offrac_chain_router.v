@@ -53,6 +53,11 @@
  *
  * One hop at a time; one output register stage shared by the three ports
  * (a beat is held, never dropped, while its port stalls).
+ *
+ * HDR_HELD 1: s_hop_hdr is not latched here but held by the caller, from the
+ * cycle after the hop's take until the next take (offrac_request_path reads
+ * it from its descriptor memory at the take); 0: latched at the take, with
+ * the hop's other fields.
  */
 
 `resetall
@@ -64,7 +69,8 @@ module offrac_chain_router #(
     parameter [7:0] DEVICE_ID = 8'd0,
     parameter [255:0] HOSTED = 256'h43,   // functions run by this node's slots
     parameter [255:0] PEERS  = 256'h0,    // devices in the device table
-    parameter MAX_PAYLOAD = 16384
+    parameter MAX_PAYLOAD = 16384,
+    parameter HDR_HELD    = 0
 ) (
     input  wire                   clk,
     input  wire                   rst,
@@ -130,7 +136,9 @@ localparam [1:0] P_RESP = 2'd0, P_NET = 2'd1, P_NEXT = 2'd2;
 localparam [2:0] S_IDLE = 3'd0, S_HDR0 = 3'd1, S_HDR1 = 3'd2, S_PAY = 3'd3, S_DROP = 3'd4,
                  S_TIMES = 3'd5;
 reg [2:0]            state = S_IDLE;
-reg [1023:0]         hdr = 1024'd0;
+reg [1023:0]         hdr_reg = 1024'd0;
+// the header is only read outside S_IDLE, when a held one is the hop's
+wire [1023:0]        hdr = HDR_HELD ? s_hop_hdr : hdr_reg;
 reg [CONN_WIDTH-1:0] conn = {CONN_WIDTH{1'b0}};
 reg [7:0]            status = 8'd0;
 reg [63:0]           detail = 64'd0;
@@ -284,7 +292,7 @@ always @(posedge clk) begin
     case (state)
         S_IDLE: begin
             if (s_hop_valid) begin
-                hdr     <= s_hop_hdr;
+                hdr_reg <= s_hop_hdr;
                 conn    <= s_hop_conn;
                 status  <= s_hop_status;
                 detail  <= s_hop_detail;

@@ -31,7 +31,9 @@
  * - Complete requests (m_req_* of the dispatcher) go into a list of
  *   DESC_DEPTH descriptors (the small ones into a second) with their start
  *   beat in the ring and the cycle they were queued. While the list is full
- *   the dispatcher waits with its complete request.
+ *   the dispatcher waits with its complete request. The request's header is
+ *   written once into the descriptor memory; the lists, slot queues and
+ *   slots carry its index, and the router reads it when it takes the hop.
  * - The drain (the core's Engine::drain) moves one request a cycle into the
  *   slot queue the selector picks (SLOT_POLICY RR or JSQ): the first, small
  *   ones before the pool's, that is the oldest of its (function, tenant)
@@ -204,6 +206,16 @@ function integer first_slot(input [8*SLOT_COUNT-1:0] fs, input [7:0] f);
         for (i = SLOT_COUNT - 1; i >= 0; i = i - 1) if (fs[8*i +: 8] == f) first_slot = i;
     end
 endfunction
+// a hop whose next hop is local (the router hands it to m_next_*, unless it fails or is refused)
+function chainy_of(input [1023:0] h);
+    reg [7:0] nx;
+    reg [7:0] dv;
+    begin
+        nx = h[63:56] + 8'd1;
+        dv = h[8 * (25 + 10 * nx[3:0]) +: 8];
+        chainy_of = nx < h[55:48] && (dv == 8'hFF || dv == DEVICE_ID);
+    end
+endfunction
 localparam [255:0] HOSTED = hosted_of(SLOT_FUNCS);   // the functions the slots run
 localparam MAPID_SLOT  = first_slot(SLOT_FUNCS, 8'd6);
 localparam BUCKET_SLOT = first_slot(SLOT_FUNCS, 8'd8);
@@ -225,7 +237,7 @@ wire                  b_tready;
 
 wire [CONN_WIDTH-1:0] q_conn;
 wire [BUF_WIDTH-1:0]  q_buffer;
-wire [63:0]           q_id;
+wire [63:0]           q_id;           // unused here: the header (descriptor memory) has it
 wire [15:0]           q_tenant;
 wire [7:0]            q_hop;
 wire [7:0]            q_fn;
@@ -355,23 +367,38 @@ wire [7:0]    b_total = pend_n[b_ring] + b_n;
 // (function, tenant) and for which a slot of its function has room. A request
 // whose slots are all full stays (as do the younger ones of its function and
 // tenant, the core's `blocked`), and the others pass it.
-localparam QW = 64 + 1024 + CONN_WIDTH + RB_WIDTH + RING_WIDTH + 64 + 16 + 8 + 8 + 32 + 64 + 64;
-localparam D_START = 256;
+//
+// The request's header (1024 bits, the widest field) is written once, when
+// the lists take the request, into the descriptor memory (below); the lists,
+// the slot queues and the slots carry its index, and the router reads the
+// header from the memory when it takes the hop. A descriptor (QW bits):
+// cycle queued [63:0], param [127:64], len [159:128], function [167:160],
+// hop index [175:168], tenant [191:176], then the start beat in the ring,
+// the ring, the connection, the header's index, whether its next hop is
+// local (chainy_of the header) and the reassembly cycles.
+localparam DM_N     = 2 * DESC_DEPTH + SLOT_COUNT * (SLOT_DEPTH + 1);
+localparam DM_WIDTH = DM_N > 1 ? $clog2(DM_N) : 1;
+localparam QW = 64 + 1 + DM_WIDTH + CONN_WIDTH + RB_WIDTH + RING_WIDTH + 16 + 8 + 8 + 32 + 64 + 64;
+localparam D_START = 192;
 localparam D_RING  = D_START + RING_WIDTH;
 localparam D_CONN  = D_RING + RB_WIDTH;
-localparam D_HDR   = D_CONN + CONN_WIDTH;
-localparam D_REASM = D_HDR + 1024;
+localparam D_DIX   = D_CONN + CONN_WIDTH;
+localparam D_CHY   = D_DIX + DM_WIDTH;
+localparam D_REASM = D_CHY + 1;
 localparam ND = 2 * DESC_DEPTH;
 reg [QW-1:0] s_list [0:DESC_DEPTH-1];
 reg [QW-1:0] f_list [0:DESC_DEPTH-1];
 reg [DESC_WIDTH_FIFO:0] f_count = 0;
 reg [DESC_WIDTH_FIFO:0] s_count = 0;
 wire outs_room;   // the release table has room for one more (below)
-assign q_tready = (q_small ? s_count < DESC_DEPTH : f_count < DESC_DEPTH) && outs_room;
+wire dm_room;     // the descriptor memory has a free entry (always, when a list has room: below)
+assign q_tready = (q_small ? s_count < DESC_DEPTH : f_count < DESC_DEPTH) && outs_room && dm_room;
 wire q_take = q_tvalid && q_tready && !q_small;
 wire s_take = q_tvalid && q_tready && q_small;
 wire [RB_WIDTH-1:0] q_ring = q_small ? SMALL_RING : {1'b0, q_buffer};
-wire [QW-1:0] q_desc = {q_reasm, q_hdr, q_conn, q_ring, hp[q_ring], q_id, q_tenant, q_hop, q_fn, q_len, q_param, cyc};
+wire [DM_WIDTH-1:0] dm_free_i;   // the descriptor memory's entry a new request takes
+wire [QW-1:0] q_desc = {q_reasm, chainy_of(q_hdr), dm_free_i, q_conn, q_ring, hp[q_ring], q_tenant, q_hop, q_fn,
+                        q_len, q_param, cyc};
 
 // the slot stage's state, for the drain's choice
 wire [SLOT_COUNT*32-1:0] sq_bytes;
@@ -721,7 +748,8 @@ end
 // ---- the router's port: one slot's outcome at a time -------------------------
 wire [SLOT_COUNT-1:0]      sl_hopv;
 wire [SLOT_COUNT-1:0]      sl_leave;
-wire [SLOT_COUNT*1024-1:0] sl_hdr;
+wire [SLOT_COUNT*DM_WIDTH-1:0] sl_dix;   // the header's index in the descriptor memory
+wire [SLOT_COUNT-1:0]      sl_chain;       // a chained hop: its header is c_hdr
 wire [SLOT_COUNT*CONN_WIDTH-1:0] sl_conn;
 wire [SLOT_COUNT*8-1:0]    sl_status;
 wire [SLOT_COUNT*64-1:0]   sl_detail;
@@ -771,19 +799,55 @@ always @(posedge clk) begin
     if (rst) r_locked <= 1'b0;
 end
 
-// ---- the slots: each its own executor and accelerator ---------------------------
-localparam [2:0] E_IDLE = 3'd0, E_META = 3'd1, E_READ = 3'd2, E_FEED = 3'd3, E_WAIT = 3'd4;
-
-// a hop whose next hop is local (the router hands it to m_next_*, unless it fails or is refused)
-function chainy_of(input [1023:0] h);
-    reg [7:0] nx;
-    reg [7:0] dv;
+// ---- the descriptor memory: each complete request's header, written once -------
+// DM_N entries: a request holds one from the cycle the lists take it until the
+// router takes its hop (the header is read then), so at most 2 DESC_DEPTH in the
+// lists, SLOT_COUNT * SLOT_DEPTH in the slot queues and one a slot are held: a
+// list with room always finds a free entry. One write port (the lists' intake,
+// at the lowest free entry) and one read port (the router's take: the hop it
+// takes is the one read, so the header reaches the router in the cycle its own
+// register would have had it, and is held for the frame). A chained hop's
+// header is c_hdr, copied at the take (the router's next hop overwrites c_hdr
+// while it still sends this one's).
+(* ram_style = "block" *)
+reg  [1023:0]         dm [0:DM_N-1];
+reg  [DM_N-1:0]       dm_used = {DM_N{1'b0}};
+reg  [1023:0]         dm_q = 1024'd0;   // the header of the hop the router has
+reg  [1023:0]         ch_q = 1024'd0;   // a chained hop's header, as c_hdr was at its take
+reg                   h_chain = 1'b0;   // the router's hop is a chained one
+// the lowest free entry, and whether there is one (a function: evaluated from time 0 on)
+function [DM_WIDTH:0] dm_first_free(input [DM_N-1:0] used);
+    integer i;
     begin
-        nx = h[63:56] + 8'd1;
-        dv = h[8 * (25 + 10 * nx[3:0]) +: 8];
-        chainy_of = nx < h[55:48] && (dv == 8'hFF || dv == DEVICE_ID);
+        dm_first_free = {(DM_WIDTH+1){1'b0}};
+        for (i = DM_N - 1; i >= 0; i = i - 1) begin
+            if (!used[i]) dm_first_free = {1'b1, i[DM_WIDTH-1:0]};
+        end
     end
 endfunction
+wire [DM_WIDTH:0]     dm_ff  = dm_first_free(dm_used);
+wire [DM_WIDTH-1:0]   dm_fi  = dm_ff[DM_WIDTH-1:0];
+wire                  dm_any = dm_ff[DM_WIDTH];
+assign dm_free_i = dm_fi;
+assign dm_room   = dm_any;
+wire [DM_WIDTH-1:0] dm_ra = sl_dix[DM_WIDTH*r_pick +: DM_WIDTH];
+wire                dm_rel = hop_take && !sl_chain[r_pick];
+always @(posedge clk) begin
+    if (q_take || s_take) dm[dm_fi] <= q_hdr;
+    if (hop_take) dm_q <= dm[dm_ra];
+end
+always @(posedge clk) begin
+    if (hop_take) begin
+        h_chain <= sl_chain[r_pick];
+        if (sl_chain[r_pick]) ch_q <= c_hdr;
+    end
+    if (q_take || s_take) dm_used[dm_fi] <= 1'b1;
+    if (dm_rel) dm_used[dm_ra] <= 1'b0;
+    if (rst) dm_used <= {DM_N{1'b0}};
+end
+
+// ---- the slots: each its own executor and accelerator ---------------------------
+localparam [2:0] E_IDLE = 3'd0, E_META = 3'd1, E_READ = 3'd2, E_FEED = 3'd3, E_WAIT = 3'd4;
 
 wire [SLOT_COUNT-1:0]            mcr, bcr;   // the slots' configuration readies
 wire [SLOT_COUNT*(MAPID_TABLE_BITS+1)-1:0] m_dict;
@@ -804,7 +868,8 @@ for (g = 0; g < SLOT_COUNT; g = g + 1) begin : slot
     localparam [7:0] FN = SLOT_FUNCS[8*g +: 8];
     reg [2:0]            st = E_IDLE;
     reg [CONN_WIDTH-1:0] conn = 0;
-    reg [1023:0]         whdr = 0;     // the request's header (the router's input)
+    reg [DM_WIDTH-1:0]   dix = 0;      // the header's index in the descriptor memory (not chained)
+    reg [2:0]            ran_i = 0;    // the hop's index mod 8 (its record in the timings block)
     reg [31:0]           len = 0;
     reg [63:0]           param = 0;
     reg [63:0]           queued = 0;   // queue cycles of this hop
@@ -812,7 +877,6 @@ for (g = 0; g < SLOT_COUNT; g = g + 1) begin : slot
     reg [63:0]           esum = 0;
     reg [63:0]           start = 0;    // cycle the slot took it
     reg [63:0]           reasm = 0;    // reassembly cycles (a chained hop: the request's, kept)
-    reg [511:0]          times = 0;    // per-hop timings block of the chain's earlier hops here
     reg [15:0]           queue_k = 0;  // this hop's queue cycles / 1000, saturating (the block's queue_us)
     reg [31:0]           left = 0;     // beats still to feed
     reg                  chain = 1'b0; // a chained hop: its payload is in cmem, not in a ring
@@ -829,7 +893,12 @@ for (g = 0; g < SLOT_COUNT; g = g + 1) begin : slot
     reg [31:0]           pr_size = 0;
 
     wire [QW-1:0] hd = sq_tdata[QW*g +: QW];
-    wire head_chainy = chainy_of(hd[D_HDR +: 1024]);
+    wire head_chainy = hd[D_CHY];
+    // per-hop timings block of the chain's earlier hops here: a chained hop's is c_times, which
+    // stays until the router takes this hop (the next hop is this one's outcome)
+    wire [511:0] times = chain ? c_times : 512'd0;
+    assign sl_dix[DM_WIDTH*g +: DM_WIDTH] = dix;
+    assign sl_chain[g] = chain;
     wire idle_now    = st == E_IDLE;
     assign sl_idle[g]     = idle_now;
     assign sl_chainrun[g] = !idle_now && chainy;
@@ -883,28 +952,27 @@ for (g = 0; g < SLOT_COUNT; g = g + 1) begin : slot
                     chain  <= 1'b1;
                     chainy <= 1'b1;
                     conn   <= c_conn;
-                    whdr   <= c_hdr;
+                    ran_i  <= c_hop[2:0];
                     len    <= c_len;
                     param  <= c_param;
                     queued <= cyc - c_cycle;
                     qsum   <= c_qsum;
                     esum   <= c_esum;
                     reasm  <= c_reasm;
-                    times  <= c_times;
                     left   <= (c_len == 0) ? 32'd1 : (c_len + 32'd63) >> 6;
                     st     <= E_META;
                 end else if (take_head) begin
                     chain  <= 1'b0;
                     chainy <= head_chainy;
                     conn   <= hd[D_CONN +: CONN_WIDTH];
-                    whdr   <= hd[D_HDR +: 1024];
+                    dix    <= hd[D_DIX +: DM_WIDTH];
+                    ran_i  <= hd[170:168];
                     len    <= hd[159:128];
                     param  <= hd[127:64];
                     queued <= cyc - hd[63:0];
                     qsum   <= 64'd0;
                     esum   <= 64'd0;
                     reasm  <= hd[D_REASM +: 64];
-                    times  <= 512'd0;
                     left   <= (hd[159:128] == 0) ? 32'd1 : (hd[159:128] + 32'd63) >> 6;
                     rbuf   <= hd[D_RING +: RB_WIDTH];
                     raddr  <= hd[D_START +: RING_WIDTH];
@@ -960,14 +1028,12 @@ for (g = 0; g < SLOT_COUNT; g = g + 1) begin : slot
     // this hop's record in the per-hop timings block (docs/protocol.md): device, ran, queue (cycles /
     // 1000, u16 saturating, where the software has µs), exec (cycles, u32 saturating, where it has ns)
     wire [63:0]  exec_c  = cyc - start;
-    wire [2:0]   ran_i   = whdr[58:56];   // hop_index mod 8
     wire [63:0]  hop_rec = {exec_c[63:32] != 0 ? 32'hFFFFFFFF : exec_c[31:0], queue_k, 8'd1, DEVICE_ID};
     reg  [511:0] hop_times;
     always @* begin
         hop_times = times;
         hop_times[64 * ran_i +: 64] = hop_rec;
     end
-    assign sl_hdr[1024*g +: 1024] = whdr;
     assign sl_conn[CONN_WIDTH*g +: CONN_WIDTH] = conn;
     assign sl_status[8*g +: 8] = hop_ok ? 8'd0 : x_status;
     assign sl_detail[64*g +: 64] = hop_ok || x_status == 8'd5 ? 64'd0 : {32'd0, x_detail};   // BAD_INPUT: 0
@@ -1086,10 +1152,10 @@ wire                  rr_tready;
 
 offrac_chain_router #(
     .CONN_WIDTH(CONN_WIDTH), .DEVICE_ID(DEVICE_ID), .HOSTED(HOSTED), .PEERS(PEERS),
-    .MAX_PAYLOAD(MAX_PAYLOAD)
+    .MAX_PAYLOAD(MAX_PAYLOAD), .HDR_HELD(1)
 ) router_inst (
     .clk(clk), .rst(rst),
-    .s_hop_hdr(sl_hdr[1024*r_sel +: 1024]), .s_hop_conn(sl_conn[CONN_WIDTH*r_sel +: CONN_WIDTH]),
+    .s_hop_hdr(h_chain ? ch_q : dm_q), .s_hop_conn(sl_conn[CONN_WIDTH*r_sel +: CONN_WIDTH]),
     .s_hop_status(sl_status[8*r_sel +: 8]), .s_hop_detail(sl_detail[64*r_sel +: 64]),
     .s_hop_len(sl_olen[32*r_sel +: 32]), .s_hop_reassembly(sl_reasm[64*r_sel +: 64]),
     .s_hop_queue(sl_queue[64*r_sel +: 64]), .s_hop_exec(sl_exec[64*r_sel +: 64]),
