@@ -402,8 +402,14 @@ def test_config_state_loaded_into_the_rtl(node_bin: Path, start_node: Any, tmp_p
         ("[pool]\nbuffers = 17\n", "[pool] buffers = 17"),
         ("device_id = 3\n", "device_id = 3"),
         # the instance has two top-k slots and one MapId slot (SLOT_FUNCS)
-        ('[[slots]]\nfunction = "topk"\n' * 2, '[[slots]] function = "topk" 3 times: the instance has 2 topk slots'),
-        ('[[slots]]\nfunction = "mapid"\n', '[[slots]] function = "mapid" 2 times: the instance has 1 mapid slot'),
+        (
+            '[[slots]]\nfunction = "topk"\n' * 2,
+            '[[slots]] function = "topk" 3 times: the instance has 2 topk slots',
+        ),
+        (
+            '[[slots]]\nfunction = "mapid"\n',
+            '[[slots]] function = "mapid" 2 times: the instance has 1 mapid slot',
+        ),
     ],
 )
 def test_config_the_rtl_cannot_host_is_refused(

@@ -1038,9 +1038,16 @@ async def slot_mask(dut: Any) -> None:
     tap = Tap()
     long, short = long_topk(rng, 0, 0x8400), short_topk(rng, 1, 0x8401)
     echoes = [Req(2 + k, 0x8410 + k, 0, 0, rng.randbytes(100)) for k in range(3)]
-    await pump(dut, tap, wire_beats(long, short, *echoes), answered(long.rid, short.rid, *(e.rid for e in echoes)))
+    await pump(
+        dut, tap, wire_beats(long, short, *echoes), answered(long.rid, short.rid, *(e.rid for e in echoes))
+    )
     got = tap.answers()
-    dut._log.info("masked: long answered at cycle %d, short at %d; starts %s", got[long.rid][0], got[short.rid][0], tap.starts)
+    dut._log.info(
+        "masked: long answered at cycle %d, short at %d; starts %s",
+        got[long.rid][0],
+        got[short.rid][0],
+        tap.starts,
+    )
     assert got[short.rid][0] > got[long.rid][0], "the short top-k ran in the masked slot 1"
     assert tap.starts == {0: 2, 3: 3}, tap.starts
     check_topk(long, got[long.rid][1])
