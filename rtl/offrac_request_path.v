@@ -172,6 +172,13 @@ module offrac_request_path #(
     input  wire [CONN_WIDTH-1:0]  s_abort_conn,
     output wire                   s_abort_ready,
 
+    // the slots configured (the node's [[slots]]), taken while rst is high and kept until the next
+    // reset: a slot outside it is never chosen (selector, drain, chained hop) and stays idle; every
+    // function the slots host (SLOT_FUNCS) needs one slot in it, since the dispatcher admits them all
+    input  wire [SLOT_COUNT-1:0]  cfg_slot_mask,
+    // per slot: it took a hop this cycle (its queue's head or a chained hop), for the driver's counts
+    output wire [SLOT_COUNT-1:0]  slot_start,
+
     output wire [63:0]            cycles,         // free-running cycle count
     // for the driver: connections between requests, and nothing in flight anywhere
     output wire [CONN_COUNT-1:0]  conn_clean,
@@ -225,6 +232,12 @@ localparam ACC_BEATS = (MAX_PAYLOAD + 63) / 64;   // min-max, SparseTransform, B
 
 reg [63:0] cyc = 64'd0;
 assign cycles = cyc;
+
+// the configured slots (cfg_slot_mask at reset)
+reg [SLOT_COUNT-1:0] slot_en = {SLOT_COUNT{1'b1}};
+always @(posedge clk) begin
+    if (rst) slot_en <= cfg_slot_mask;
+end
 
 // ---- the dispatcher ------------------------------------------------------
 wire [511:0]          b_tdata;
@@ -425,7 +438,7 @@ always @* begin
         w_fits[we]  = 1'b0;
         w_first[we] = 1'b1;
         for (wk = 0; wk < SLOT_COUNT; wk = wk + 1) begin
-            if (SLOT_FUNCS[8*wk +: 8] == w_desc[we][167:160] && !sq_full[wk]
+            if (slot_en[wk] && SLOT_FUNCS[8*wk +: 8] == w_desc[we][167:160] && !sq_full[wk]
                     && {1'b0, sq_bytes[32*wk +: 32]} + {1'b0, w_desc[we][159:128]} <= SLOT_QUEUE_BYTES) begin
                 w_fits[we] = 1'b1;
             end
@@ -559,7 +572,7 @@ offrac_slot_stage #(
     .s_req_tvalid(dr_found), .s_req_tready(),
     .m_sel_ok(), .m_sel_slot(), .m_sel_tvalid(), .m_sel_tready(1'b1),
     .m_axis_tdata(sq_tdata), .m_axis_tsize(), .m_axis_tvalid(sq_tvalid), .m_axis_tready(sq_tready),
-    .slot_done(sq_done),
+    .slot_done(sq_done), .slot_mask(slot_en),
     .slot_queued_bytes(sq_bytes), .slot_busy(sq_busy), .slot_full(sq_full)
 );
 
@@ -613,7 +626,7 @@ always @* begin
     c_offer = {SLOT_COUNT{1'b0}};
     cz_ok   = {SLOT_COUNT{1'b0}};
     for (ck = SLOT_COUNT - 1; ck >= 0; ck = ck - 1) begin
-        if (c_valid && sl_idle[ck] && SLOT_FUNCS[8*ck +: 8] == c_fn) begin
+        if (c_valid && slot_en[ck] && sl_idle[ck] && SLOT_FUNCS[8*ck +: 8] == c_fn) begin
             c_offer = {SLOT_COUNT{1'b0}};
             c_offer[ck] = 1'b1;
         end
@@ -905,6 +918,7 @@ for (g = 0; g < SLOT_COUNT; g = g + 1) begin : slot
     assign sl_czwant[g]   = idle_now && !c_offer[g] && sq_tvalid[g] && !prv && head_chainy && !chain_busy;
     wire take_head = idle_now && !c_offer[g] && sq_tvalid[g] && !prv && (!head_chainy || cz_ok[g]);
     assign sq_tready[g] = take_head;
+    assign slot_start[g] = take_head || c_offer[g];
     wire gnt = chain || (rd_any && rd_pick == g);
     assign sl_rbuf[RB_WIDTH*g +: RB_WIDTH] = rbuf;
     assign sl_prv[g] = prv;

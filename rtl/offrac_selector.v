@@ -15,6 +15,10 @@
  * which visits the function's slots in the same order. Turns are kept for
  * functions below FUNC_COUNT (functions no slot hosts never need one).
  *
+ * slot_mask: the slots configured (the node's [[slots]]); a slot outside it is
+ * never picked, so RR and JSQ run over the configured slots only (RR's turn
+ * skips the others, which visits the configured slots in the core's order).
+ *
  * The pick is combinational over the slots' state (`pick_ok`, `pick_slot`);
  * `take` (the request went to the pick this cycle) moves the turn.
  */
@@ -43,7 +47,8 @@ module offrac_selector #(
 
     input  wire [SLOT_COUNT*SIZE_WIDTH-1:0] slot_queued_bytes,
     input  wire [SLOT_COUNT-1:0]            slot_busy,
-    input  wire [SLOT_COUNT-1:0]            slot_full
+    input  wire [SLOT_COUNT-1:0]            slot_full,
+    input  wire [SLOT_COUNT-1:0]            slot_mask
 );
 
 reg [SLOT_WIDTH-1:0] turn [0:FUNC_COUNT-1];
@@ -52,7 +57,7 @@ reg [SLOT_COUNT-1:0] fits;
 integer i;
 always @* begin
     for (i = 0; i < SLOT_COUNT; i = i + 1) begin
-        fits[i] = SLOT_FUNCS[8*i +: 8] == req_function && !slot_full[i]
+        fits[i] = slot_mask[i] && SLOT_FUNCS[8*i +: 8] == req_function && !slot_full[i]
             && {1'b0, slot_queued_bytes[SIZE_WIDTH*i +: SIZE_WIDTH]} + {1'b0, req_cost}
                <= {1'b0, QUEUE_BYTES[SIZE_WIDTH-1:0]};
     end

@@ -12,7 +12,8 @@
  *
  * Each slot's head comes out on its m_axis_* lane (descriptor in tdata, cost
  * in tsize) while the slot is idle; slot_done[i] ends the job slot i took.
- * s_req_tready = !m_sel_tvalid || m_sel_tready.
+ * s_req_tready = !m_sel_tvalid || m_sel_tready. slot_mask: the slots the
+ * selector may pick (the configured ones); the others stay idle.
  */
 
 `resetall
@@ -49,6 +50,7 @@ module offrac_slot_stage #(
     output wire [SLOT_COUNT-1:0]            m_axis_tvalid,
     input  wire [SLOT_COUNT-1:0]            m_axis_tready,
     input  wire [SLOT_COUNT-1:0]            slot_done,
+    input  wire [SLOT_COUNT-1:0]            slot_mask,
 
     output wire [SLOT_COUNT*SIZE_WIDTH-1:0] slot_queued_bytes,
     output wire [SLOT_COUNT-1:0]            slot_busy,
@@ -83,7 +85,8 @@ offrac_selector #(
     .take(take),
     .slot_queued_bytes(slot_queued_bytes),
     .slot_busy(slot_busy),
-    .slot_full(slot_full)
+    .slot_full(slot_full),
+    .slot_mask(slot_mask)
 );
 
 genvar g;

@@ -10,11 +10,13 @@ Skipped, with the reason, only when the binary was built without the ``rtl`` fea
 from __future__ import annotations
 
 import json
+import re
 import socket
 import struct
 import subprocess
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -399,6 +401,15 @@ def test_config_state_loaded_into_the_rtl(node_bin: Path, start_node: Any, tmp_p
         ("max_payload = 16384\n", "max_payload = 16384"),
         ("[pool]\nbuffers = 17\n", "[pool] buffers = 17"),
         ("device_id = 3\n", "device_id = 3"),
+        # the instance has two top-k slots and one MapId slot (SLOT_FUNCS)
+        (
+            '[[slots]]\nfunction = "topk"\n' * 2,
+            '[[slots]] function = "topk" 3 times: the instance has 2 topk slots',
+        ),
+        (
+            '[[slots]]\nfunction = "mapid"\n',
+            '[[slots]] function = "mapid" 2 times: the instance has 1 mapid slot',
+        ),
     ],
 )
 def test_config_the_rtl_cannot_host_is_refused(
@@ -442,3 +453,53 @@ def test_topk_past_64(node: Node, rtl: Node) -> None:
     assert struct.unpack_from("<H", hw_ans, 4)[0] == 10, hw_ans[:64].hex()  # UNSUPPORTED
     assert struct.unpack_from("<Q", hw_ans, 48)[0] == RTL_TOPK_K_MAX
     assert struct.unpack_from("<H", exchange(node.addr, wire), 4)[0] == 0  # the software answers it
+
+
+def slot_hops(n: Node) -> list[int]:
+    """Stop the node; the hops each of the instance's slots started, from its last log line."""
+    assert n.alive(), n.stderr_tail()
+    assert n.stop() == 0, n.stderr_tail()
+    text = n.stderr_path.read_text()
+    m = re.search(r"slot_hops=\[([0-9, ]*)\]", text)
+    assert m is not None, text[-2000:]
+    return [int(v) for v in m.group(1).split(",")]
+
+
+def concurrent_topk(n: Node, sw: Node, clients: int, calls: int) -> None:
+    """`clients` threads, each its own connection, `calls` top-k calls of 16 KiB each; every answer
+    as the software node's."""
+    rng = np.random.default_rng(12)
+    xs = [rng.integers(-(2**31), 2**31, size=4096, dtype=np.int32) for _ in range(clients * calls)]
+    with Client(sw.address) as s:
+        want = [s.call("topk", x, k=64) for x in xs]
+
+    def run(c: int) -> None:
+        with Client(n.address, timeout=120) as h:
+            for i in range(c * calls, (c + 1) * calls):
+                np.testing.assert_array_equal(h.call("topk", xs[i], k=64), want[i], err_msg=str(i))
+
+    with ThreadPoolExecutor(clients) as ex:
+        for f in [ex.submit(run, c) for c in range(clients)]:
+            f.result()
+
+
+def test_two_topk_slots_both_run(node: Node, node_bin: Path, tmp_path: Path) -> None:
+    """A node configured with two top-k slots maps them onto the instance's two top-k slots (the slot
+    mask): four concurrent clients of top-k are answered as the software answers them and both slots
+    run (the driver's per-slot hop counts); with one top-k slot only slot 0 runs, the spare stays
+    idle."""
+    for topk_slots in (1, 2):
+        config = RTL_SLOTS + '[[slots]]\nfunction = "topk"\n' * (topk_slots - 1)
+        hw = Node(node_bin, tmp_path / f"rtl{topk_slots}", config=config, extra=["--datapath", "rtl"])
+        try:
+            concurrent_topk(hw, node, clients=4, calls=6)
+        finally:
+            hops = slot_hops(hw)
+        # SLOT_FUNCS: top-k, top-k, echo, echo, min-max, MapId, SparseTransform, Bucketize
+        assert len(hops) == 8, hops
+        assert hops[0] + hops[1] == 24, hops
+        if topk_slots == 1:
+            assert hops[1] == 0, hops
+        else:
+            assert hops[0] > 0 and hops[1] > 0, hops
+        assert hops[3] == 0, hops  # the second echo slot is not configured

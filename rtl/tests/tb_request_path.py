@@ -310,6 +310,7 @@ def idle(dut: Any) -> None:
     dut.s_bcfg_tlast.value = 0
     dut.s_abort_valid.value = 0
     dut.s_abort_conn.value = 0
+    dut.cfg_slot_mask.value = (1 << int(dut.SLOT_COUNT.value)) - 1  # every slot configured
 
 
 async def load_dictionary(dut: Any) -> None:
@@ -932,6 +933,7 @@ class Tap:
     def __init__(self) -> None:
         self.t = 0
         self.beats: list[tuple[int, int, bytes, bool]] = []  # (cycle, connection, bytes, tlast)
+        self.starts: dict[int, int] = {}  # slot -> hops it started (slot_start)
 
     def answers(self) -> dict[int, tuple[int, bytes]]:
         """Request id -> (the cycle of the response's last beat, the response)."""
@@ -963,6 +965,10 @@ async def pump(dut: Any, tap: Tap, beats: list[tuple[int, bytes, int]], until: C
         await ReadOnly()
         if bi < len(beats) and sig(dut.s_axis_tready):
             bi += 1
+        started = sig(dut.slot_start)
+        for s in range(int(dut.SLOT_COUNT.value)):
+            if started >> s & 1:
+                tap.starts[s] = tap.starts.get(s, 0) + 1
         if sig(dut.m_axis_tvalid):
             keep = sig(dut.m_axis_tkeep)
             n = bin(keep).count("1")
@@ -1016,6 +1022,47 @@ async def slots_run_concurrently(dut: Any) -> None:
     assert got[short.rid][0] < got[long.rid][0], "the short top-k waited behind the long one"
     check_topk(long, got[long.rid][1])
     check_topk(short, got[short.rid][1])
+
+
+@cocotb.test(skip=SLOTS == "")
+async def slot_mask(dut: Any) -> None:
+    """cfg_slot_mask (the node's configured slots, taken at reset) without slot 1 (the second top-k)
+    and slot 2 (the first echo): the short top-k sent after a long one waits behind it in slot 0
+    (RR and JSQ alike: slot 1 is never chosen), echo runs in slot 3 only; slot_start counts each
+    slot's hops. Then, reset with every slot, the two top-k slots run again, one request each."""
+    idle(dut)
+    dut.cfg_slot_mask.value = 0b11111001
+    await start(dut)
+    dut.cfg_slot_mask.value = 0xFF  # taken at reset only: no effect until the next
+    rng = random.Random(105)
+    tap = Tap()
+    long, short = long_topk(rng, 0, 0x8400), short_topk(rng, 1, 0x8401)
+    echoes = [Req(2 + k, 0x8410 + k, 0, 0, rng.randbytes(100)) for k in range(3)]
+    await pump(
+        dut, tap, wire_beats(long, short, *echoes), answered(long.rid, short.rid, *(e.rid for e in echoes))
+    )
+    got = tap.answers()
+    dut._log.info(
+        "masked: long answered at cycle %d, short at %d; starts %s",
+        got[long.rid][0],
+        got[short.rid][0],
+        tap.starts,
+    )
+    assert got[short.rid][0] > got[long.rid][0], "the short top-k ran in the masked slot 1"
+    assert tap.starts == {0: 2, 3: 3}, tap.starts
+    check_topk(long, got[long.rid][1])
+    check_topk(short, got[short.rid][1])
+    for e in echoes:
+        assert got[e.rid][1][64:] == e.payload
+    dut.rst.value = 1
+    await FallingEdge(dut.clk)
+    dut.rst.value = 0
+    tap = Tap()
+    long, short = long_topk(rng, 0, 0x8420), short_topk(rng, 1, 0x8421)
+    await pump(dut, tap, wire_beats(long, short), answered(long.rid, short.rid))
+    got = tap.answers()
+    assert got[short.rid][0] < got[long.rid][0], "with every slot the short top-k waited"
+    assert tap.starts == {0: 1, 1: 1}, tap.starts
 
 
 @cocotb.test(skip=SLOTS == "")

@@ -15,12 +15,45 @@ SIZE_WIDTH = 32
 @cocotb.test()
 async def random_picks(dut: Any) -> None:
     """Every cycle a random request over random queue states; the pick and the RR turns as selector.rs."""
+    n = int(dut.SLOT_COUNT.value)
+    dut.slot_mask.value = (1 << n) - 1
     await start(dut)
+    await picks_as_core(dut, random.Random(8), [True] * n)
+
+
+@cocotb.test()
+async def masked_picks(dut: Any) -> None:
+    """The same with a slot mask (the node's configured slots): the selector picks among the configured
+    slots only, as selector.rs over a configuration that lists just those (its RR turn an index into
+    them); a slot outside the mask is never picked. Three masks, each from reset: one slot of each
+    function with several left out, every other slot, and all but the first."""
+    n = int(dut.SLOT_COUNT.value)
+    funcs = [int(dut.SLOT_FUNCS.value) >> (8 * i) & 0xFF for i in range(n)]
+    firsts = [funcs.index(f) for f in set(funcs)]
+    for seed, mask in enumerate(
+        [
+            [i in firsts for i in range(n)],
+            [i % 2 == 1 or funcs.count(funcs[i]) == 1 for i in range(n)],
+            [i > 0 or funcs.count(funcs[0]) == 1 for i in range(n)],
+        ]
+    ):
+        dut.slot_mask.value = sum(int(m) << i for i, m in enumerate(mask))
+        if seed == 0:
+            await start(dut)  # the clock (the previous test's stopped with it), and reset
+        else:
+            dut.rst.value = 1
+            await FallingEdge(dut.clk)
+            dut.rst.value = 0
+        await picks_as_core(dut, random.Random(80 + seed), mask)
+
+
+async def picks_as_core(dut: Any, rng: random.Random, mask: list[bool]) -> None:
+    """3000 cycles of random requests and slot states against selector.rs's pick over the slots of
+    `mask` (the RR turns from reset)."""
     n = int(dut.SLOT_COUNT.value)
     funcs = [int(dut.SLOT_FUNCS.value) >> (8 * i) & 0xFF for i in range(n)]
     cap = int(dut.QUEUE_BYTES.value)
     jsq = int(dut.POLICY.value) == 1
-    rng = random.Random(8)
     nxt = [0] * 256  # the core's turn: an index into the function's list of slots
     picks = 0
     for _ in range(3000):
@@ -36,7 +69,7 @@ async def random_picks(dut: Any) -> None:
         dut.req_function.value = f
         dut.req_cost.value = cost
         dut.take.value = int(take)
-        hosts = [i for i, g in enumerate(funcs) if g == f]
+        hosts = [i for i, g in enumerate(funcs) if g == f and mask[i]]  # the configured ones
         room = [s for s in hosts if queued[s] + cost <= cap and not full[s]]
         if jsq:
             want = min(room, key=lambda s: (queued[s], busy[s], s)) if room else None
@@ -56,4 +89,4 @@ async def random_picks(dut: Any) -> None:
         )
         picks += want is not None
         await FallingEdge(dut.clk)
-    assert picks > 1000
+    assert picks > 1000 * sum(mask) // n, picks

@@ -27,6 +27,7 @@ def idle(dut: Any) -> None:
     dut.s_req_cost.value = 0
     dut.m_axis_tready.value = 0
     dut.slot_done.value = 0
+    dut.slot_mask.value = (1 << int(dut.SLOT_COUNT.value)) - 1  # every slot configured
 
 
 def lane(h: Any, i: int, width: int) -> int:

@@ -120,12 +120,18 @@ fn run_rtl(a: &Args) -> Result<(), CliError> {
             {
                 tracing::warn!("{w}");
             }
-            (settings.dictionary, settings.borders)
+            let mask = offrac_rtl_model::slot_mask(&settings.slots)
+                .map_err(|e| CliError::Usage(format!("{path}: {e}")))?;
+            (settings.dictionary, settings.borders, mask)
         }
         // no file: the instance's own functions with the node's built-in state
         None => {
             let s = offrac_node::NodeConfig::default_config().state;
-            (s.dictionary.keys(), s.borders.to_vec())
+            (
+                s.dictionary.keys(),
+                s.borders.to_vec(),
+                offrac_rtl_model::DEFAULT_SLOT_MASK,
+            )
         }
     };
     let stop = Arc::new(AtomicBool::new(false));
@@ -139,7 +145,7 @@ fn run_rtl(a: &Args) -> Result<(), CliError> {
     let (tx, rx) = std::sync::mpsc::channel();
     let flag = Arc::clone(&stop);
     let worker = std::thread::spawn(move || {
-        offrac_rtl_model::serve(listener, &flag, &state.0, &state.1, move || {
+        offrac_rtl_model::serve(listener, &flag, &state.0, &state.1, state.2, move || {
             let _ = tx.send(());
         })
     });
@@ -156,6 +162,7 @@ fn run_rtl(a: &Args) -> Result<(), CliError> {
         responses = stats.responses,
         cycles = stats.busy_cycles,
         closes = stats.closes,
+        slot_hops = ?stats.slot_hops,
         "RTL datapath stopped"
     );
     stop.store(true, Ordering::Relaxed);

@@ -25,6 +25,7 @@ struct RpIn {
     uint8_t abort_valid;
     uint8_t abort_conn;
     uint8_t rst;
+    uint32_t slot_mask;
 };
 
 struct RpOut {
@@ -37,6 +38,7 @@ struct RpOut {
     uint8_t last;
     uint64_t keep;
     uint8_t data[64];
+    uint32_t slot_start;
 };
 
 struct Rp {
@@ -85,6 +87,7 @@ void rp_cycle(void* p, const RpIn* in, RpOut* out) {
     t->s_bcfg_tlast = in->bcfg_last;
     t->s_abort_valid = in->abort_valid;
     t->s_abort_conn = in->abort_conn;
+    t->cfg_slot_mask = in->slot_mask;
     t->clk = 0;
     t->eval();
     out->in_taken = in->valid && t->s_axis_tready && !in->rst;
@@ -92,6 +95,7 @@ void rp_cycle(void* p, const RpIn* in, RpOut* out) {
     out->bcfg_taken = in->bcfg_valid && t->s_bcfg_tready && !in->rst;
     out->abort_taken = in->abort_valid && t->s_abort_ready && !in->rst;
     out->out_taken = in->out_ready && t->m_axis_tvalid && !in->rst;
+    out->slot_start = in->rst ? 0 : t->slot_start;
     if (out->out_taken) {
         for (int w = 0; w < 16; w++) {
             uint32_t v = t->m_axis_tdata[w];

@@ -7,7 +7,7 @@
 
 use crate::params::{
     BUCKET_BORDERS_MAX, BUCKET_SETS_MAX, BUF_BYTES, BUF_COUNT, DEVICE_ID, HOSTED, MAPID_DICT_MAX,
-    MAPID_TABLE_BITS, MAX_PAYLOAD, SMALL_QUEUE_BYTES, SMALL_REQUEST_MAX,
+    MAPID_TABLE_BITS, MAX_PAYLOAD, SLOT_FUNCS, SMALL_QUEUE_BYTES, SMALL_REQUEST_MAX,
 };
 use crate::RtlError;
 
@@ -48,6 +48,87 @@ fn unsupported(setting: impl Into<String>, value: impl ToString, limit: String) 
 const HOSTED_NAMES: &str =
     "echo (0), topk (1), minmax (3), mapid (6), sparsetransform (7), bucketize (8)";
 
+/// A hosted function's name, for the messages.
+fn name_of(id: u8) -> &'static str {
+    match id {
+        0 => "echo",
+        1 => "topk",
+        3 => "minmax",
+        6 => "mapid",
+        7 => "sparsetransform",
+        8 => "bucketize",
+        _ => "?",
+    }
+}
+
+/// The instance's slots by name (`SLOT_FUNCS`), for the messages.
+fn slot_names() -> String {
+    SLOT_FUNCS
+        .iter()
+        .map(|&f| name_of(f))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The slot mask (`cfg_slot_mask`: bit *i* for slot *i* of `SLOT_FUNCS`)
+/// that hosts a node's `[[slots]]` (function id, name, `spare`, in order):
+/// each configured slot takes the instance's next free slot of its
+/// function, the others stay idle. Refused, naming what and why: a `spare`
+/// slot, a function the instance lacks, more slots of a function than it
+/// has, and a hosted function with no slot (the dispatcher's `HOSTED` is
+/// fixed when it is built, so it would admit requests no slot runs).
+pub fn slot_mask(slots: &[(u8, String, bool)]) -> Result<u32, RtlError> {
+    let mut mask = 0u32;
+    for (id, name, spare) in slots {
+        if *spare {
+            return Err(unsupported(
+                format!("[[slots]] function {name:?} spare"),
+                true,
+                "the RTL's slots are chosen at reset from [[slots]]; a spare slot a function \
+                 takes at run time is not built: leave spare out"
+                    .into(),
+            ));
+        }
+        if !HOSTED.contains(id) {
+            return Err(unsupported(
+                "[[slots]] function",
+                format!("{name:?} ({id})"),
+                format!("the RTL hosts only {HOSTED_NAMES}"),
+            ));
+        }
+        let Some(free) =
+            (0..SLOT_FUNCS.len()).find(|&i| SLOT_FUNCS[i] == *id && mask >> i & 1 == 0)
+        else {
+            let have = SLOT_FUNCS.iter().filter(|&&f| f == *id).count();
+            let asked = slots.iter().filter(|s| s.0 == *id).count();
+            return Err(unsupported(
+                "[[slots]] function",
+                format!("{name:?} {asked} times"),
+                format!(
+                    "the instance has {have} {name} slot{} (SLOT_FUNCS: {}), fixed when it is built",
+                    if have == 1 { "" } else { "s" },
+                    slot_names()
+                ),
+            ));
+        };
+        mask |= 1 << free;
+    }
+    if let Some(id) = HOSTED
+        .iter()
+        .find(|&&id| !(0..SLOT_FUNCS.len()).any(|i| SLOT_FUNCS[i] == id && mask >> i & 1 == 1))
+    {
+        return Err(unsupported(
+            "[[slots]]",
+            format!("without function {} ({id})", name_of(*id)),
+            format!(
+                "the RTL admits {HOSTED_NAMES} whatever the file says (HOSTED, fixed when it is \
+                 built): list each at least once"
+            ),
+        ));
+    }
+    Ok(mask)
+}
+
 /// Whether the instance can host `s`: `Ok` with the warnings to log (what it
 /// keeps its own way), or the first setting it cannot host.
 pub fn check_settings(s: &RtlSettings) -> Result<Vec<String>, RtlError> {
@@ -73,39 +154,8 @@ pub fn check_settings(s: &RtlSettings) -> Result<Vec<String>, RtlError> {
             "the instance is built with no peers (PEERS 0): no forwarding".into(),
         ));
     }
-    // Slots: exactly the hosted functions, one each (one unit per function).
-    let mut seen = [0usize; 256];
-    for (id, name, spare) in &s.slots {
-        if *spare {
-            return Err(unsupported(
-                format!("[[slots]] function {name:?} spare"),
-                true,
-                "the RTL has no spare slots".into(),
-            ));
-        }
-        if !HOSTED.contains(id) {
-            return Err(unsupported(
-                "[[slots]] function",
-                format!("{name:?} ({id})"),
-                format!("the RTL hosts only {HOSTED_NAMES}"),
-            ));
-        }
-        seen[*id as usize] += 1;
-        if seen[*id as usize] > 1 {
-            return Err(unsupported(
-                "[[slots]] function",
-                format!("{name:?} twice"),
-                "the RTL has one unit per function: at most 1 slot each".into(),
-            ));
-        }
-    }
-    if let Some(id) = HOSTED.iter().find(|&&id| seen[id as usize] == 0) {
-        return Err(unsupported(
-            "[[slots]]",
-            format!("without function {id}"),
-            format!("the RTL hosts {HOSTED_NAMES} whatever the file says: list each once"),
-        ));
-    }
+    // Slots: each hosted function at least once, at most as many as the instance has.
+    slot_mask(&s.slots)?;
     if s.buffers > BUF_COUNT {
         return Err(unsupported(
             "[pool] buffers",

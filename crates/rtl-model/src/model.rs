@@ -3,7 +3,7 @@
 use std::collections::VecDeque;
 use std::ffi::c_void;
 
-use crate::params::CONNECTIONS;
+use crate::params::{CONNECTIONS, DEFAULT_SLOT_MASK, SLOT_FUNCS};
 use crate::RtlError;
 
 #[repr(C)]
@@ -23,6 +23,7 @@ struct RpIn {
     abort_valid: u8,
     abort_conn: u8,
     rst: u8,
+    slot_mask: u32,
 }
 
 #[repr(C)]
@@ -36,6 +37,7 @@ struct RpOut {
     last: u8,
     keep: u64,
     data: [u8; 64],
+    slot_start: u32,
 }
 
 extern "C" {
@@ -87,6 +89,10 @@ pub struct Model {
     output: VecDeque<OutBeat>,
     /// Whether the sink takes output beats (backpressure when false).
     pub out_ready: bool,
+    /// The configured slots (`cfg_slot_mask`, taken at reset).
+    slot_mask: u32,
+    /// Per slot ([`SLOT_FUNCS`]): the hops it has started.
+    slot_starts: [u64; SLOT_FUNCS.len()],
 }
 
 // The model is owned by one thread at a time; the C++ object has no thread affinity.
@@ -100,8 +106,16 @@ impl Default for Model {
 
 impl Model {
     /// A fresh model, held in reset for 4 cycles (the MapId table is then
-    /// cleared by the RTL itself, 32,768 cycles at the default size).
+    /// cleared by the RTL itself, 32,768 cycles at the default size), with
+    /// the default slots: the first of each function ([`DEFAULT_SLOT_MASK`]).
     pub fn new() -> Self {
+        Self::with_slot_mask(DEFAULT_SLOT_MASK)
+    }
+
+    /// A fresh model whose configured slots are `mask` (bit *i*: slot *i* of
+    /// [`SLOT_FUNCS`]; [`crate::slot_mask`] makes it from a node's `[[slots]]`
+    /// and checks it). A slot outside it is never chosen and stays idle.
+    pub fn with_slot_mask(mask: u32) -> Self {
         // SAFETY: rp_new allocates a model that only rp_free releases (in Drop).
         let raw = unsafe { rp_new() };
         assert!(!raw.is_null(), "rp_new returned null");
@@ -110,6 +124,8 @@ impl Model {
             input: VecDeque::new(),
             output: VecDeque::new(),
             out_ready: true,
+            slot_mask: mask,
+            slot_starts: [0; SLOT_FUNCS.len()],
         };
         m.reset(4);
         m
@@ -126,9 +142,15 @@ impl Model {
             last: 0,
             keep: 0,
             data: [0; 64],
+            slot_start: 0,
         };
         // SAFETY: raw is live (freed only in Drop); both structs match the C layout.
         unsafe { rp_cycle(self.raw, input, &mut out) };
+        if out.slot_start != 0 {
+            for (s, n) in self.slot_starts.iter_mut().enumerate() {
+                *n += u64::from(out.slot_start >> s & 1);
+            }
+        }
         out
     }
 
@@ -149,6 +171,7 @@ impl Model {
             abort_valid: 0,
             abort_conn: 0,
             rst: 0,
+            slot_mask: self.slot_mask,
         }
     }
 
@@ -263,6 +286,17 @@ impl Model {
             }
         }
         taken
+    }
+
+    /// The configured slots (bit *i*: slot *i* of [`SLOT_FUNCS`]).
+    pub fn slot_mask(&self) -> u32 {
+        self.slot_mask
+    }
+
+    /// Per slot of [`SLOT_FUNCS`]: the hops it has started (its queue's
+    /// heads and chained hops) since the model was made.
+    pub fn slot_starts(&self) -> [u64; SLOT_FUNCS.len()] {
+        self.slot_starts
     }
 
     /// The oldest output beat not yet popped.

@@ -41,9 +41,18 @@ pub const MAPID_DICT_MAX: usize = 1 << (MAPID_TABLE_BITS - 1);
 pub const BUCKET_SETS_MAX: usize = 4;
 /// ... of at most this many borders each (`BUCKET_BORDERS_MAX`).
 pub const BUCKET_BORDERS_MAX: usize = 32;
-/// The functions the top hosts (its `HOSTED` bitmap): echo, top-k, min-max,
-/// MapId, SparseTransform, Bucketize; one unit each.
+/// The functions the top hosts (its `HOSTED` bitmap, the set of
+/// [`SLOT_FUNCS`]): echo, top-k, min-max, MapId, SparseTransform, Bucketize.
 pub const HOSTED: [u8; 6] = [0, 1, 3, 6, 7, 8];
+/// The instance's slots (`SLOT_FUNCS`, slot *i*'s function): two top-k and
+/// two echo slots, then one min-max, MapId, SparseTransform and Bucketize
+/// slot (at most one MapId and one Bucketize: their state is loaded once).
+/// Which of them run is chosen at reset by the slot mask (`cfg_slot_mask`)
+/// from the node's `[[slots]]`; the others stay idle.
+pub const SLOT_FUNCS: [u8; 8] = [1, 1, 0, 0, 3, 6, 7, 8];
+/// The slot mask without a configuration file: the first slot of each
+/// hosted function (one slot a function, as before the spare slots).
+pub const DEFAULT_SLOT_MASK: u32 = 0b1111_0101;
 
 /// The `-G` parameters Verilator gets for the top.
 pub fn verilator_parameters() -> Vec<String> {
@@ -62,5 +71,15 @@ pub fn verilator_parameters() -> Vec<String> {
         format!("-GMAPID_MAX_BEATS={}", MAX_PAYLOAD / 64),
         format!("-GBUCKET_SETS_MAX={BUCKET_SETS_MAX}"),
         format!("-GBUCKET_BORDERS_MAX={BUCKET_BORDERS_MAX}"),
+        format!("-GSLOT_COUNT={}", SLOT_FUNCS.len()),
+        format!(
+            "-GSLOT_FUNCS={}'h{}",
+            8 * SLOT_FUNCS.len(),
+            SLOT_FUNCS
+                .iter()
+                .rev()
+                .map(|f| format!("{f:02x}"))
+                .collect::<String>()
+        ),
     ]
 }

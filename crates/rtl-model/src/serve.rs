@@ -48,6 +48,8 @@ pub struct ServeStats {
     pub busy_cycles: u64,
     /// Clients gone in the middle of a request, whose close the RTL took.
     pub closes: u64,
+    /// Per slot of `SLOT_FUNCS`: the hops it started (0 for a slot not configured).
+    pub slot_hops: Vec<u64>,
 }
 
 enum Slot {
@@ -72,21 +74,24 @@ struct Conn {
 /// state first through the RTL's configuration ports: MapId's `dictionary`
 /// (distinct keys in index order) and Bucketize's border `sets` (both checked
 /// against the instance by `check_settings`; the node's built-in ones when
-/// its configuration has none). `ready` is called once both are in and
-/// clients can be served.
+/// its configuration has none), on the slots of `slot_mask` (bit *i*: slot
+/// *i* of `SLOT_FUNCS`, from [`crate::slot_mask`]). `ready` is called once
+/// both are in and clients can be served.
 pub fn serve(
     listener: TcpListener,
     stop: &AtomicBool,
     dictionary: &[u32],
     borders: &[Vec<f32>],
+    slot_mask: u32,
     ready: impl FnOnce(),
 ) -> Result<ServeStats, RtlError> {
-    let mut model = Model::new();
+    let mut model = Model::with_slot_mask(slot_mask);
     let d = model.load_dictionary(dictionary)?;
     let sets = model.load_borders(borders)?;
     tracing::info!(
         keys = d,
         border_sets = sets,
+        slot_mask = format!("{slot_mask:#x}"),
         cycles = model.cycles(),
         "RTL datapath ready (MapId dictionary and Bucketize borders loaded)"
     );
@@ -247,5 +252,6 @@ pub fn serve(
             std::thread::sleep(Duration::from_micros(50));
         }
     }
+    stats.slot_hops = model.slot_starts().to_vec();
     Ok(stats)
 }

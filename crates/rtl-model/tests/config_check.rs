@@ -6,7 +6,9 @@ use offrac_accel::dlrm::state::Dictionary;
 use offrac_rtl_model::params::{
     BUCKET_BORDERS_MAX, BUCKET_SETS_MAX, BUF_BYTES, BUF_COUNT, HOSTED, MAPID_DICT_MAX, MAX_PAYLOAD,
 };
-use offrac_rtl_model::{check_settings, RtlError, RtlSettings};
+use offrac_rtl_model::{
+    check_settings, slot_mask, RtlError, RtlSettings, DEFAULT_SLOT_MASK, SLOT_FUNCS,
+};
 
 fn ok() -> RtlSettings {
     RtlSettings {
@@ -57,6 +59,22 @@ fn the_instance_s_own_sizes_are_hosted() {
 }
 
 #[test]
+fn slots_map_onto_the_instance_s_slots() {
+    // one slot a function: the first of each, the default mask
+    assert_eq!(slot_mask(&ok().slots).unwrap(), DEFAULT_SLOT_MASK);
+    assert_eq!(SLOT_FUNCS, [1, 1, 0, 0, 3, 6, 7, 8]);
+    assert_eq!(DEFAULT_SLOT_MASK, 0b1111_0101);
+    // a second top-k and a second echo take the spare slots 1 and 3
+    let mut s = ok();
+    s.slots.push((1, "topk".into(), false));
+    assert_eq!(slot_mask(&s.slots).unwrap(), 0b1111_0111);
+    assert!(check_settings(&s).is_ok());
+    s.slots.insert(0, (0, "echo".into(), false));
+    assert_eq!(slot_mask(&s.slots).unwrap(), 0xFF);
+    assert!(check_settings(&s).is_ok());
+}
+
+#[test]
 fn each_limit_is_refused_naming_setting_and_limit() {
     let mut s = ok();
     s.dictionary = (0..=MAPID_DICT_MAX as u32).collect();
@@ -89,10 +107,30 @@ fn each_limit_is_refused_naming_setting_and_limit() {
     );
     let mut s = ok();
     s.slots.push((1, "topk".into(), false));
-    assert!(refused(&s).contains("\"topk\" twice"));
+    s.slots.push((1, "topk".into(), false));
+    let m = refused(&s);
+    assert!(
+        m.contains("\"topk\" 3 times") && m.contains("2 topk slots"),
+        "{m}"
+    );
+    let mut s = ok();
+    s.slots.push((6, "mapid".into(), false));
+    let m = refused(&s);
+    assert!(
+        m.contains("\"mapid\" 2 times") && m.contains("1 mapid slot "),
+        "{m}"
+    );
     let mut s = ok();
     s.slots.remove(2);
-    assert!(refused(&s).contains("without function 3"));
+    let m = refused(&s);
+    assert!(
+        m.contains("without function minmax (3)") && m.contains("at least once"),
+        "{m}"
+    );
+    let mut s = ok();
+    s.slots[1].2 = true;
+    let m = refused(&s);
+    assert!(m.contains("spare") && m.contains("leave spare out"), "{m}");
     let mut s = ok();
     s.buffers = BUF_COUNT + 1;
     assert!(refused(&s).contains("[pool] buffers = 17"));

@@ -180,7 +180,8 @@ fn serve() -> Served {
     let (keys, borders) = (state.dictionary.keys(), state.borders.to_vec());
     let (ready_tx, ready) = std::sync::mpsc::channel();
     let thread = std::thread::spawn(move || {
-        offrac_rtl_model::serve(listener, &flag, &keys, &borders, move || {
+        let mask = offrac_rtl_model::DEFAULT_SLOT_MASK;
+        offrac_rtl_model::serve(listener, &flag, &keys, &borders, mask, move || {
             let _ = ready_tx.send(());
         })
         .expect("the driver serves")
@@ -537,4 +538,71 @@ fn tcp_index_given_back_under_load() {
         "the 40 clients waited for the batch: an index was given back only when the model was idle"
     );
     server.stop();
+}
+
+/// A long top-k (16 KiB) on connection 0, then a short one (64 elements) on
+/// connection 1: with the default mask (one top-k slot) the short one runs
+/// after the long one in slot 0; with both top-k slots configured it runs
+/// in slot 1 at once and is answered first. Returns the cycle each was
+/// answered at (long, short) and the hops each slot started; both answers
+/// checked against the software.
+fn long_then_short_topk(mask: u32) -> (u64, u64, Vec<u64>) {
+    let mut m = Model::with_slot_mask(mask);
+    assert_eq!(m.slot_mask(), mask);
+    let mut r = Lcg(5);
+    let ints = |n: usize, r: &mut Lcg| -> Vec<u8> {
+        (0..n)
+            .flat_map(|_| (r.next() as i32).to_le_bytes())
+            .collect()
+    };
+    let long = Call {
+        id: 1,
+        function: 1,
+        param: 64,
+        payload: ints(4096, &mut r),
+    };
+    let short = Call {
+        id: 2,
+        function: 1,
+        param: 8,
+        payload: ints(64, &mut r),
+    };
+    m.push(0, &wire(&long));
+    m.push(1, &wire(&short));
+    let mut out: Vec<Vec<u8>> = vec![Vec::new(); 2];
+    let mut done = [0u64; 2];
+    run_until_idle(&mut m, |b| {
+        out[b.conn as usize].extend_from_slice(b.payload());
+        if b.last {
+            done[b.conn as usize] = 1;
+        }
+    });
+    // the cycles each answer took: queue + exec in its header
+    let long_cycles = check(&out[0], &[&long]);
+    let short_cycles = check(&out[1], &[&short]);
+    assert_eq!(done, [1, 1]);
+    (long_cycles, short_cycles, m.slot_starts().to_vec())
+}
+
+#[test]
+fn two_topk_slots_both_run_when_configured() {
+    use offrac_rtl_model::DEFAULT_SLOT_MASK;
+    // default: one top-k slot (slot 0); the short one queues behind the long one
+    let (long1, short1, starts1) = long_then_short_topk(DEFAULT_SLOT_MASK);
+    assert_eq!(starts1, vec![2, 0, 0, 0, 0, 0, 0, 0]);
+    assert!(
+        short1 > long1 / 2,
+        "one slot: the short top-k ({short1} cycles) waited behind the long one ({long1})"
+    );
+    // slots 0 and 1 configured: the short one runs in slot 1 beside the long one
+    let (long2, short2, starts2) = long_then_short_topk(DEFAULT_SLOT_MASK | 0b10);
+    assert_eq!(starts2, vec![1, 1, 0, 0, 0, 0, 0, 0]);
+    assert!(
+        long2.abs_diff(long1) * 100 < long1,
+        "the long one runs as before: {long2} cycles against {long1}"
+    );
+    assert!(
+        short2 * 10 < short1,
+        "two slots: the short top-k ({short2} cycles) did not wait ({short1} with one)"
+    );
 }
