@@ -166,16 +166,62 @@ struct Running {
     /// `Ready` seen from (rank, step).
     ready: FxHashSet<(usize, u32)>,
     /// Messages for later steps.
-    stash: Vec<(Descriptor, Vec<u8>)>,
+    stash: Vec<(Descriptor, Kept)>,
     deadline: Instant,
     timeout: Duration,
+}
+
+/// A message's body kept for later: the message as it came when the
+/// machine was given it ([`Collectives::handle_message_owned`]: moved, not
+/// copied), else a copy of the body.
+#[derive(Debug)]
+struct Kept {
+    buf: Vec<u8>,
+    /// Where the body starts in `buf`.
+    at: usize,
+}
+
+impl Kept {
+    fn body(&self) -> &[u8] {
+        &self.buf[self.at..]
+    }
+}
+
+/// A message handed to the machine: borrowed (kept by copying its body) or
+/// owned (kept as it is).
+enum Msg<'a> {
+    Borrowed(&'a [u8]),
+    Owned(Vec<u8>),
+}
+
+impl Msg<'_> {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Msg::Borrowed(b) => b,
+            Msg::Owned(v) => v,
+        }
+    }
+
+    /// Its body (bytes `at..`), kept: moved if owned, else copied (`true`).
+    fn keep(self, at: usize) -> (Kept, bool) {
+        match self {
+            Msg::Borrowed(b) => (
+                Kept {
+                    buf: b[at..].to_vec(),
+                    at: 0,
+                },
+                true,
+            ),
+            Msg::Owned(buf) => (Kept { buf, at }, false),
+        }
+    }
 }
 
 /// Messages for a collective not called here yet.
 #[derive(Debug, Default)]
 struct Early {
     first_at: Option<Instant>,
-    msgs: Vec<(Descriptor, Vec<u8>)>,
+    msgs: Vec<(Descriptor, Kept)>,
     bytes: usize,
     abort: Option<Failure>,
 }
@@ -193,6 +239,10 @@ pub struct Stats {
     /// into it (copied or reduced) or kept for a later step, outputs out of
     /// it. (Data kept for a collective not called yet is not counted.)
     pub copied_bytes: u64,
+    /// Bytes of data messages that came before their step and were kept
+    /// for it (moved when the driver hands the message over, copied into
+    /// `copied_bytes` too when it lends it).
+    pub stashed_bytes: u64,
 }
 
 pub struct Collectives {
@@ -498,7 +548,24 @@ impl Collectives {
     /// A message from another rank's node. An error means the message
     /// itself is malformed (answer the sender `BAD_INPUT`).
     pub fn handle_message(&mut self, now: Instant, payload: &[u8]) -> Result<(), WireError> {
+        self.message(now, Msg::Borrowed(payload))
+    }
+
+    /// [`Collectives::handle_message`] of a message the driver hands over:
+    /// kept as it is, not copied, when it comes before its step (or before
+    /// this node's call).
+    pub fn handle_message_owned(
+        &mut self,
+        now: Instant,
+        payload: Vec<u8>,
+    ) -> Result<(), WireError> {
+        self.message(now, Msg::Owned(payload))
+    }
+
+    fn message(&mut self, now: Instant, msg: Msg<'_>) -> Result<(), WireError> {
+        let payload = msg.bytes();
         let (d, body) = Descriptor::decode(payload)?;
+        let at = payload.len() - body.len();
         if d.kind == Kind::Call {
             return Err(WireError::Kind(d.kind as u8));
         }
@@ -507,7 +574,7 @@ impl Collectives {
             return Ok(()); // late: the collective ended here (e.g. it failed)
         }
         let Some(run) = self.running.get_mut(&key) else {
-            self.keep_early(now, key, d, body);
+            self.keep_early(now, key, d, msg, at);
             return Ok(());
         };
         if let Err(f) = matches(run, &d) {
@@ -521,8 +588,13 @@ impl Collectives {
         }
         let step = d.step as usize;
         if step > run.step || (step == run.step && !run.entered) {
-            self.stats.copied_bytes += body.len() as u64;
-            run.stash.push((d, body.to_vec()));
+            let len = body.len() as u64;
+            let (kept, copied) = msg.keep(at);
+            self.stats.stashed_bytes += len;
+            if copied {
+                self.stats.copied_bytes += len;
+            }
+            run.stash.push((d, kept));
             return Ok(());
         }
         let res = if step < run.step {
@@ -662,7 +734,8 @@ impl Collectives {
         deadlines.chain(early).chain(finished).min()
     }
 
-    fn keep_early(&mut self, now: Instant, key: Key, d: Descriptor, body: &[u8]) {
+    fn keep_early(&mut self, now: Instant, key: Key, d: Descriptor, msg: Msg<'_>, at: usize) {
+        let body = &msg.bytes()[at..];
         let e = self.early.entry(key).or_default();
         e.first_at.get_or_insert(now);
         if e.abort.is_some() {
@@ -712,9 +785,10 @@ impl Collectives {
             e.abort = Some(f);
             return;
         }
-        e.bytes += body.len();
-        self.early_bytes += body.len();
-        e.msgs.push((d, body.to_vec()));
+        let len = body.len();
+        e.bytes += len;
+        self.early_bytes += len;
+        e.msgs.push((d, msg.keep(at).0));
     }
 
     /// Run `key` as far as its messages allow.
@@ -930,8 +1004,8 @@ fn enter(
         .into_iter()
         .partition(|(d, _)| d.step == now_step);
     r.stash = later;
-    for (d, body) in mine {
-        apply(r, cfg, out, stats, &d, &body)?;
+    for (d, kept) in mine {
+        apply(r, cfg, out, stats, &d, kept.body())?;
     }
     Ok(())
 }

@@ -344,6 +344,51 @@ impl Engine {
         while !data.is_empty() {
             rx = self.feed(now, conn, rx, &mut data);
         }
+        self.fed(now, conn, rx);
+    }
+
+    /// The payload `conn` is reading, while it still needs bytes, and how
+    /// many: a shell may append up to that many bytes of the connection's
+    /// stream straight to it (a read into its spare capacity) and then call
+    /// [`Engine::handle_payload_read`]. Those bytes are not copied again, as
+    /// [`Engine::handle_bytes`] copies its slice into the payload. `None`
+    /// when the connection is not in a payload (a header, a refused
+    /// request's bytes to skip, …): read into a buffer and hand it to
+    /// [`Engine::handle_bytes`].
+    pub fn payload_room(&mut self, conn: ConnId) -> Option<(&mut Vec<u8>, usize)> {
+        match self.conns.get_mut(&conn).map(|c| &mut c.rx) {
+            Some(Rx::Payload {
+                header, payload, ..
+            }) => {
+                let need = (header.payload_len as usize).saturating_sub(payload.len());
+                (need > 0).then_some((payload, need))
+            }
+            _ => None,
+        }
+    }
+
+    /// `n` bytes arrived on `conn` at `now`, appended by the shell to the
+    /// payload [`Engine::payload_room`] gave (at most the bytes it needed).
+    pub fn handle_payload_read(&mut self, now: Instant, conn: ConnId, n: usize) {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        if n == 0 {
+            return;
+        }
+        c.last_progress = now;
+        self.stats.payload_bytes_direct += n as u64;
+        let rx = std::mem::replace(&mut c.rx, Rx::Closed);
+        // No bytes to feed: the payload state only checks whether it is whole.
+        let rx = match rx {
+            rx @ Rx::Payload { .. } => self.feed(now, conn, rx, &mut &[][..]),
+            other => other,
+        };
+        self.fed(now, conn, rx);
+    }
+
+    /// The end of a read: `rx` is the connection's state after it.
+    fn fed(&mut self, now: Instant, conn: ConnId, rx: Rx) {
         let c = self.conns.get_mut(&conn).expect("connection present");
         c.rx = rx;
         if c.is_partial() && !c.timer_armed {
@@ -687,6 +732,7 @@ impl Engine {
                 let need = header.payload_len as usize - payload.len();
                 let n = need.min(data.len());
                 payload.extend_from_slice(&data[..n]);
+                self.stats.payload_bytes_copied += n as u64;
                 *data = &data[n..];
                 if n < need {
                     return Rx::Payload {
@@ -893,6 +939,7 @@ impl Engine {
             let (payload, tail) = rest.split_at(len as usize);
             *rest = tail;
             let mut job = Job::new(conn, h, payload.to_vec(), first_byte_at, now);
+            self.stats.payload_bytes_copied += len;
             job.tenant = tenant;
             self.small_bytes += len;
             self.small.push_back(job);

@@ -32,6 +32,12 @@ pub struct EngineStats {
     pub collective_hops: u64,
     /// Admitted but collected before completion (connection closed or stalled).
     pub collected: u64,
+    /// Payload bytes of admitted requests the engine copied into their
+    /// reassembly buffer from the slices given to [`crate::Engine::handle_bytes`].
+    pub payload_bytes_copied: u64,
+    /// Payload bytes the shell read straight into the reassembly buffer
+    /// ([`crate::Engine::payload_room`]): not copied in user space.
+    pub payload_bytes_direct: u64,
     /// Replies the engine produced itself, indexed by status code. With
     /// `completed`, every answer a parsed request got.
     pub refusals: [u64; Status::ALL.len()],

@@ -461,6 +461,23 @@ impl Driver {
         self.pump(now);
     }
 
+    /// The payload `conn` is reading and how many bytes it still needs, for
+    /// the shell to read straight into (no copy: [`Engine::payload_room`]);
+    /// then [`Driver::handle_payload_read`]. `None`: read into a buffer and
+    /// call [`Driver::handle_bytes`].
+    pub fn payload_room(&mut self, conn: ConnId) -> Option<(&mut Vec<u8>, usize)> {
+        if self.conns.get(&conn).is_none_or(|c| c.closing) {
+            return None;
+        }
+        self.engine.payload_room(conn)
+    }
+
+    /// `n` bytes of `conn` appended to the payload [`Driver::payload_room`] gave.
+    pub fn handle_payload_read(&mut self, now: Instant, conn: ConnId, n: usize) {
+        self.engine.handle_payload_read(now, conn, n);
+        self.pump(now);
+    }
+
     /// The peer closed its side (end of stream) or the connection broke: it
     /// is gone, with whatever it had half sent.
     pub fn handle_hangup(&mut self, now: Instant, conn: ConnId) {

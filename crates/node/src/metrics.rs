@@ -82,6 +82,8 @@ struct EngineSnapshot {
     small_queue: (usize, u64),
     connections: usize,
     hops: u64,
+    payload_bytes_copied: u64,
+    payload_bytes_direct: u64,
     links: crate::LinkStats,
     /// (device, up) per link.
     link_up: Vec<(u8, bool)>,
@@ -226,6 +228,8 @@ impl Metrics {
             small_queue: engine.small_queue(),
             connections: driver.connections(),
             hops: st.hops,
+            payload_bytes_copied: st.payload_bytes_copied,
+            payload_bytes_direct: st.payload_bytes_direct,
             links: driver.link_stats(),
             link_up: driver
                 .links()
@@ -320,6 +324,16 @@ impl Metrics {
                 "offrac_aborted_total",
                 "Complete requests answered SHUTTING_DOWN because the shutdown grace period ended first.",
                 e.aborted,
+            ),
+            (
+                "offrac_payload_bytes_copied_total",
+                "Payload bytes of admitted requests copied from the read buffer into their reassembly buffer.",
+                e.payload_bytes_copied,
+            ),
+            (
+                "offrac_payload_bytes_direct_total",
+                "Payload bytes of admitted requests read straight into their reassembly buffer (not copied).",
+                e.payload_bytes_direct,
             ),
             (
                 "offrac_chain_hops_total",

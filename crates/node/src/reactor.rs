@@ -567,14 +567,13 @@ impl Reactor {
         for _ in 0..HOT_SPINS {
             // Busy time starts when something arrives, not while waiting for it.
             self.spin_found = Some(Instant::now());
-            match (&out.stream).read(&mut buf) {
-                Ok(0) => {
+            match read_conn(&mut self.driver, &self.clock, id, &out.stream, &mut buf) {
+                Ok(ReadOf::End) => {
                     self.driver.handle_hangup(self.clock.now(), id);
                     got = true;
                 }
-                Ok(n) => {
-                    self.driver.handle_bytes(self.clock.now(), id, &buf[..n]);
-                    if n == buf.len() {
+                Ok(ReadOf::Bytes { full }) => {
+                    if full {
                         // More may be waiting: a regular read turn follows.
                         self.driver.handle_readable(self.clock.now(), id, false);
                     }
@@ -616,16 +615,15 @@ impl Reactor {
             let mut more = true;
             let mut reads = 0;
             while reads < budget {
-                match (&out.stream).read(&mut buf) {
-                    Ok(0) => {
+                match read_conn(&mut self.driver, &self.clock, id, &out.stream, &mut buf) {
+                    Ok(ReadOf::End) => {
                         self.driver.handle_hangup(self.clock.now(), id);
                         more = false;
                         break;
                     }
-                    Ok(n) => {
+                    Ok(ReadOf::Bytes { full }) => {
                         reads += 1;
                         self.hot = Some(id);
-                        self.driver.handle_bytes(self.clock.now(), id, &buf[..n]);
                         self.apply();
                         self.report_backlog(id);
                         if !self.driver.wants_read(id) {
@@ -634,7 +632,7 @@ impl Reactor {
                         }
                         // A short read drained the socket: new bytes raise a new
                         // (edge-triggered) event. After a hang-up none comes: read on.
-                        if n < buf.len() && !hung_up {
+                        if !full && !hung_up {
                             more = false;
                             break;
                         }
@@ -942,4 +940,55 @@ impl Reactor {
             }
         }
     }
+}
+
+/// What one read of a client connection gave.
+enum ReadOf {
+    /// Bytes, handed to the driver; `full`: the read filled what it asked
+    /// for, so more may be waiting.
+    Bytes { full: bool },
+    /// The end of the stream.
+    End,
+}
+
+/// One read of connection `id`: straight into the payload the engine is
+/// reassembling when it is in one (the kernel's copy is the only one,
+/// `docs/collectives.md`, "Large messages"), else into `buf`, handed to the
+/// driver to parse.
+fn read_conn(
+    driver: &mut Driver,
+    clock: &NodeClock,
+    id: ConnId,
+    stream: &TcpStream,
+    buf: &mut [u8],
+) -> std::io::Result<ReadOf> {
+    if let Some((payload, need)) = driver.payload_room(id) {
+        let spare = payload.spare_capacity_mut();
+        let want = need.min(spare.len());
+        if want > 0 {
+            // SAFETY: `spare` is `want` or more writable bytes of the
+            // payload's allocation; `read` writes at most `want` of them and
+            // says how many, and only those become part of the payload.
+            let rc = unsafe { libc::read(stream.as_raw_fd(), spare.as_mut_ptr().cast(), want) };
+            if rc < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let n = rc as usize;
+            if n == 0 {
+                return Ok(ReadOf::End);
+            }
+            // SAFETY: the first `n` spare bytes were just written by `read`.
+            unsafe { payload.set_len(payload.len() + n) };
+            driver.handle_payload_read(clock.now(), id, n);
+            return Ok(ReadOf::Bytes { full: n == want });
+        }
+    }
+    let n = (&*stream).read(buf)?;
+    if n == 0 {
+        return Ok(ReadOf::End);
+    }
+    driver.handle_bytes(clock.now(), id, &buf[..n]);
+    Ok(ReadOf::Bytes {
+        full: n == buf.len(),
+    })
 }

@@ -513,3 +513,70 @@ fn a_ring_rank_says_ready_one_step_ahead() {
     );
     node.shutdown().unwrap();
 }
+
+/// One sample of a node's /metrics.
+fn metric(node: &NodeHandle, name: &str) -> u64 {
+    let at = node.metrics_addr.expect("metrics on");
+    let mut s = std::net::TcpStream::connect(at).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).unwrap();
+    body.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in /metrics:\n{body}"))
+}
+
+/// A large collective's data is read straight into the reassembly buffers
+/// of its messages (and of the clients' calls), not read into the
+/// connection's read buffer and copied (`docs/collectives.md`, "Large
+/// messages"): an 8 MiB ring all-reduce across three nodes in 1 MiB
+/// segments; each node reads 8 MiB of its client's call and 2 × 2 × 8/3 MiB
+/// of its peers' data, and copies at most the bytes that come with a
+/// request's header in its first read.
+#[test]
+fn large_collective_data_is_read_straight_into_its_buffers() {
+    let nodes = common::linked_nodes(
+        N,
+        "max_payload = 16777216\n[metrics]\nlisten = \"127.0.0.1:0\"\n\
+         [collectives]\nsegment_bytes = 1048576\n[pool]\nbuffers = 8\nbuffer_bytes = 16777216\n\
+         [selector]\nslot_queue_bytes = 16777216",
+    );
+    let count = 2u32 << 20; // 8 MiB of i32
+    let ranks: Vec<_> = (0..N)
+        .map(|r| {
+            let addr = nodes[r].addr.to_string();
+            std::thread::spawn(move || {
+                call_at(
+                    &addr,
+                    9,
+                    count,
+                    Algorithm::Ring,
+                    &input(r, count as usize),
+                    30_000,
+                )
+            })
+        })
+        .collect();
+    let inputs: Vec<Vec<i32>> = (0..N).map(|r| input(r, count as usize)).collect();
+    let want: Vec<i32> = (0..count as usize)
+        .map(|i| inputs.iter().map(|x| x[i]).sum())
+        .collect();
+    for r in ranks {
+        assert!(r.join().unwrap().expect("all-reduce") == want);
+    }
+    std::thread::sleep(Duration::from_millis(200)); // the nodes publish their metrics
+    let bytes = 4 * count as u64;
+    for (i, node) in nodes.iter().enumerate() {
+        let copied = metric(node, "offrac_payload_bytes_copied_total");
+        let direct = metric(node, "offrac_payload_bytes_direct_total");
+        assert!(
+            copied + direct >= bytes + 4 * bytes / 3,
+            "node {i}: copied {copied} + direct {direct} bytes, fewer than it received"
+        );
+        assert!(
+            direct >= 4 * copied,
+            "node {i}: copied {copied} bytes, read {direct} straight in"
+        );
+    }
+}

@@ -158,7 +158,8 @@ impl Driver {
             let mut payload = job.payload;
             let (status, msg, answer) = match take_message_flags(&mut payload) {
                 Err(e) => (Status::BadInput, e.to_string(), true),
-                Ok(flags) => match self.collectives.handle_message(now, &payload) {
+                // Handed over: a message that comes before its step is kept as it is.
+                Ok(flags) => match self.collectives.handle_message_owned(now, payload) {
                     Ok(()) => (Status::Ok, String::new(), flags & MSG_ANSWER != 0),
                     Err(e) => (Status::BadInput, e.to_string(), true),
                 },
