@@ -106,7 +106,7 @@ rtl-test: rtl-deps
 RTL_TRACES ?= 600
 RTL_DISPATCHER_TRACES ?= 200
 RTL_ROUTER_TRACES ?= 3800
-RTL_PATH_TRACES ?= 300
+RTL_PATH_TRACES ?= 200
 RTL_TRACE_SEED ?= 2
 rtl-traces: rtl-deps
 	@mkdir -p rtl/build

@@ -89,11 +89,7 @@ fn config(cfg: &Value) -> Result<EngineConfig, String> {
 }
 
 fn state(cfg: &Value) -> Result<FunctionState, String> {
-    let mut s = FunctionState::default();
-    s.dictionary = Arc::new(Dictionary::from_keys(u32s(
-        &cfg["dictionary"],
-        "config.dictionary",
-    )?));
+    let keys = u32s(&cfg["dictionary"], "config.dictionary")?;
     let sets = cfg["borders"]
         .as_array()
         .ok_or("config.borders: expected an array of sets")?;
@@ -106,8 +102,10 @@ fn state(cfg: &Value) -> Result<FunctionState, String> {
                 .collect())
         })
         .collect();
-    s.borders = Arc::new(sets?);
-    Ok(s)
+    Ok(FunctionState {
+        dictionary: Arc::new(Dictionary::from_keys(keys)),
+        borders: Arc::new(sets?),
+    })
 }
 
 fn response(conn: u64, h: &ResponseHeader, payload: &[u8]) -> Value {
