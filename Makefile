@@ -100,9 +100,9 @@ rtl-test: rtl-deps
 # traces from the sans-IO core per pool and slot-stage configuration (5 + 5), the dispatcher's
 # replay against Engine (RTL_DISPATCHER_TRACES, segments: its traces are the slowest), the
 # chain router's against the software node (RTL_ROUTER_TRACES, ten hops a trace) and chains
-# through the whole request path against Engine (RTL_PATH_TRACES, 1 to 4 s a trace on the shared
-# machine). CI (rtl-test) runs 25 of each. The defaults: 10,200 traces, 7 minutes at a load
-# average of 2 plus the path's (docs/rtl.md).
+# through the whole request path against Engine (RTL_PATH_TRACES, 1.5 s a trace at a load of 8:
+# 5 minutes). CI (rtl-test) runs 25 of each. The defaults: 10,200 traces, 7 minutes at a load
+# average of 2 plus the path's 5 (docs/rtl.md).
 RTL_TRACES ?= 600
 RTL_DISPATCHER_TRACES ?= 200
 RTL_ROUTER_TRACES ?= 3800
