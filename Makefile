@@ -98,20 +98,25 @@ rtl-test: rtl-deps
 
 # The core-trace replay at length, divergence counts printed per configuration: RTL_TRACES
 # traces from the sans-IO core per pool and slot-stage configuration (5 + 5), the dispatcher's
-# replay against Engine (RTL_DISPATCHER_TRACES, segments: its traces are the slowest) and the
-# chain router's against the software node (RTL_ROUTER_TRACES, ten hops a trace). CI (rtl-test)
-# runs 25 of each. The defaults: 10,000 traces, 7 minutes at a load average of 2 (docs/rtl.md).
+# replay against Engine (RTL_DISPATCHER_TRACES, segments: its traces are the slowest), the
+# chain router's against the software node (RTL_ROUTER_TRACES, ten hops a trace) and chains
+# through the whole request path against Engine (RTL_PATH_TRACES, 1.5 s a trace at a load of 8:
+# 5 minutes). CI (rtl-test) runs 25 of each. The defaults: 10,200 traces, 7 minutes at a load
+# average of 2 plus the path's 5 (docs/rtl.md).
 RTL_TRACES ?= 600
 RTL_DISPATCHER_TRACES ?= 200
 RTL_ROUTER_TRACES ?= 3800
+RTL_PATH_TRACES ?= 200
 RTL_TRACE_SEED ?= 2
 rtl-traces: rtl-deps
 	@mkdir -p rtl/build
 	OFFRAC_RTL_TRACES=$(RTL_TRACES) OFFRAC_RTL_DISPATCHER_TRACES=$(RTL_DISPATCHER_TRACES) \
-	    OFFRAC_RTL_ROUTER_TRACES=$(RTL_ROUTER_TRACES) OFFRAC_RTL_TRACE_SEED=$(RTL_TRACE_SEED) \
-	    $(PYTHON) -m pytest -q -s rtl/tests -k 'pool_admit or slot_stage or dispatcher or chain_router' \
+	    OFFRAC_RTL_ROUTER_TRACES=$(RTL_ROUTER_TRACES) OFFRAC_RTL_PATH_TRACES=$(RTL_PATH_TRACES) \
+	    OFFRAC_RTL_TRACE_SEED=$(RTL_TRACE_SEED) \
+	    $(PYTHON) -m pytest -q -s rtl/tests \
+	    -k 'pool_admit or slot_stage or dispatcher or chain_router or request_path_chains' \
 	    > rtl/build/traces.log; \
-	    status=$$?; grep -E '(pool|slots|dispatcher|router)-.*traces|passed|failed' rtl/build/traces.log; exit $$status
+	    status=$$?; grep -E '(pool|slots|dispatcher|router|path)-.*traces|passed|failed' rtl/build/traces.log; exit $$status
 
 # MapId at full size with the node's 32,768 built-in keys, against the software (long: ~130k cycles).
 rtl-mapid-full: rtl-deps

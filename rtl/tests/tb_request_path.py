@@ -41,9 +41,12 @@ MAX_BEATS 8, PEERS device 9, SMALL_MAX 320 (payloads up to 256 bytes) and SMALL_
 
 from __future__ import annotations
 
+import itertools
+import json
 import os
 import random
 import struct
+import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,7 +62,7 @@ K_MAX = 16
 DEVICE = 0
 TENANT = 5
 ST_OK, ST_BUSY, ST_UNKNOWN_FUNCTION, ST_TOO_LARGE, ST_BAD_INPUT = 0, 1, 2, 3, 5
-ST_UNSUPPORTED = 10
+ST_UNSUPPORTED, ST_UNREACHABLE = 10, 11
 # which build of the top (test_rtl.py): "" the default (one slot a function), "rr" / "jsq" two top-k
 # and two echo slots with the selector's RR or JSQ
 SLOTS = os.environ.get("OFFRAC_RP_SLOTS", "")
@@ -1140,3 +1143,395 @@ async def topk_throughput(dut: Any) -> None:
         if f["status"] == ST_OK:
             check_topk(r, got[r.rid][1])
     assert sum(parse_response(b)["status"] == ST_OK for _, b in got.values()) == len(reqs), "BUSY answers"
+
+
+# ---- chains through the whole path, replayed against the core's Engine (issue #12) ----------------
+
+RP_CONNS = 8  # the build's CONN_COUNT: the replay uses them all
+RP_BUFFERS, RP_BUF_BYTES, RP_SMALL_MAX, RP_SMALL_BYTES = 4, 1024, 320, 512  # as test_rtl.py builds it
+HOSTED = [0, 1, 3, 6, 7, 8]  # one slot each (SLOT_FUNCS' default)
+NOT_HOSTED = [2, 4, 5, 200]
+NOT_PEER = 7  # a device neither this one nor in PEERS: UNREACHABLE at admission
+
+
+@dataclass
+class Chain:
+    """A request of the replay: its hops (function, device, param), payload and header."""
+
+    conn: int
+    rid: int
+    hops: list[tuple[int, int, int]]
+    payload: bytes
+    trace: bool
+    tenant: int
+
+    def wire(self) -> bytes:
+        n = len(self.hops)
+        fields = {
+            "flags": (FLAG_HOP_EXT if n > 4 else 0) | (FLAG_TRACE if self.trace else 0),
+            "tenant": self.tenant,
+            "hop_count": n,
+            "hop_index": 0,
+            "request_id": self.rid,
+            "payload_len": len(self.payload),
+            "reply_device": 0xFF,
+            "budget_us": 0,
+        }
+        return encode_request(fields, self.hops + [(0, 0, 0)] * (8 - n)) + self.payload
+
+
+def hop_param(rng: random.Random, fn: int) -> int:
+    """A later hop's parameter: top-k's K within the build's K_MAX (0: BAD_INPUT; a result over K_MAX
+    is the RTL's one deliberate difference, docs/rtl.md, left out here), SparseTransform's columns,
+    Bucketize's set (3 is not configured: BAD_INPUT), echo's anything."""
+    if fn == 1:
+        return rng.choice([0, 1, 3, 8, K_MAX, rng.randrange(1, K_MAX + 1)]) if rng.random() > 0.05 else 0
+    if fn == 7:
+        return rng.choice([0, 1, 4, rng.randrange(1, 9)])
+    if fn == 8:
+        return rng.choice([0, 1, 2, 2, 3])
+    return rng.getrandbits(64) if fn == 0 else 0
+
+
+def make_replay_chain(rng: random.Random, conn: int, rid: int) -> Chain:
+    """1 to 4 hops (5 or 6 one time in ten: the extension) over the hosted functions, the first hop's
+    payload made for its function (make_one's spread); a later hop on PEER one time in five (the hops
+    after it are the peer's); a bad hop now and then (a function not hosted, a device not reachable:
+    refused at admission); a payload over MAX_PAYLOAD (TOO_LARGE)."""
+    first = make_one(rng, conn, rid, refusals=False, chains=False)
+    param = min(first.param, K_MAX) if first.function == 1 else first.param
+    n = rng.choice([1, 2, 2, 3, 3, 4, 4]) if rng.random() > 0.1 else rng.randint(5, 6)
+    hops = [(first.function, rng.choice([0xFF, 0xFF, DEVICE]), param)]
+    for _ in range(n - 1):
+        fn = rng.choice(HOSTED)
+        hops.append((fn, rng.choice([0xFF, 0xFF, DEVICE]), hop_param(rng, fn)))
+    if n > 1 and rng.random() < 0.2:
+        i = rng.randrange(1, n)
+        hops[i] = (hops[i][0], PEER, hops[i][2])
+    payload = first.payload
+    bad = rng.random()
+    if bad < 0.04:
+        i = rng.randrange(n)
+        hops[i] = (rng.choice(NOT_HOSTED), hops[i][1] if hops[i][1] != PEER else 0xFF, 0)
+    elif bad < 0.07:
+        i = rng.randrange(n)
+        hops[i] = (hops[i][0], NOT_PEER, hops[i][2])
+    elif bad < 0.09:
+        payload = rng.randbytes(MAX_PAYLOAD + 1 + rng.randrange(100))
+    return Chain(conn, rid, hops, payload, rng.random() < 0.3, rng.getrandbits(16))
+
+
+def replay_trace(rng: random.Random, first_id: int) -> tuple[list[tuple[int, bytes | None]], int]:
+    """One trace: 2 to 8 connections with 1 to 5 requests each, each connection's bytes cut into
+    segments (reads) and the connections interleaved at random (tb_dispatcher's segments: half the
+    connections send short reads only, so partial requests hold buffers); one trace in three first
+    fills the pool with partial requests (BUSY); one
+    connection in three closed mid-trace (its later bytes dropped), every other closed at the end.
+    Returns the segments (None: a close) and the number of requests."""
+    # one trace in three fills the pool first: five to eight connections each send the header and part
+    # of a long echo before anything else (a buffer each: the fifth on is BUSY)
+    fill = rng.random() < 0.33
+    conns = rng.sample(range(RP_CONNS), rng.randint(5, RP_CONNS) if fill else rng.randint(2, RP_CONNS))
+    per: list[list[tuple[int, bytes]]] = []
+    heads: list[tuple[int, bytes]] = []
+    rid = first_id
+    for c in conns:
+        reqs: list[bytes] = []
+        if fill:
+            w = Chain(c, rid, [(0, 0xFF, 0)], rng.randbytes(rng.randint(300, MAX_PAYLOAD)), False, 1).wire()
+            head = rng.randint(65, 260)
+            heads.append((c, w[:head]))
+            reqs.append(w[head:])
+            rid += 1
+        for _ in range(rng.randint(1, 5)):
+            reqs.append(make_replay_chain(rng, c, rid).wire())
+            rid += 1
+        data = b"".join(reqs)
+        ends = list(itertools.accumulate(len(r) for r in reqs))
+        short = rng.random() < 0.5
+        cuts: list[tuple[int, bytes]] = []
+        i = 0
+        while i < len(data):
+            later = [e for e in ends if e > i]
+            if short:
+                n = rng.choice([rng.randint(1, 64), rng.randint(1, 8), rng.randint(65, 200)])
+            else:
+                n = rng.choice([rng.randint(1, 64), rng.randint(65, 700), later[0] - i, later[-1] - i])
+            cuts.append((c, data[i : i + n]))
+            i += n
+        per.append(cuts)
+    trace: list[tuple[int, bytes | None]] = list(rng.sample(heads, len(heads)))
+    while any(per):
+        k = rng.choice([k for k, p in enumerate(per) if p])
+        trace.append(per[k].pop(0))
+    closed: set[int] = set()
+    if rng.random() < 0.33 and len(trace) > 2:
+        i = rng.randrange(1, len(trace))
+        c = trace[i][0]
+        trace = trace[:i] + [(c, None)] + [s for s in trace[i:] if s[0] != c]
+        closed.add(c)
+    for c in rng.sample(conns, len(conns)):
+        if c not in closed:
+            trace.append((c, None))
+    return trace, rid - first_id
+
+
+def path_answers(traces: list[list[tuple[int, bytes | None]]]) -> list[list[dict[str, Any]]]:
+    """What the software node does with each segment (crates/core/examples/path_replay.rs)."""
+    config = {
+        "buffers": RP_BUFFERS,
+        "buffer_bytes": RP_BUF_BYTES,
+        "policy": "eligible-rr",
+        "max_payload": MAX_PAYLOAD,
+        "device_id": DEVICE,
+        "hosted": HOSTED,
+        "peers": [PEER],
+        "small_request_max": RP_SMALL_MAX,
+        "small_queue_bytes": RP_SMALL_BYTES,
+        "dictionary": DICTIONARY,
+        "borders": [list(struct.unpack(f"<{len(b)}I", f32s(b))) for b in BORDERS],
+    }
+    text = json.dumps(
+        {"config": config, "traces": [[[c, None if d is None else d.hex()] for c, d in t] for t in traces]}
+    )
+    out = subprocess.run(
+        [os.environ["OFFRAC_PATH_REPLAY"]], input=text, capture_output=True, text=True, check=True
+    )
+    answers: list[list[dict[str, Any]]] = json.loads(out.stdout)
+    return answers
+
+
+def masked_response(head: bytes, payload: bytes) -> tuple[int, int, bytes, bytes]:
+    """A response as compared: (request id, status, the header and timings block with what is not
+    compared zeroed, the payload). Zeroed: the three timings (cycles against the core's 0 ns: time
+    does not pass in the replay) and each record's queue and exec; an error's `payload_len` and
+    payload (the RTL sends no message text)."""
+    status = int.from_bytes(head[4:6], "little")
+    h = bytearray(head)
+    h[24:48] = bytes(24)
+    if status != ST_OK:
+        h[16:20] = bytes(4)
+        payload = b""
+    for i in range(64, len(h), 8):  # the per-hop timings block: (device, ran, queue, exec) a record
+        h[i + 2 : i + 8] = bytes(6)
+    return int.from_bytes(head[8:16], "little"), status, bytes(h), payload
+
+
+async def replay_path_segment(
+    dut: Any, rng: random.Random, conn: int, data: bytes | None, p_in: float, p_out: float
+) -> tuple[list[tuple[int, bytes]], list[tuple[int, int, bytes]]]:
+    """One segment in (beats of 1..64 bytes, mostly 64, each with the bytes of the segment from it
+    on), or the connection's close (s_abort_* until taken); every output it causes, both ports
+    stalled at random; until the path is idle with nothing offered. Returns the responses
+    (connection, bytes) and the egress frames (connection, device, bytes), each in its port's order."""
+    beats: list[bytes] = []
+    i = 0
+    while data is not None and i < len(data):
+        n = rng.choice([64, 64, 64, rng.randint(1, 64)])
+        beats.append(data[i : i + n])
+        i += n
+    left = 0 if data is None else len(data)
+    offered = True
+    resp: list[tuple[int, bytes]] = []
+    net: list[tuple[int, int, bytes]] = []
+    part: dict[int, bytes] = {}
+    net_part: dict[int, bytes] = {}
+    quiet = 0
+    for _ in range(40_000):
+        dut.s_axis_tvalid.value = 0
+        dut.s_abort_valid.value = 0
+        drive = offered and rng.random() < p_in
+        if drive and data is None:
+            dut.s_abort_valid.value = 1
+            dut.s_abort_conn.value = conn
+        elif drive:
+            b = beats[0]
+            dut.s_axis_tvalid.value = 1
+            dut.s_axis_tuser.value = conn
+            dut.s_axis_tseg.value = left
+            dut.s_axis_tkeep.value = (1 << len(b)) - 1
+            dut.s_axis_tdata.value = int.from_bytes(b + rng.randbytes(64 - len(b)), "little")
+        ready, net_ready = rng.random() < p_out, rng.random() < p_out
+        dut.m_axis_tready.value = int(ready)
+        dut.m_net_axis_tready.value = int(net_ready)
+        await ReadOnly()
+        if drive and sig(dut.s_abort_ready if data is None else dut.s_axis_tready):
+            if data is None:
+                offered = False
+            else:
+                left -= len(beats.pop(0))
+                offered = bool(beats)
+        if ready and sig(dut.m_axis_tvalid):
+            c, keep = sig(dut.m_axis_tuser), sig(dut.m_axis_tkeep)
+            n = bin(keep).count("1")
+            part[c] = part.get(c, b"") + kept_data(dut.m_axis_tdata, keep).to_bytes(64, "little")[:n]
+            if sig(dut.m_axis_tlast):
+                resp.append((c, part.pop(c)))
+        if net_ready and sig(dut.m_net_axis_tvalid):
+            c, keep = sig(dut.m_net_axis_tuser), sig(dut.m_net_axis_tkeep)
+            n = bin(keep).count("1")
+            data = kept_data(dut.m_net_axis_tdata, keep).to_bytes(64, "little")[:n]
+            net_part[c] = net_part.get(c, b"") + data
+            if sig(dut.m_net_axis_tlast):
+                net.append((c, sig(dut.m_net_axis_tdest), net_part.pop(c)))
+        busy = offered or sig(dut.m_axis_tvalid) or sig(dut.m_net_axis_tvalid) or not sig(dut.idle)
+        quiet = 0 if busy else quiet + 1
+        await FallingEdge(dut.clk)
+        if quiet >= 4:
+            assert not part and not net_part, "a frame left unfinished"
+            return resp, net
+    raise AssertionError(f"the segment on connection {conn} did not end in 40000 cycles")
+
+
+OUTCOME_NAMES = {
+    ST_OK: "ok",
+    ST_BUSY: "busy",
+    ST_UNKNOWN_FUNCTION: "unknown function",
+    ST_TOO_LARGE: "too large",
+    ST_BAD_INPUT: "bad input",
+    ST_UNREACHABLE: "unreachable",
+}
+
+
+def shown(xs: list[Any]) -> list[tuple[Any, ...]]:
+    """A divergence's frames for the log, sorted, bytes in hex."""
+    return [tuple(v.hex() if isinstance(v, bytes) else v for v in x) for x in sorted(xs)]
+
+
+@cocotb.test(skip=not os.environ.get("OFFRAC_PATH_REPLAY"))
+async def engine_replay(dut: Any) -> None:
+    """Multi-hop chains through the whole request path against the core's `Engine` and the
+    shipping kernels (crates/core/examples/path_replay.rs): the same segments, the same answers.
+
+    Each trace (replay_trace): chains of 1 to 6 hops over the hosted functions, some with a hop on
+    PEER (the egress), some refused at admission, some failing at a later hop or outgrowing
+    MAX_PAYLOAD before one; connections interleaved, segments cut at random, the pool filled by
+    partial requests (BUSY), closes. Each segment is one `handle_bytes` call of the engine (its slots
+    run every hop at once) and, for the RTL, its beats, then cycles until the path is idle. Per
+    segment, compared as sets keyed by request id (the core does not order the answers of different
+    requests: its slots run them concurrently; the segment an answer comes in is compared): every
+    response (connection, status, hop index, device, request id, tenant, detail, flags, the timings
+    block's device and ran bytes, the OK payload byte for byte) and every forwarded frame (connection,
+    tdest, the header but its request id, the payload). Any difference fails the trace."""
+    traces = int(os.environ.get("OFFRAC_RTL_PATH_TRACES", os.environ.get("OFFRAC_RTL_TRACES", "25")))
+    seed = int(os.environ.get("OFFRAC_RTL_TRACE_SEED", "1"))
+    idle(dut)
+    await start(dut)
+    await load_dictionary(dut)
+    rng = random.Random(seed)
+    made = [replay_trace(rng, 1 + 100 * t) for t in range(traces)]
+    cut = [trace for trace, _ in made]
+    expected = path_answers(cut)
+    diverged = 0
+    totals = dict.fromkeys(["segments", "bytes", "closes", "hops", "answers", "forwards"], 0)
+    totals["requests"] = sum(n for _, n in made)
+    outcomes: dict[str, int] = {}
+    known = {"link request id": 0, "message text": 0, "answer order on a connection": 0}
+    known["BUSY behind the same read"] = 0
+    every = (1 << RP_CONNS) - 1
+    for t, (trace, want) in enumerate(zip(cut, expected, strict=True)):
+        p_in, p_out = rng.choice([(1.0, 1.0), (1.0, 0.5), (0.5, 1.0), (0.7, 0.2)])
+        bad = False
+        for k, ((conn, data), w) in enumerate(zip(trace, want, strict=True)):
+            resp, net = await replay_path_segment(dut, rng, conn, data, p_in, p_out)
+            got_resp, exp_resp = [], []
+            for c, b in resp:
+                flags = b[3]
+                head_len = 128 if flags & 1 else 64
+                got_resp.append((c, *masked_response(b[:head_len], b[head_len:])))
+            for e in w["events"]:
+                if "resp" in e:
+                    c, head, payload = e["resp"][0], bytes.fromhex(e["resp"][1]), bytes.fromhex(e["resp"][2])
+                    exp_resp.append((c, *masked_response(head, payload)))
+                    if int.from_bytes(head[4:6], "little") != ST_OK and payload:
+                        known["message text"] += 1
+            got_net = []
+            for c, dest, b in net:
+                head_len = 128 if b[3] & FLAG_HOP_EXT else 64
+                h = bytearray(b[:head_len])
+                rid = int.from_bytes(h[8:16], "little")
+                h[8:16] = bytes(8)
+                got_net.append((c, dest, rid, bytes(h), b[head_len:]))
+            exp_net = []
+            for e in w["events"]:
+                if "net" in e:
+                    c, dest, head, payload, caller = e["net"]
+                    h = bytearray(bytes.fromhex(head))
+                    if int.from_bytes(h[8:16], "little") != caller:
+                        known["link request id"] += 1
+                    h[8:16] = bytes(8)
+                    exp_net.append((c, dest, caller, bytes(h), bytes.fromhex(payload)))
+            # BUSY from the engine, admitted by the RTL, behind a request of the same read that a hop
+            # ran for: the engine drains a read's complete requests out of the pool at the end of the
+            # handle_bytes call, the RTL frees a request's buffer once its slot has read it (docs/rtl.md)
+            ran = [
+                (c, rid)
+                for c, rid, status, h, _p in exp_resp
+                if status not in (ST_BUSY, ST_UNKNOWN_FUNCTION, ST_UNREACHABLE)
+                and (status != ST_TOO_LARGE or h[6] > 0)
+            ]
+            ran += [(c, rid) for c, _d, rid, _h, _p in exp_net]
+            admitted = {(r[0], r[1]) for r in got_resp if r[2] != ST_BUSY} | {(n[0], n[2]) for n in got_net}
+            for c, rid, status, _h, _p in list(exp_resp):
+                if status == ST_BUSY and (c, rid) in admitted and any(o < rid for oc, o in ran if oc == c):
+                    known["BUSY behind the same read"] += 1
+                    exp_resp = [r for r in exp_resp if r[:2] != (c, rid)]
+                    got_resp = [r for r in got_resp if r[:2] != (c, rid)]
+                    got_net = [n for n in got_net if (n[0], n[2]) != (c, rid)]
+            closes = [e for e in w["events"] if "close" in e]
+            # the order of the answers on each connection: the core's is its slots', not fixed
+            order, want_order = [r[:2] for r in got_resp], [r[:2] for r in exp_resp]
+            if sorted(order) == sorted(want_order) and order != want_order:
+                known["answer order on a connection"] += 1
+            if sorted(got_resp) != sorted(exp_resp) or sorted(got_net) != sorted(exp_net) or closes:
+                diverged += 1
+                bad = True
+                dut._log.error(
+                    "trace %d segment %d (connection %d, %s):\n rtl    %s %s\n engine %s %s %s",
+                    t, k, conn, "close" if data is None else f"{len(data)} bytes",
+                    shown(got_resp), shown(got_net), shown(exp_resp), shown(exp_net), closes,
+                )  # fmt: skip
+                break
+            totals["segments"] += 1
+            totals["bytes"] += 0 if data is None else len(data)
+            totals["closes"] += int(data is None)
+            totals["hops"] += w["hops"]
+            totals["answers"] += len(got_resp)
+            totals["forwards"] += len(got_net)
+            for _c, _rid, status, h, _p in got_resp:
+                name = OUTCOME_NAMES.get(status, f"status {status}")
+                if status == ST_OK and h[6] > 0:
+                    name = "ok, chained"
+                outcomes[name] = outcomes.get(name, 0) + 1
+        await ReadOnly()
+        clean = sig(dut.conn_clean) == every and sig(dut.conn_owed) == 0 and sig(dut.idle) == 1
+        clean = clean and sig(dut.disp_inst.buf_used) == 0 and sig(dut.disp_inst.small_used) == 0
+        await FallingEdge(dut.clk)
+        if not clean and not bad:
+            diverged += 1
+            bad = True
+            dut._log.error("trace %d: the path not clean after every connection closed", t)
+        if bad:  # start the next trace from a clean path
+            dut.rst.value = 1
+            for _ in range(3):
+                await FallingEdge(dut.clk)
+            dut.rst.value = 0
+            idle(dut)
+            await load_dictionary(dut)
+    dut._log.info(
+        "path replay: %d traces, %s, outcomes %s, known differences %s, %d diverged",
+        traces,
+        totals,
+        sorted(outcomes.items()),
+        known,
+        diverged,
+    )
+    if out := os.environ.get("OFFRAC_TRACE_SUMMARY"):
+        with open(out, "w") as f:
+            summary = {"traces": traces, **totals, "outcomes": outcomes, "known": known}
+            json.dump(summary | {"diverged": diverged}, f)
+    assert diverged == 0, f"{diverged} of {traces} traces diverged from the engine"
+    # the generator reaches every outcome (at CI's count too)
+    for name in ("ok", "ok, chained", "busy", "unknown function", "too large", "bad input", "unreachable"):
+        assert outcomes.get(name, 0) > 0, (name, outcomes)
+    assert totals["forwards"] > 0 and totals["closes"] > 0, totals

@@ -30,6 +30,8 @@ TRACES = int(os.environ.get("OFFRAC_RTL_TRACES", "25"))
 # OFFRAC_RTL_TRACES set by make would win over a count passed under that name.)
 DISPATCHER_TRACES = int(os.environ.get("OFFRAC_RTL_DISPATCHER_TRACES", str(TRACES)))
 ROUTER_TRACES = int(os.environ.get("OFFRAC_RTL_ROUTER_TRACES", str(TRACES)))
+# chains through the whole request path against Engine (tb_request_path.engine_replay)
+PATH_TRACES = int(os.environ.get("OFFRAC_RTL_PATH_TRACES", str(TRACES)))
 TRACE_SEED = int(os.environ.get("OFFRAC_RTL_TRACE_SEED", "1"))
 EXAMPLES = RTL.parent / "target" / "release" / "examples"
 
@@ -355,10 +357,17 @@ def core_traces(kind: str, name: str, *config: str) -> Path:
 
 
 def replay_against_software(
-    name: str, bench: str, kind: str, example: str, traces: int, count_var: str
+    name: str,
+    bench: str,
+    kind: str,
+    example: str,
+    traces: int,
+    count_var: str,
+    testcase: str | None = None,
 ) -> None:
-    """Run `name`'s own bench with its replay against the software: `example` (in
-    crates/core/examples) answers the same inputs; `traces` of them, counted in `count_var`."""
+    """Run `name`'s own bench (or its `testcase` alone) with its replay against the software:
+    `example` (in crates/core/examples) answers the same inputs; `traces` of them, counted in
+    `count_var`."""
     workspace_build()
     summary = BUILD / "traces" / f"{kind}-{traces}-{TRACE_SEED}.summary.json"
     summary.parent.mkdir(parents=True, exist_ok=True)
@@ -368,7 +377,8 @@ def replay_against_software(
         "OFFRAC_RTL_TRACE_SEED": str(TRACE_SEED),
         "OFFRAC_TRACE_SUMMARY": str(summary),
     }
-    run(name, bench, BUILD / name, PARAMETERS[name], env)
+    build = BUILD / (name if testcase is None else f"{name}-{testcase}")
+    run(name, bench, build, PARAMETERS[name], env, testcase=testcase)
     print(kind, json.loads(summary.read_text()))
 
 
@@ -402,6 +412,21 @@ def test_chain_router() -> None:
         "chain_replay",
         ROUTER_TRACES,
         "OFFRAC_RTL_ROUTER_TRACES",
+    )
+
+
+def test_request_path_chains() -> None:
+    """Chains of 1..6 hops through the whole request path (dispatcher, pool, slot stage,
+    accelerators, chain router, egress) against `Engine` and the shipping kernels
+    (crates/core/examples/path_replay.rs answers the same segments)."""
+    replay_against_software(
+        "offrac_request_path",
+        "tb_request_path",
+        "path-engine",
+        "path_replay",
+        PATH_TRACES,
+        "OFFRAC_RTL_PATH_TRACES",
+        testcase="engine_replay",
     )
 
 
