@@ -107,7 +107,11 @@ def one_node(addr: str, side: int, reps: int, warmup: int = 2) -> tuple[list[flo
     return kept, sent
 
 
-def distributed(hosts: Hosts, n: int, sizes: list[int], reps: int, mode: str) -> list[dict[str, object]]:
+def distributed(
+    hosts: Hosts, n: int, sizes: list[int], reps: int, mode: str, first_tag: int = 1
+) -> list[dict[str, object]]:
+    """One offrac run of the distributed multiply; ``first_tag``: a new one per run (the nodes
+    refuse a tag used recently)."""
     env = {**os.environ, "PYTHONPATH": str(REPO / "python")}
     members = ",".join(str(i) for i in range(n))
     procs = [
@@ -128,6 +132,8 @@ def distributed(hosts: Hosts, n: int, sizes: list[int], reps: int, mode: str) ->
                 str(reps),
                 "--mode",
                 mode,
+                "--first-tag",
+                str(first_tag),
             ],
             stdout=subprocess.PIPE,
             text=True,
@@ -237,7 +243,10 @@ def main() -> None:
                 rounds: list[tuple[dict[int, dict[str, object]], dict[int, dict[str, object]]]] = []
                 for r in range(1 if a.no_mpi else a.rounds):
                     d_off = {
-                        int(str(x["side"])): x for x in distributed(hosts, a.ranks, sizes, a.reps, a.mode)
+                        int(str(x["side"])): x
+                        for x in distributed(
+                            hosts, a.ranks, sizes, a.reps, a.mode, first_tag=1 + r * 1_000_000
+                        )
                     }
                     if a.no_mpi:
                         rounds.append((d_off, {}))

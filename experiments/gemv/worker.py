@@ -107,6 +107,9 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--mode", choices=["three", "one", "both"], default="both")
+    ap.add_argument(
+        "--first-tag", type=int, default=1, help="the communicator's first tag (a new one per run)"
+    )
     a = ap.parse_args()
     if a.mpi:
         run_mpi([int(s) for s in a.sizes.split(",")], a.reps, a.warmup)
@@ -123,7 +126,7 @@ def run_offrac(a: argparse.Namespace) -> None:
 
     modes = ["three", "one"] if a.mode == "both" else [a.mode]
     members = [int(x) for x in a.members.split(",")]
-    with Communicator(a.addr, members, device=a.device, timeout=120) as comm:
+    with Communicator(a.addr, members, device=a.device, timeout=120, first_tag=a.first_tag) as comm:
         c = comm.client
         for side in (int(s) for s in a.sizes.split(",")):
             m = n = side
