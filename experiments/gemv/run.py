@@ -21,7 +21,8 @@ experiments/collectives' ``mpirun`` launch (its launch agent, TCP BTL on the bri
 numpy ``A_r @ x_r`` (OpenBLAS on one thread, as offrac's gemv kernel), ``Reduce`` (sum) to
 rank 0, checked against numpy (worker.py ``--mpi``). The offrac multiply and the MPI one
 alternate, ``R`` rounds each; a third table gives per size the medians (over the rounds'
-medians) of offrac one call / three calls / MPI, the ratios to MPI and the compute phases.
+medians) of offrac one call / three calls / MPI, the ratios to MPI and the compute phases
+(the one / three table and the one-node table below it are the first round's).
 
     sudo python3 experiments/gemv/run.py [--ranks 4] [--sizes 1024,2048,4096] [--reps 10] [--rounds 2]
 
@@ -187,12 +188,12 @@ def against_mpi(
     )
     print("|---:|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---|---:|")
     for s in sizes:
-        one = [med(d[s]["times_one"]) for d, _ in rounds]
-        three = [med(d[s]["times"]) for d, _ in rounds]
+        one = [med(d[s].get("times_one", [])) for d, _ in rounds]
+        three = [med(d[s].get("times", [])) for d, _ in rounds]
         mpi = [med(m[s]["times_mpi"]) for _, m in rounds]
         r1 = [o / m for o, m in zip(one, mpi, strict=True)]
         r3 = [t / m for t, m in zip(three, mpi, strict=True)]
-        gemv_off = statistics.median(med([p[1] for p in d[s]["phases"]]) for d, _ in rounds)  # type: ignore[union-attr]
+        gemv_off = statistics.median(med([p[1] for p in d[s].get("phases", [])]) for d, _ in rounds)  # type: ignore[union-attr]
         ph = [m[s]["phases_mpi"] for _, m in rounds]
         gemv_mpi, sc, re = (statistics.median(med([p[j] for p in x]) for x in ph) for j in (1, 0, 2))  # type: ignore[union-attr]
         kept = f"{statistics.median(single[s][0]) * 1e6:.0f}" if s in single else "-"
@@ -267,7 +268,7 @@ def main() -> None:
     except OSError:
         load_end = float("nan")
     print(f"load average at start: {load_avg:.1f}, at the end: {load_end:.1f}")
-    if not a.no_mpi and a.mode == "both":
+    if not a.no_mpi:
         against_mpi(rounds, a.ranks, sizes, single)
     one_vs_three(dist, a.ranks, sizes)
     if a.no_single or a.mode == "one":
