@@ -223,6 +223,12 @@ def run_mpi(hosts: Hosts, n: int, op: str, reps: int, sizes: list[int], tmp: Pat
         "mpi",
         *("--op", op, "--sizes", ",".join(map(str, sizes)), "--reps", str(reps)),
     ]
+    return run_mpirun(args)
+
+
+def run_mpirun(args: list[str]) -> list[dict[str, object]]:
+    """Run ``args`` (an ``mpirun_args`` command line), started again if ``mpirun`` hangs; the
+    JSON lines of its stdout."""
     env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
     # mpirun now and then hangs starting its daemons in the namespaces (one never reports
     # back): stopped (SIGTERM lets it take its daemons down) and started again.

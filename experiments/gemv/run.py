@@ -14,9 +14,20 @@ collectives as hops of the chain, ``docs/collectives.md``, "Collectives in a cha
 second table compares them (``--mode three|one`` runs one of them; ``--no-single`` skips the
 one-node baselines).
 
-    sudo python3 experiments/gemv/run.py [--ranks 4] [--sizes 1024,2048,4096] [--reps 10]
+The MPI peer (``--rounds R``, default 2; ``--no-mpi`` skips it): the same multiply with
+mpi4py over OpenMPI on the same namespace hosts, one rank per host, started with
+experiments/collectives' ``mpirun`` launch (its launch agent, TCP BTL on the bridge subnet,
+``mpi_yield_when_idle``). Rank r holds A_r in its memory; per multiply ``Scatter`` x,
+numpy ``A_r @ x_r`` (OpenBLAS on one thread, as offrac's gemv kernel), ``Reduce`` (sum) to
+rank 0, checked against numpy (worker.py ``--mpi``). The offrac multiply and the MPI one
+alternate, ``R`` rounds each; a third table gives per size the medians (over the rounds'
+medians) of offrac one call / three calls / MPI, the ratios to MPI and the compute phases
+(the one / three table and the one-node table below it are the first round's).
 
-Needs root and iproute2 (network namespaces), and a release build of ``offrac``.
+    sudo python3 experiments/gemv/run.py [--ranks 4] [--sizes 1024,2048,4096] [--reps 10] [--rounds 2]
+
+Needs root and iproute2 (network namespaces), and a release build of ``offrac``; the MPI
+peer needs openmpi and mpi4py (``make experiment-deps``).
 """
 
 from __future__ import annotations
@@ -40,6 +51,7 @@ sys.path.insert(0, str(REPO / "experiments"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _netns_nodes import Nodes, devices, start_linked_nodes  # noqa: E402
+from collectives.run import mpirun_args, run_mpirun  # noqa: E402
 from netns import Hosts  # noqa: E402
 from worker import matrix, vector  # noqa: E402
 
@@ -96,7 +108,11 @@ def one_node(addr: str, side: int, reps: int, warmup: int = 2) -> tuple[list[flo
     return kept, sent
 
 
-def distributed(hosts: Hosts, n: int, sizes: list[int], reps: int, mode: str) -> list[dict[str, object]]:
+def distributed(
+    hosts: Hosts, n: int, sizes: list[int], reps: int, mode: str, first_tag: int = 1
+) -> list[dict[str, object]]:
+    """One offrac run of the distributed multiply; ``first_tag``: a new one per run (the nodes
+    refuse a tag used recently)."""
     env = {**os.environ, "PYTHONPATH": str(REPO / "python")}
     members = ",".join(str(i) for i in range(n))
     procs = [
@@ -117,6 +133,8 @@ def distributed(hosts: Hosts, n: int, sizes: list[int], reps: int, mode: str) ->
                 str(reps),
                 "--mode",
                 mode,
+                "--first-tag",
+                str(first_tag),
             ],
             stdout=subprocess.PIPE,
             text=True,
@@ -130,6 +148,61 @@ def distributed(hosts: Hosts, n: int, sizes: list[int], reps: int, mode: str) ->
         assert p.returncode == 0, f"worker failed ({p.returncode})"
         lines += [json.loads(x) for x in out.splitlines() if x.startswith("{")]
     return lines
+
+
+def run_mpi(hosts: Hosts, n: int, sizes: list[int], reps: int, tmp: Path) -> list[dict[str, object]]:
+    """The MPI peer's multiply (worker.py ``--mpi``) under ``mpirun``, one rank per host."""
+    one_thread = [f"{v}=1" for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")]
+    args = [
+        *mpirun_args(hosts, n, tmp),
+        "env",
+        *one_thread,
+        sys.executable,
+        str(WORKER),
+        "--mpi",
+        *("--sizes", ",".join(map(str, sizes)), "--reps", str(reps)),
+    ]
+    return run_mpirun(args)
+
+
+def med(xs: object) -> float:
+    """Median of a JSON list of numbers (nan if empty)."""
+    assert isinstance(xs, list)
+    vals = [float(x) for x in xs]  # type: ignore[arg-type]
+    return statistics.median(vals) if vals else float("nan")
+
+
+def against_mpi(
+    rounds: list[tuple[dict[int, dict[str, object]], dict[int, dict[str, object]]]],
+    ranks: int,
+    sizes: list[int],
+    single: dict[int, tuple[list[float], list[float]]],
+) -> None:
+    """Per size: offrac one call / three calls / MPI (median over the rounds of each round's
+    median), the ratios to MPI (median and range of the per-round ratio), and the compute
+    phases: offrac's three-call gemv call and MPI's local numpy gemv (the rank-0 view)."""
+    print(
+        "| ranks | matrix | rounds | offrac one µs | offrac three µs | MPI µs | one / MPI | one / MPI range "
+        "| three / MPI | offrac gemv call µs | MPI numpy gemv µs | MPI scatter / reduce µs "
+        "| one node, A kept µs |"
+    )
+    print("|---:|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---|---:|")
+    for s in sizes:
+        one = [med(d[s].get("times_one", [])) for d, _ in rounds]
+        three = [med(d[s].get("times", [])) for d, _ in rounds]
+        mpi = [med(m[s]["times_mpi"]) for _, m in rounds]
+        r1 = [o / m for o, m in zip(one, mpi, strict=True)]
+        r3 = [t / m for t, m in zip(three, mpi, strict=True)]
+        gemv_off = statistics.median(med([p[1] for p in d[s].get("phases", [])]) for d, _ in rounds)  # type: ignore[union-attr]
+        ph = [m[s]["phases_mpi"] for _, m in rounds]
+        gemv_mpi, sc, re = (statistics.median(med([p[j] for p in x]) for x in ph) for j in (1, 0, 2))  # type: ignore[union-attr]
+        kept = f"{statistics.median(single[s][0]) * 1e6:.0f}" if s in single else "-"
+        print(
+            f"| {ranks} | {s} x {s} | {len(rounds)} | {statistics.median(one) * 1e6:.0f} | "
+            f"{statistics.median(three) * 1e6:.0f} | {statistics.median(mpi) * 1e6:.0f} | "
+            f"{statistics.median(r1):.2f} | {min(r1):.2f}-{max(r1):.2f} | {statistics.median(r3):.2f} | "
+            f"{gemv_off * 1e6:.0f} | {gemv_mpi * 1e6:.0f} | {sc * 1e6:.0f} / {re * 1e6:.0f} | {kept} |"
+        )
 
 
 def one_vs_three(dist: dict[int, dict[str, object]], ranks: int, sizes: list[int]) -> None:
@@ -151,6 +224,8 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--mode", choices=["three", "one", "both"], default="both")
     ap.add_argument("--no-single", action="store_true", help="skip the one-node baselines")
+    ap.add_argument("--rounds", type=int, default=2, help="offrac and MPI runs, alternated (default 2)")
+    ap.add_argument("--no-mpi", action="store_true", help="skip the MPI peer (one offrac round)")
     a = ap.parse_args()
     sizes = [int(s) for s in a.sizes.split(",")]
     try:
@@ -166,7 +241,21 @@ def main() -> None:
                 single = (
                     {} if a.no_single else {s: one_node(f"{hosts.ip(0)}:{PORT}", s, a.reps) for s in sizes}
                 )
-                dist = {int(str(x["side"])): x for x in distributed(hosts, a.ranks, sizes, a.reps, a.mode)}
+                rounds: list[tuple[dict[int, dict[str, object]], dict[int, dict[str, object]]]] = []
+                for r in range(1 if a.no_mpi else a.rounds):
+                    d_off = {
+                        int(str(x["side"])): x
+                        for x in distributed(
+                            hosts, a.ranks, sizes, a.reps, a.mode, first_tag=1 + r * 1_000_000
+                        )
+                    }
+                    if a.no_mpi:
+                        rounds.append((d_off, {}))
+                        break
+                    d_mpi = {int(str(x["side"])): x for x in run_mpi(hosts, a.ranks, sizes, a.reps, Path(d))}
+                    rounds.append((d_off, d_mpi))
+                    print(f"round {r + 1} done, load {os.getloadavg()[0]:.1f}", file=sys.stderr, flush=True)
+                dist = rounds[0][0]
             except BaseException:
                 print(nodes.report(), file=sys.stderr, flush=True)
                 raise
@@ -179,6 +268,8 @@ def main() -> None:
     except OSError:
         load_end = float("nan")
     print(f"load average at start: {load_avg:.1f}, at the end: {load_end:.1f}")
+    if not a.no_mpi:
+        against_mpi(rounds, a.ranks, sizes, single)
     one_vs_three(dist, a.ranks, sizes)
     if a.no_single or a.mode == "one":
         return

@@ -14,6 +14,13 @@ the partial product never come back to the client. ``--mode both`` (the default)
 the two within each repetition, so both see the same load. The root checks y against numpy
 and prints one JSON line per size: seconds per multiply of each mode (and the three-call
 mode's phases).
+
+``--mpi`` (started by ``mpirun``, one rank per namespace host, ``run.py``): the MPI peer,
+mpi4py over OpenMPI. Rank r holds its block A_r in its own memory; per multiply rank 0
+scatters x (``Scatter``), each rank computes A_r @ x_r with numpy (float32, OpenBLAS on one
+thread: run.py sets it), and ``Reduce`` (sum) gives y at rank 0, checked against numpy in
+float64 as above. Rank 0 prints one JSON line per size: seconds per multiply and the
+scatter / gemv / reduce phases.
 """
 
 from __future__ import annotations
@@ -37,23 +44,89 @@ def vector(n: int, i: int) -> npt.NDArray[np.float32]:
     return np.random.default_rng(1_000_003 + i).standard_normal(n, dtype=np.float32)
 
 
-def main() -> None:
-    from offrac import Step
-    from offrac.buffers import drop, keep, load, put_buffer
-    from offrac.collectives import Communicator
+def check(y: npt.NDArray[np.float32], a_full: npt.NDArray[np.float32], x: npt.NDArray[np.float32]) -> float:
+    """Largest error of y against A x in float64, relative to sum_j |A_ij x_j| (float32
+    rounding is ~1e-6 of it); fails above 1e-4."""
+    want = a_full.astype(np.float64) @ x.astype(np.float64)
+    bound = np.abs(a_full).astype(np.float64) @ np.abs(x).astype(np.float64)
+    err = float(np.max(np.abs(y - want) / bound))
+    assert err < 1e-4, err
+    return err
 
+
+def run_mpi(sizes: list[int], reps: int, warmup: int) -> None:
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    for side in sizes:
+        m = n = side
+        if n % size:
+            raise SystemExit(f"{n} columns do not split into {size} ranks")
+        k = n // size
+        a_full = matrix(m, n)
+        mine = np.ascontiguousarray(a_full[:, rank * k : (rank + 1) * k])
+        xr = np.empty(k, dtype=np.float32)
+        y = np.empty(m, dtype=np.float32)
+        times: list[float] = []
+        phases: list[tuple[float, float, float]] = []
+        worst = 0.0
+        for i in range(warmup + reps):
+            x = vector(n, i)
+            t0 = time.perf_counter()
+            comm.Scatter(x if rank == 0 else None, xr, root=0)
+            t1 = time.perf_counter()
+            yr = mine @ xr
+            t2 = time.perf_counter()
+            comm.Reduce(yr, y if rank == 0 else None, op=MPI.SUM, root=0)
+            t3 = time.perf_counter()
+            if rank == 0:
+                worst = max(worst, check(y, a_full, x))
+            if i >= warmup:
+                times.append(t3 - t0)
+                phases.append((t1 - t0, t2 - t1, t3 - t2))
+        if rank == 0:
+            line = {
+                "side": side,
+                "ranks": size,
+                "times_mpi": times,
+                "phases_mpi": phases,
+                "max_rel_err": worst,
+            }
+            print(json.dumps(line))
+            sys.stdout.flush()
+
+
+def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--addr", required=True)
-    ap.add_argument("--members", required=True)
-    ap.add_argument("--device", type=int, required=True)
+    ap.add_argument("--mpi", action="store_true", help="the MPI peer (under mpirun; no offrac node)")
+    ap.add_argument("--addr")
+    ap.add_argument("--members")
+    ap.add_argument("--device", type=int)
     ap.add_argument("--sizes", required=True, help="comma-separated matrix sides (square m = n)")
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--mode", choices=["three", "one", "both"], default="both")
+    ap.add_argument(
+        "--first-tag", type=int, default=1, help="the communicator's first tag (a new one per run)"
+    )
     a = ap.parse_args()
+    if a.mpi:
+        run_mpi([int(s) for s in a.sizes.split(",")], a.reps, a.warmup)
+    elif a.addr is None or a.members is None or a.device is None:
+        ap.error("--addr, --members and --device are needed (or --mpi)")
+    else:
+        run_offrac(a)
+
+
+def run_offrac(a: argparse.Namespace) -> None:
+    from offrac import Step
+    from offrac.buffers import drop, keep, load, put_buffer
+    from offrac.collectives import Communicator
+
     modes = ["three", "one"] if a.mode == "both" else [a.mode]
     members = [int(x) for x in a.members.split(",")]
-    with Communicator(a.addr, members, device=a.device, timeout=120) as comm:
+    with Communicator(a.addr, members, device=a.device, timeout=120, first_tag=a.first_tag) as comm:
         c = comm.client
         for side in (int(s) for s in a.sizes.split(",")):
             m = n = side
@@ -103,12 +176,7 @@ def main() -> None:
                         phases.append((t1 - t0, t2 - t1, t3 - t2))
                 if comm.rank == 0:
                     assert y is not None and y.shape == (m,)
-                    want = a_full.astype(np.float64) @ x.astype(np.float64)
-                    # error relative to sum_j |A_ij x_j|: float32 rounding is ~1e-6 of it
-                    bound = np.abs(a_full).astype(np.float64) @ np.abs(x).astype(np.float64)
-                    err = float(np.max(np.abs(y - want) / bound))
-                    worst = max(worst, err)
-                    assert err < 1e-4, err
+                    worst = max(worst, check(y, a_full, x))
                 if i >= a.warmup:
                     (one if mode == "one" else total).append(t3 - t0)
             for name in (A_BUF, X_BUF, Y_BUF) if "three" in modes else (A_BUF,):
