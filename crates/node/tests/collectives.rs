@@ -205,8 +205,11 @@ fn a_calls_answer_carries_its_reassembly_time() {
     s.read_exact(&mut head).unwrap();
     let h = ResponseHeader::decode(&head).unwrap();
     assert_eq!(h.status, Status::Ok, "{h:?}");
+    // The node stamps the first byte when it reads it, which a loaded
+    // machine may delay by a few ms after the write (a run saw 497 ms), so
+    // the bound leaves 50 ms; a reassembly not timed at all would be ~0.
     assert!(
-        h.reassembly_ns >= 500_000_000,
+        h.reassembly_ns >= 450_000_000,
         "the call took 500 ms to arrive; reassembly_ns {}",
         h.reassembly_ns
     );
