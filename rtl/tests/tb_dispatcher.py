@@ -22,7 +22,7 @@ import cocotb
 from cocotb.triggers import FallingEdge, ReadOnly
 from cocotb.utils import get_sim_time
 from header_model import FLAG_HOP_EXT, FLAG_TRACE, encode_request
-from tb_util import CLOCK_NS, cycles_to, sig, start
+from tb_util import CLOCK_NS, cycles_to, drive_segment_beat, sig, split_segment, start
 
 BUSY, UNKNOWN_FUNCTION, TOO_LARGE, MALFORMED, UNSUPPORTED_VERSION, UNREACHABLE = 1, 2, 3, 4, 7, 11
 ID_NONE = (1 << 64) - 1
@@ -597,12 +597,7 @@ async def replay_segment(
     replies: list[tuple[int, bytes]] = []
     done: list[tuple[int, int, int]] = []
     held: list[tuple[int, int]] = []
-    beats: list[bytes] = []
-    i = 0
-    while data is not None and i < len(data):
-        n = rng.choice([64, 64, 64, rng.randint(1, 64)])
-        beats.append(data[i : i + n])
-        i += n
+    beats = split_segment(rng, data)
     left = 0 if data is None else len(data)
     offered, quiet = True, 0
     for _ in range(4_000):
@@ -611,12 +606,7 @@ async def replay_segment(
             dut.abort_valid.value = 1
             dut.abort_conn.value = conn
         elif offered:
-            b = beats[0]
-            dut.s_axis_tvalid.value = 1
-            dut.s_axis_tuser.value = conn
-            dut.s_axis_tseg.value = left
-            dut.s_axis_tkeep.value = (1 << len(b)) - 1
-            dut.s_axis_tdata.value = int.from_bytes(b + rng.randbytes(64 - len(b)), "little")
+            drive_segment_beat(dut, rng, conn, left, beats[0])
         ready = rng.random() < p_out or quiet > 0
         dut.m_buf_axis_tready.value = int(ready)
         dut.m_req_tready.value = int(ready)

@@ -54,7 +54,7 @@ from typing import Any
 import cocotb
 from cocotb.triggers import FallingEdge, ReadOnly
 from header_model import FLAG_FORWARDED, FLAG_HOP_EXT, FLAG_TRACE, encode_request
-from tb_util import kept_data, sig, software, start
+from tb_util import drive_segment_beat, kept_data, sig, software, split_segment, start
 
 CONNS = 4
 MAX_PAYLOAD = 512
@@ -1324,12 +1324,7 @@ async def replay_path_segment(
     on), or the connection's close (s_abort_* until taken); every output it causes, both ports
     stalled at random; until the path is idle with nothing offered. Returns the responses
     (connection, bytes) and the egress frames (connection, device, bytes), each in its port's order."""
-    beats: list[bytes] = []
-    i = 0
-    while data is not None and i < len(data):
-        n = rng.choice([64, 64, 64, rng.randint(1, 64)])
-        beats.append(data[i : i + n])
-        i += n
+    beats = split_segment(rng, data)
     left = 0 if data is None else len(data)
     offered = True
     resp: list[tuple[int, bytes]] = []
@@ -1345,12 +1340,7 @@ async def replay_path_segment(
             dut.s_abort_valid.value = 1
             dut.s_abort_conn.value = conn
         elif drive:
-            b = beats[0]
-            dut.s_axis_tvalid.value = 1
-            dut.s_axis_tuser.value = conn
-            dut.s_axis_tseg.value = left
-            dut.s_axis_tkeep.value = (1 << len(b)) - 1
-            dut.s_axis_tdata.value = int.from_bytes(b + rng.randbytes(64 - len(b)), "little")
+            drive_segment_beat(dut, rng, conn, left, beats[0])
         ready, net_ready = rng.random() < p_out, rng.random() < p_out
         dut.m_axis_tready.value = int(ready)
         dut.m_net_axis_tready.value = int(net_ready)

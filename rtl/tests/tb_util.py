@@ -137,6 +137,27 @@ def from_beats(beats: list[Beat]) -> list[bytes]:
     return frames
 
 
+def split_segment(rng: random.Random, data: bytes | None) -> list[bytes]:
+    """A segment cut into beats of 1..64 bytes, mostly 64 (none for a close)."""
+    beats: list[bytes] = []
+    i = 0
+    while data is not None and i < len(data):
+        n = rng.choice([64, 64, 64, rng.randint(1, 64)])
+        beats.append(data[i : i + n])
+        i += n
+    return beats
+
+
+def drive_segment_beat(dut: Any, rng: random.Random, conn: int, left: int, b: bytes) -> None:
+    """Offer beat `b` of connection `conn`, with the `left` bytes of the segment from it on
+    (s_axis_tseg) and random bytes past its tkeep."""
+    dut.s_axis_tvalid.value = 1
+    dut.s_axis_tuser.value = conn
+    dut.s_axis_tseg.value = left
+    dut.s_axis_tkeep.value = (1 << len(b)) - 1
+    dut.s_axis_tdata.value = int.from_bytes(b + rng.randbytes(64 - len(b)), "little")
+
+
 def idle(dut: Any) -> None:
     """Every input of an accelerator wrapper idle, every sink stalled."""
     dut.s_axis_tvalid.value = 0
