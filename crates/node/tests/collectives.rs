@@ -58,6 +58,27 @@ fn call_at(
         .collect())
 }
 
+/// Rank `rank`'s ring all-reduce of `count` on `node`, called from a thread.
+fn spawn_ring_call(
+    node: &NodeHandle,
+    rank: usize,
+    tag: u64,
+    count: u32,
+    timeout_ms: u32,
+) -> std::thread::JoinHandle<Result<Vec<i32>, ClientError>> {
+    let addr = node.addr.to_string();
+    std::thread::spawn(move || {
+        call_at(
+            &addr,
+            tag,
+            count,
+            Algorithm::Ring,
+            &input(rank, count as usize),
+            timeout_ms,
+        )
+    })
+}
+
 fn input(rank: usize, n: usize) -> Vec<i32> {
     (0..n)
         .map(|i| (i as i32 % 1000) * (rank as i32 + 1) - 7)
@@ -168,19 +189,7 @@ fn a_calls_answer_carries_its_reassembly_time() {
     let nodes = cluster();
     let count = 4096u32;
     let waiting: Vec<_> = (1..N)
-        .map(|r| {
-            let addr = nodes[r].addr.to_string();
-            std::thread::spawn(move || {
-                call_at(
-                    &addr,
-                    5,
-                    count,
-                    Algorithm::Ring,
-                    &input(r, count as usize),
-                    10_000,
-                )
-            })
-        })
+        .map(|r| spawn_ring_call(&nodes[r], r, 5, count, 10_000))
         .collect();
     std::thread::sleep(Duration::from_millis(100));
     let payload = allreduce_payload(
@@ -547,19 +556,7 @@ fn large_collective_data_is_read_straight_into_its_buffers() {
     );
     let count = 2u32 << 20; // 8 MiB of i32
     let ranks: Vec<_> = (0..N)
-        .map(|r| {
-            let addr = nodes[r].addr.to_string();
-            std::thread::spawn(move || {
-                call_at(
-                    &addr,
-                    9,
-                    count,
-                    Algorithm::Ring,
-                    &input(r, count as usize),
-                    30_000,
-                )
-            })
-        })
+        .map(|r| spawn_ring_call(&nodes[r], r, 9, count, 30_000))
         .collect();
     let inputs: Vec<Vec<i32>> = (0..N).map(|r| input(r, count as usize)).collect();
     let want: Vec<i32> = (0..count as usize)
