@@ -50,8 +50,8 @@ use std::time::Duration;
 
 use offrac_core::{Action, BufferPolicy, Engine, EngineConfig, Instant, Job, SlotPolicy};
 use offrac_proto::{
-    HopTime, RequestHeader, ResponseHeader, Status, DEVICE_SELF, EXT_LEN, FLAG_FORWARDED,
-    FN_REGISTER_REPLY, HEADER_LEN, MAX_BUDGET_US, MAX_HOPS,
+    HopTime, RequestHeader, ResponseHeader, Status, DEVICE_SELF, EXT_LEN, FN_REGISTER_REPLY,
+    HEADER_LEN, MAX_BUDGET_US, MAX_HOPS,
 };
 use serde_json::{json, Value};
 
@@ -251,15 +251,7 @@ fn forward(cfg: &Config, now: Instant, engine: &Engine, conn: u64, job: Job) -> 
         h.request_id = engine.answer_route(conn, &job.header).request_id;
         return response(&h, msg.as_bytes());
     }
-    let mut header = job.header;
-    header.request_id = 1; // the link's first id
-    header.payload_len = job.payload.len() as u32;
-    if !header.direct_reply() {
-        header.reply_device = DEVICE_SELF;
-    }
-    header.origin_id = job.header.caller_id();
-    header.flags |= FLAG_FORWARDED;
-    header.set_ext_flag();
+    let mut header = job.header.for_link(1, job.payload.len() as u32); // the link's first id
     if let Some(d) = job.deadline {
         let left = d.saturating_since(now).as_micros().max(1);
         header.budget_us = left.min(MAX_BUDGET_US as u128) as u32;

@@ -37,7 +37,7 @@ use std::time::Duration;
 use offrac_accel::builtin_with;
 use offrac_accel::dlrm::state::{Dictionary, FunctionState};
 use offrac_core::{Action, BufferPolicy, Engine, EngineConfig, Instant, Job, SlotPolicy};
-use offrac_proto::{FunctionId, ResponseHeader, Status, DEVICE_SELF, FLAG_FORWARDED};
+use offrac_proto::{FunctionId, ResponseHeader, Status};
 use serde_json::{json, Value};
 
 fn field(cfg: &Value, name: &str) -> Result<u64, String> {
@@ -118,15 +118,7 @@ fn response(conn: u64, h: &ResponseHeader, payload: &[u8]) -> Value {
 fn forward(job: Job) -> Value {
     let device = job.header.current_hop().device;
     let caller = job.header.request_id;
-    let mut header = job.header;
-    header.request_id = 1;
-    header.payload_len = job.payload.len() as u32;
-    if !header.direct_reply() {
-        header.reply_device = DEVICE_SELF;
-    }
-    header.origin_id = job.header.caller_id();
-    header.flags |= FLAG_FORWARDED;
-    header.set_ext_flag();
+    let header = job.header.for_link(1, job.payload.len() as u32); // the link's first id
     let w = header.encode_wire();
     json!({"net": [job.conn, device, hex::encode(&w[..header.wire_len()]),
                    hex::encode(&job.payload), caller]})

@@ -173,6 +173,25 @@ impl RequestHeader {
         }
     }
 
+    /// This hop as a node forwards it to a peer (`docs/protocol.md`,
+    /// "Forwarding"): the link's request id `link_id`, the length of the
+    /// payload it carries now (an earlier hop's output), [`FLAG_FORWARDED`],
+    /// the caller's id as `origin_id`, and the answer back on the link
+    /// unless the reply is direct (the node that answers writes to the
+    /// caller's endpoint then). Tenant and budget stay the caller's to set.
+    pub fn for_link(&self, link_id: u64, payload_len: u32) -> RequestHeader {
+        let mut h = *self;
+        h.request_id = link_id;
+        h.payload_len = payload_len;
+        if !h.direct_reply() {
+            h.reply_device = DEVICE_SELF;
+        }
+        h.origin_id = self.caller_id();
+        h.flags |= FLAG_FORWARDED;
+        h.set_ext_flag();
+        h
+    }
+
     /// Set or clear [`FLAG_HOP_EXT`] as the hops and flags need it.
     pub fn set_ext_flag(&mut self) {
         if self.hop_count as usize > HEADER_HOPS || self.carries_origin() {

@@ -447,23 +447,12 @@ impl Driver {
         l.next_id += 1;
         // The header as the peer must see it: this link's id, and the length
         // of the payload it carries now (an earlier hop's output).
-        let mut header = job.header;
-        header.request_id = id;
-        header.payload_len = job.payload.len() as u32;
-        // The answer comes back on the link and a reply endpoint is this
-        // node's to honour, unless it is a direct one: then the node that
-        // answers writes to it, if the caller registered it there.
-        if !header.direct_reply() {
-            header.reply_device = offrac_proto::DEVICE_SELF;
-        }
-        header.origin_id = job.header.caller_id();
-        header.flags |= offrac_proto::FLAG_FORWARDED;
+        let mut header = job.header.for_link(id, job.payload.len() as u32);
         // On an authenticated link the hop travels as its origin tenant
         // (the connection's hello), not as whatever its header said.
         if self.cfg.link_hello {
             header.tenant = job.tenant.unwrap_or(offrac_proto::TENANT_NODE);
         }
-        header.set_ext_flag();
         // What is left of the budget travels on (time on the wire is not charged).
         if let Some(d) = job.deadline {
             let left = d.saturating_since(now).as_micros().max(1);
