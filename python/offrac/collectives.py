@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .buffers import put_buffer
+from .buffers import drop_buffer, put_buffer
 from .client import Client, Step
-from .errors import error_for_response
+from .errors import OffracError, UnknownBufferError, error_for_response
 from .protocol import Status
 
 __all__ = [
@@ -194,14 +194,32 @@ class Communicator:
         self._hop_names: dict[bytes, int] = {}
 
     def close(self) -> None:
-        if self._own:
-            self.client.close()
+        """Drop the descriptor buffers :meth:`hop` kept on the node (a node that cannot be
+        reached any more is not asked again), then close the client if the communicator
+        opened it. Chains that name those buffers fail ``UNKNOWN_BUFFER`` afterwards."""
+        names = list(self._hop_names.values())
+        self._hop_names.clear()
+        try:
+            for name in names:
+                try:
+                    drop_buffer(self.client, name)
+                except UnknownBufferError:
+                    continue  # dropped already (e.g. by the caller)
+                except (ConnectionError, TimeoutError):
+                    break
+        finally:
+            if self._own:
+                self.client.close()
 
     def __enter__(self) -> Communicator:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        try:
+            self.close()
+        except OffracError:
+            if exc_type is None:
+                raise  # else the exception that ends the block is the one to see
 
     def _call(
         self,
@@ -287,7 +305,7 @@ class Communicator:
         at the nodes. Each call takes the communicator's next tag, like :meth:`run`: build
         the steps anew for every chain, in the same order on every rank. The call's
         descriptor is kept once per distinct collective as a named buffer on the node (names
-        from ``hop_buffers``); the step's ``param`` names it and the tag."""
+        from ``hop_buffers``) until :meth:`close`; the step's ``param`` names it and the tag."""
         o = _parse_op(op)
         red = int(redop) if o in (_Op.REDUCE, _Op.ALLREDUCE) else 0
         desc = encode_call(

@@ -1,11 +1,17 @@
 //! `offrac collective`: one rank's call of a collective on its own node
 //! (docs/collectives.md). Every rank runs the same command against its node
 //! with the same tag; each prints its own result, one value per line.
+//! With `--hop NAME` it runs nothing: it keeps the call's descriptor on the
+//! node as named buffer NAME and prints the chain hop (`251:PARAM`) that runs
+//! the collective inside an `offrac call` chain (docs/collectives.md,
+//! "Collectives in a chain").
 
 use crate::CliError;
-use offrac_client::{Client, FunctionCode};
+use offrac_client::{Client, FunctionCode, Hop};
 use offrac_collective::{Algorithm, Descriptor, Dtype, Members, Op, RedOp};
-use offrac_proto::FN_COLLECTIVE;
+use offrac_proto::{
+    buffer_param, collective_hop_param, BufferOp, DEVICE_SELF, FN_BUFFER, FN_COLLECTIVE,
+};
 use std::time::Duration;
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -47,9 +53,10 @@ pub struct Args {
     /// The communicator: comma-separated device ids (ranks in increasing id order).
     #[arg(long, value_delimiter = ',', required = true)]
     members: Vec<u8>,
-    /// Names this collective: the same on every rank, a new one per collective.
+    /// Names this collective: the same on every rank, a new one per collective
+    /// (with --hop: the descriptor's tag, 0 by default; each chain adds its --hop-tag).
     #[arg(long)]
-    tag: u64,
+    tag: Option<u64>,
     #[arg(long, value_enum, default_value = "float32")]
     dtype: Type,
     /// Reduction of reduce and allreduce.
@@ -74,6 +81,19 @@ pub struct Args {
     /// for a later chain or collective to read.
     #[arg(long, value_name = "NAME")]
     keep: Option<u32>,
+    /// Run nothing: keep this call's 64-byte descriptor on the node as named buffer NAME
+    /// and print the chain hop `251:PARAM` that runs the collective in an `offrac call`
+    /// chain (its input is the hop's input; give --count).
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["from_buffer", "keep"])]
+    hop: Option<u32>,
+    /// With --hop: the number the printed hop adds to the descriptor's tag (param bits
+    /// 32-63); every rank's chain must add the same, a new one per chain.
+    #[arg(long, value_name = "N", requires = "hop")]
+    hop_tag: Option<u32>,
+    /// The requests' tenant (as `offrac buffer`; anonymous by default): it owns the named
+    /// buffers of --hop, --from-buffer and --keep.
+    #[arg(long)]
+    tenant: Option<u16>,
     /// This rank's input values (a scatter's root: all ranks' blocks, in rank order).
     #[arg(allow_hyphen_values = true)]
     values: Vec<String>,
@@ -106,6 +126,26 @@ pub fn run(a: Args) -> Result<(), CliError> {
         m.len() as u32
     };
     let given = a.values.len() as u32;
+    if a.hop.is_some() && given > 0 {
+        return Err(CliError::Usage(
+            "--hop runs nothing: its input is the chain hop's; give --count, not values".into(),
+        ));
+    }
+    if a.hop.is_some() && a.count.is_none() {
+        return Err(CliError::Usage(
+            "--hop needs --count (elements per rank; a scatter root's input is that times the ranks)"
+                .into(),
+        ));
+    }
+    let tag = match (a.tag, a.hop) {
+        (Some(t), _) => t,
+        (None, Some(_)) => 0,
+        (None, None) => {
+            return Err(CliError::Usage(
+                "--tag is required (the same on every rank)".into(),
+            ))
+        }
+    };
     let count = match (op, a.count) {
         (_, Some(c)) => c,
         (Op::Scatter, None) if given.is_multiple_of(n.max(1)) => given / n.max(1),
@@ -135,7 +175,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
             Algo::Ring => Algorithm::Ring,
             Algo::RecursiveDoubling => Algorithm::RecursiveDoubling,
         },
-        tag: a.tag,
+        tag,
         timeout_ms: a.timeout_ms,
         ..Descriptor::call(op, dtype, count, Members::of(&a.members))
     };
@@ -143,6 +183,9 @@ pub fn run(a: Args) -> Result<(), CliError> {
         return Err(CliError::Usage(
             "give the values or --from-buffer, not both".into(),
         ));
+    }
+    if let Some(name) = a.hop {
+        return keep_hop(&a.addr, a.tenant, name, a.hop_tag.unwrap_or(0), &desc);
     }
     let mut payload = desc.encode().to_vec();
     // Byte 7: bit 0 input from a named buffer (param bits 0-31), bit 1 keep the output (bits 32-63).
@@ -152,6 +195,9 @@ pub fn run(a: Args) -> Result<(), CliError> {
     let wait = Duration::from_millis(a.timeout_ms as u64) + Duration::from_secs(5);
     let mut client = Client::connect_timeout(&a.addr, wait)?;
     client.set_retry_policy(offrac_client::RetryPolicy::NONE);
+    if let Some(t) = a.tenant {
+        client.set_tenant(t);
+    }
     let reply = client.call(FunctionCode(FN_COLLECTIVE), param, &payload)?;
     let mut out = String::new();
     for w in reply.payload.chunks_exact(4) {
@@ -162,5 +208,29 @@ pub fn run(a: Args) -> Result<(), CliError> {
         }
     }
     print!("{out}");
+    Ok(())
+}
+
+/// Keep `desc` (a call's descriptor, byte 7 = 0) on the node at `addr` as named
+/// buffer `name` and print the chain hop that runs it with `hop_tag` added to its tag.
+fn keep_hop(
+    addr: &str,
+    tenant: Option<u16>,
+    name: u32,
+    hop_tag: u32,
+    desc: &Descriptor,
+) -> Result<(), CliError> {
+    let put = Hop {
+        function: FN_BUFFER,
+        device: DEVICE_SELF,
+        param: buffer_param(BufferOp::Put, name),
+    };
+    let mut client = Client::connect(addr)?;
+    if let Some(t) = tenant {
+        client.set_tenant(t);
+    }
+    client.call_chain(&[put], &desc.encode())?;
+    eprintln!("kept the descriptor as buffer {name}; the chain hop:");
+    println!("{FN_COLLECTIVE}:{}", collective_hop_param(name, hop_tag));
     Ok(())
 }
