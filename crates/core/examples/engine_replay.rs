@@ -27,11 +27,8 @@ use std::time::Duration;
 use offrac_core::{Action, BufferPolicy, Engine, EngineConfig, Instant, SlotPolicy};
 use serde_json::{json, Value};
 
-fn field(cfg: &Value, name: &str) -> Result<u64, String> {
-    cfg[name]
-        .as_u64()
-        .ok_or_else(|| format!("config.{name} missing or not a number"))
-}
+mod replay;
+use replay::{feed, field};
 
 fn config(cfg: &Value) -> Result<EngineConfig, String> {
     let policy: BufferPolicy = cfg["policy"]
@@ -71,15 +68,8 @@ fn replay(cfg: &EngineConfig, beats: &Value) -> Result<Value, String> {
     let now = Instant::from_nanos(0);
     let mut out = Vec::new();
     for beat in beats.as_array().ok_or("a trace is a list of beats")? {
-        let conn = beat[0].as_u64().ok_or("a beat's connection")?;
         let small_before = engine.stats().admitted_small;
-        if beat[1].is_null() {
-            engine.handle_close(now, conn);
-        } else {
-            let data = hex::decode(beat[1].as_str().ok_or("a beat's bytes")?)
-                .map_err(|e| format!("hex: {e}"))?;
-            engine.handle_bytes(now, conn, &data);
-        }
+        feed(&mut engine, now, beat)?;
         let mut events = Vec::new();
         while let Some(action) = engine.poll_action() {
             match action {

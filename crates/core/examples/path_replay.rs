@@ -40,11 +40,8 @@ use offrac_core::{Action, BufferPolicy, Engine, EngineConfig, Instant, Job, Slot
 use offrac_proto::{FunctionId, ResponseHeader, Status};
 use serde_json::{json, Value};
 
-fn field(cfg: &Value, name: &str) -> Result<u64, String> {
-    cfg[name]
-        .as_u64()
-        .ok_or_else(|| format!("config.{name} missing or not a number"))
-}
+mod replay;
+use replay::{feed, field};
 
 fn u32s(v: &Value, name: &str) -> Result<Vec<u32>, String> {
     v.as_array()
@@ -161,14 +158,7 @@ fn replay(cfg: &EngineConfig, fs: &FunctionState, segments: &Value) -> Result<Va
     let now = Instant::from_nanos(0);
     let mut out = Vec::new();
     for seg in segments.as_array().ok_or("a trace is a list of segments")? {
-        let conn = seg[0].as_u64().ok_or("a segment's connection")?;
-        if seg[1].is_null() {
-            engine.handle_close(now, conn);
-        } else {
-            let data = hex::decode(seg[1].as_str().ok_or("a segment's bytes")?)
-                .map_err(|e| format!("hex: {e}"))?;
-            engine.handle_bytes(now, conn, &data);
-        }
+        feed(&mut engine, now, seg)?;
         let mut events = Vec::new();
         let mut hops = 0;
         while let Some(action) = engine.poll_action() {
