@@ -35,7 +35,7 @@
  *   written once into the descriptor memory; the lists, slot queues and
  *   slots carry its index, and the router reads it when it takes the hop.
  * - The drain (the core's Engine::drain) moves one request a cycle into the
- *   slot queue the selector picks (SLOT_POLICY RR or JSQ): the first, small
+ *   slot queue the selector picks (SLOT_POLICY RR, JSQ, or cfg_slot_policy's): the first, small
  *   ones before the pool's, that is the oldest of its (function, tenant)
  *   and that a slot of its function has room for; a request whose slots are
  *   all full waits, and does not block other functions' requests.
@@ -119,7 +119,8 @@ module offrac_request_path #(
     // one MapId and one Bucketize slot: their state is loaded once); by default one slot a function
     parameter SLOT_COUNT  = 6,
     parameter [8*SLOT_COUNT-1:0] SLOT_FUNCS = 48'h08_07_06_03_01_00,
-    parameter SLOT_POLICY = 0,                 // the selector: 0 RR, 1 JSQ (the core's slot_policy)
+    // the selector (the core's slot_policy): 0 RR, 1 JSQ, 2 run time (cfg_slot_policy, at reset)
+    parameter SLOT_POLICY = 0,
     parameter SLOT_QUEUE_BYTES = MAX_PAYLOAD,  // a slot queue's payload bytes (the core's slot_queue_bytes)
     parameter SLOT_DEPTH  = DESC_DEPTH         // a slot queue's entries
 ) (
@@ -176,6 +177,9 @@ module offrac_request_path #(
     // reset: a slot outside it is never chosen (selector, drain, chained hop) and stays idle; every
     // function the slots host (SLOT_FUNCS) needs one slot in it, since the dispatcher admits them all
     input  wire [SLOT_COUNT-1:0]  cfg_slot_mask,
+    // with SLOT_POLICY 2: the selector's policy (the node's [selector] policy: 0 RR, 1 JSQ), taken
+    // while rst is high and kept until the next reset, as cfg_slot_mask; unused with SLOT_POLICY 0/1
+    input  wire                   cfg_slot_policy,
     // per slot: it took a hop this cycle (its queue's head or a chained hop), for the driver's counts
     output wire [SLOT_COUNT-1:0]  slot_start,
 
@@ -233,10 +237,15 @@ localparam ACC_BEATS = (MAX_PAYLOAD + 63) / 64;   // min-max, SparseTransform, B
 reg [63:0] cyc = 64'd0;
 assign cycles = cyc;
 
-// the configured slots (cfg_slot_mask at reset)
+// the configured slots (cfg_slot_mask at reset), and the selector's policy with SLOT_POLICY 2
+// (cfg_slot_policy at reset)
 reg [SLOT_COUNT-1:0] slot_en = {SLOT_COUNT{1'b1}};
+reg                  slot_jsq = 1'b0;
 always @(posedge clk) begin
-    if (rst) slot_en <= cfg_slot_mask;
+    if (rst) begin
+        slot_en  <= cfg_slot_mask;
+        slot_jsq <= cfg_slot_policy;
+    end
 end
 
 // ---- the dispatcher ------------------------------------------------------
@@ -572,7 +581,7 @@ offrac_slot_stage #(
     .s_req_tvalid(dr_found), .s_req_tready(),
     .m_sel_ok(), .m_sel_slot(), .m_sel_tvalid(), .m_sel_tready(1'b1),
     .m_axis_tdata(sq_tdata), .m_axis_tsize(), .m_axis_tvalid(sq_tvalid), .m_axis_tready(sq_tready),
-    .slot_done(sq_done), .slot_mask(slot_en),
+    .slot_done(sq_done), .slot_mask(slot_en), .slot_policy(slot_jsq),
     .slot_queued_bytes(sq_bytes), .slot_busy(sq_busy), .slot_full(sq_full)
 );
 

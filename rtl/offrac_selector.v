@@ -9,7 +9,11 @@
  *   POLICY 0  RR:  the first from the function's turn on; the turn moves
  *                  past the chosen slot (and stays put when none has room);
  *   POLICY 1  JSQ: the fewest queued bytes, then an idle slot before a busy
- *                  one, then the lowest index.
+ *                  one, then the lowest index;
+ *   POLICY 2  run time: the `policy` input picks (0 RR, 1 JSQ); its owner
+ *                  holds it steady between resets (the request path latches
+ *                  cfg_slot_policy at reset), so RR's turns start from reset.
+ * With POLICY 0 or 1 the `policy` input is unused (tie it off).
  * The core keeps the RR turn as an index into the function's list of slots;
  * here it is the slot index to search from (one past the last chosen),
  * which visits the function's slots in the same order. Turns are kept for
@@ -48,8 +52,12 @@ module offrac_selector #(
     input  wire [SLOT_COUNT*SIZE_WIDTH-1:0] slot_queued_bytes,
     input  wire [SLOT_COUNT-1:0]            slot_busy,
     input  wire [SLOT_COUNT-1:0]            slot_full,
-    input  wire [SLOT_COUNT-1:0]            slot_mask
+    input  wire [SLOT_COUNT-1:0]            slot_mask,
+    input  wire                             policy      // POLICY 2 only: 0 RR, 1 JSQ
 );
+
+// JSQ or RR: fixed by POLICY, or the `policy` input's when POLICY is 2 (run time)
+wire jsq = POLICY == 2 ? policy : POLICY == 1;
 
 reg [SLOT_WIDTH-1:0] turn [0:FUNC_COUNT-1];
 
@@ -75,7 +83,7 @@ always @* begin
     idx        = {(SLOT_WIDTH+1){1'b0}};
     best_bytes = {SIZE_WIDTH{1'b0}};
     best_busy  = 1'b0;
-    if (POLICY == 0) begin
+    if (!jsq) begin
         for (k = SLOT_COUNT - 1; k >= 0; k = k - 1) begin
             // last to first, so that the first with room from the turn wins
             idx = start + k;
@@ -113,6 +121,17 @@ always @(posedge clk) begin
         end
     end
 end
+
+generate
+    if (POLICY < 0 || POLICY > 2) begin : bad_policy
+`ifdef __ICARUS__
+        offrac_bad_parameter__POLICY_not_0_1_2 bad ();
+`else
+        $error("offrac_selector: POLICY (%0d) must be 0 (RR), 1 (JSQ) or 2 (run time: the policy input)",
+               POLICY);
+`endif
+    end
+endgenerate
 
 endmodule
 

@@ -13,7 +13,9 @@
  * Each slot's head comes out on its m_axis_* lane (descriptor in tdata, cost
  * in tsize) while the slot is idle; slot_done[i] ends the job slot i took.
  * s_req_tready = !m_sel_tvalid || m_sel_tready. slot_mask: the slots the
- * selector may pick (the configured ones); the others stay idle.
+ * selector may pick (the configured ones); the others stay idle. slot_policy:
+ * with POLICY 2 the selector's policy (0 RR, 1 JSQ), held steady between
+ * resets; unused with POLICY 0 (RR) or 1 (JSQ).
  */
 
 `resetall
@@ -51,6 +53,7 @@ module offrac_slot_stage #(
     input  wire [SLOT_COUNT-1:0]            m_axis_tready,
     input  wire [SLOT_COUNT-1:0]            slot_done,
     input  wire [SLOT_COUNT-1:0]            slot_mask,
+    input  wire                             slot_policy,
 
     output wire [SLOT_COUNT*SIZE_WIDTH-1:0] slot_queued_bytes,
     output wire [SLOT_COUNT-1:0]            slot_busy,
@@ -86,7 +89,8 @@ offrac_selector #(
     .slot_queued_bytes(slot_queued_bytes),
     .slot_busy(slot_busy),
     .slot_full(slot_full),
-    .slot_mask(slot_mask)
+    .slot_mask(slot_mask),
+    .policy(slot_policy)
 );
 
 genvar g;

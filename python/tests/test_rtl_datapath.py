@@ -503,3 +503,19 @@ def test_two_topk_slots_both_run(node: Node, node_bin: Path, tmp_path: Path) -> 
         else:
             assert hops[0] > 0 and hops[1] > 0, hops
         assert hops[3] == 0, hops  # the second echo slot is not configured
+
+
+@pytest.mark.parametrize("policy", ["rr", "jsq"])
+def test_selector_policy_from_the_config(node: Node, node_bin: Path, tmp_path: Path, policy: str) -> None:
+    """The node file's `[selector] policy` reaches the RTL's selector (cfg_slot_policy, at reset): with
+    two top-k slots and one client calling top-k one call at a time (each answered before the next),
+    RR alternates the slots (its turn moves past the chosen one), while JSQ always finds both queues
+    empty and both slots idle and picks the lowest index, slot 0; the answers as the software's."""
+    config = f'[selector]\npolicy = "{policy}"\n' + RTL_SLOTS + '[[slots]]\nfunction = "topk"\n'
+    hw = Node(node_bin, tmp_path / f"rtl-{policy}", config=config, extra=["--datapath", "rtl"])
+    try:
+        concurrent_topk(hw, node, clients=1, calls=6)
+    finally:
+        hops = slot_hops(hw)
+    # SLOT_FUNCS: top-k, top-k, echo, echo, min-max, MapId, SparseTransform, Bucketize
+    assert hops[:2] == ([3, 3] if policy == "rr" else [6, 0]), hops

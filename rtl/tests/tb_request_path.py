@@ -64,7 +64,8 @@ TENANT = 5
 ST_OK, ST_BUSY, ST_UNKNOWN_FUNCTION, ST_TOO_LARGE, ST_BAD_INPUT = 0, 1, 2, 3, 5
 ST_UNSUPPORTED, ST_UNREACHABLE = 10, 11
 # which build of the top (test_rtl.py): "" the default (one slot a function), "rr" / "jsq" two top-k
-# and two echo slots with the selector's RR or JSQ
+# and two echo slots with the selector's RR or JSQ, "runtime" the same slots with the policy at run
+# time (SLOT_POLICY 2: cfg_slot_policy, taken at reset), which runs only the slot tests
 SLOTS = os.environ.get("OFFRAC_RP_SLOTS", "")
 PEER = 9  # in the build's PEERS: a later hop there is forwarded
 DICTIONARY = [0xDEADBEEF, 7, 0, 0xFFFFFFFF, 12345, 7, 99, 1 << 20, 42, 0x80000000, 3, 5, 17]
@@ -314,6 +315,7 @@ def idle(dut: Any) -> None:
     dut.s_abort_valid.value = 0
     dut.s_abort_conn.value = 0
     dut.cfg_slot_mask.value = (1 << int(dut.SLOT_COUNT.value)) - 1  # every slot configured
+    dut.cfg_slot_policy.value = 0  # SLOT_POLICY 2: RR (unused with SLOT_POLICY 0 or 1)
 
 
 async def load_dictionary(dut: Any) -> None:
@@ -596,7 +598,7 @@ def traffic(rng: random.Random, per_conn: int, first: int, refusals: bool, chain
     return reqs
 
 
-@cocotb.test(skip=SLOTS == "jsq")
+@cocotb.test(skip=SLOTS in ("jsq", "runtime"))
 async def clients(dut: Any) -> None:
     """Interleaved connections, free output: answered as the software does."""
     idle(dut)
@@ -724,7 +726,7 @@ async def one_request_cycles(dut: Any) -> None:
         assert f["reassembly"] == 14, f  # 29 before the line-rate dispatcher
 
 
-@cocotb.test(skip=SLOTS == "jsq")
+@cocotb.test(skip=SLOTS in ("jsq", "runtime"))
 async def chains(dut: Any) -> None:
     """Chains of local hops answered as the software answers them; a later hop on PEER forwarded
     on the egress; mixed with single hops, paced, at full rate and under stalls of both outputs."""
@@ -1072,21 +1074,40 @@ async def slot_mask(dut: Any) -> None:
 async def slot_policy(dut: Any) -> None:
     """The selector's policy, as the core's: a long top-k runs in slot 0, a short one in slot 1 and is
     answered; a third goes, under RR, to slot 0 (its turn: behind the long one, answered after it),
-    under JSQ to slot 1 (as few queued bytes, and idle: answered before the long one)."""
+    under JSQ to slot 1 (as few queued bytes, and idle: answered before the long one). The runtime
+    build (SLOT_POLICY 2) does it with cfg_slot_policy 0 (RR), 1 (JSQ), then 0 again, each taken at
+    a reset; changed while not in reset it has no effect until the next."""
     idle(dut)
-    await start(dut)
+    runs = {"rr": ["rr"], "jsq": ["jsq"], "runtime": ["rr", "jsq", "rr"]}[SLOTS]
     rng = random.Random(102)
+    for n, policy in enumerate(runs):
+        dut.cfg_slot_policy.value = int(policy == "jsq")
+        if n == 0:
+            await start(dut)
+        else:
+            dut.rst.value = 1
+            await FallingEdge(dut.clk)
+            dut.rst.value = 0
+        if SLOTS == "runtime":
+            dut.cfg_slot_policy.value = int(policy != "jsq")  # taken at reset only: no effect now
+        await policy_order(dut, rng, 0x8100 + 0x10 * n, policy)
+
+
+async def policy_order(dut: Any, rng: random.Random, rid: int, policy: str) -> None:
+    """slot_policy's three top-k from an idle path: the third answered after the long one under RR,
+    before it under JSQ."""
     tap = Tap()
-    long, short, third = long_topk(rng, 0, 0x8100), short_topk(rng, 1, 0x8101), short_topk(rng, 2, 0x8102)
+    long, short, third = long_topk(rng, 0, rid), short_topk(rng, 1, rid + 1), short_topk(rng, 2, rid + 2)
     await pump(dut, tap, wire_beats(long, short), answered(short.rid))
     assert long.rid not in tap.answers(), "the long top-k was answered too soon for this test"
     await pump(dut, tap, wire_beats(third), answered(long.rid, third.rid))
     got = tap.answers()
-    dut._log.info("%s: long answered at cycle %d, third at %d", SLOTS, got[long.rid][0], got[third.rid][0])
-    if SLOTS == "rr":
+    dut._log.info("%s: long answered at cycle %d, third at %d", policy, got[long.rid][0], got[third.rid][0])
+    if policy == "rr":
         assert got[third.rid][0] > got[long.rid][0], "RR: the third should wait in slot 0's queue"
     else:
         assert got[third.rid][0] < got[long.rid][0], "JSQ: the third should go to the idle slot 1"
+    assert tap.starts == ({0: 2, 1: 1} if policy == "rr" else {0: 1, 1: 2}), tap.starts
     for r in (long, short, third):
         check_topk(r, got[r.rid][1])
 
@@ -1114,7 +1135,7 @@ async def full_slot_queue_passed(dut: Any) -> None:
         check_topk(r, got[r.rid][1])
 
 
-@cocotb.test(skip=SLOTS == "jsq")
+@cocotb.test(skip=SLOTS in ("jsq", "runtime"))
 async def topk_throughput(dut: Any) -> None:
     """Many top-k requests in flight (4 connections, 4 each, 256 bytes, sent back to back): the cycles
     until the last answer, logged (one top-k slot in the default build, two in the "rr" one; see

@@ -1,7 +1,11 @@
-"""cocotb testbench of rtl/offrac_selector.v: random slot states and requests against selector.rs's pick."""
+"""cocotb testbench of rtl/offrac_selector.v: random slot states and requests against selector.rs's pick.
+
+OFFRAC_SELECTOR_RUNTIME set (test_rtl.py's POLICY 2 build): the policy is the `policy` input, and
+runtime_policy checks the one build against RR with 0 and against JSQ with 1."""
 
 from __future__ import annotations
 
+import os
 import random
 from typing import Any
 
@@ -10,6 +14,7 @@ from cocotb.triggers import FallingEdge, ReadOnly
 from tb_util import sig, start
 
 SIZE_WIDTH = 32
+RUNTIME = bool(os.environ.get("OFFRAC_SELECTOR_RUNTIME"))
 
 
 @cocotb.test()
@@ -17,8 +22,32 @@ async def random_picks(dut: Any) -> None:
     """Every cycle a random request over random queue states; the pick and the RR turns as selector.rs."""
     n = int(dut.SLOT_COUNT.value)
     dut.slot_mask.value = (1 << n) - 1
+    dut.policy.value = 0  # POLICY 2: RR (unused with POLICY 0 or 1)
     await start(dut)
     await picks_as_core(dut, random.Random(8), [True] * n)
+
+
+@cocotb.test(skip=not RUNTIME)
+async def runtime_policy(dut: Any) -> None:
+    """POLICY 2 (run time): the same build picks as selector.rs's RR with the policy input 0 and as
+    its JSQ with 1, each from reset (RR's turns start over), over every slot and over a mask; then RR
+    again, so a JSQ run leaves no trace on the next RR one."""
+    assert int(dut.POLICY.value) == 2, "the runtime build has POLICY 2"
+    n = int(dut.SLOT_COUNT.value)
+    funcs = [int(dut.SLOT_FUNCS.value) >> (8 * i) & 0xFF for i in range(n)]
+    spares = [i > 0 and funcs[i] in funcs[:i] for i in range(n)]  # all but each function's first
+    for seed, (policy, mask) in enumerate(
+        [(0, [True] * n), (1, [True] * n), (1, spares), (0, spares), (0, [True] * n)]
+    ):
+        dut.policy.value = policy
+        dut.slot_mask.value = sum(int(m) << i for i, m in enumerate(mask))
+        if seed == 0:
+            await start(dut)
+        else:
+            dut.rst.value = 1
+            await FallingEdge(dut.clk)
+            dut.rst.value = 0
+        await picks_as_core(dut, random.Random(800 + seed), mask)
 
 
 @cocotb.test()
@@ -38,6 +67,7 @@ async def masked_picks(dut: Any) -> None:
         ]
     ):
         dut.slot_mask.value = sum(int(m) << i for i, m in enumerate(mask))
+        dut.policy.value = 0
         if seed == 0:
             await start(dut)  # the clock (the previous test's stopped with it), and reset
         else:
@@ -53,7 +83,8 @@ async def picks_as_core(dut: Any, rng: random.Random, mask: list[bool]) -> None:
     n = int(dut.SLOT_COUNT.value)
     funcs = [int(dut.SLOT_FUNCS.value) >> (8 * i) & 0xFF for i in range(n)]
     cap = int(dut.QUEUE_BYTES.value)
-    jsq = int(dut.POLICY.value) == 1
+    # the build's policy, or with POLICY 2 (run time) the policy input's
+    jsq = int(dut.POLICY.value) == 1 or (int(dut.POLICY.value) == 2 and sig(dut.policy) == 1)
     nxt = [0] * 256  # the core's turn: an index into the function's list of slots
     picks = 0
     for _ in range(3000):

@@ -189,17 +189,19 @@ def test_accel_against_software(toplevel: str, bench: str) -> None:
     run(toplevel, bench, BUILD / toplevel, PARAMETERS.get(toplevel, {}), env)
 
 
-@pytest.mark.parametrize("policy", ["rr", "jsq"])
+@pytest.mark.parametrize("policy", ["rr", "jsq", "runtime"])
 def test_request_path_slots(policy: str) -> None:
     """The top with two top-k and two echo slots (and one of each other function), the selector's RR
-    or JSQ: tb_request_path's slot tests (and, under RR, its random and chain rounds)."""
+    or JSQ: tb_request_path's slot tests (and, under RR, its random and chain rounds); or the policy
+    at run time (SLOT_POLICY 2, cfg_slot_policy at reset, as the Verilated datapath is built): its
+    slot tests, the policy test under both values in one build."""
     env = {"OFFRAC_ACCEL_ORACLE": str(accel_oracle()), "OFFRAC_RP_SLOTS": policy}
     params = PARAMETERS["offrac_request_path"] | {
         # slots 0 and 1 top-k, 2 and 3 echo, then min-max, MapId, SparseTransform, Bucketize
         "SLOT_COUNT": 8,
         "SLOT_FUNCS": "64'h0807060300000101",
         "SLOT_DEPTH": 2,  # two requests fill a slot queue (full_slot_queue_passed)
-        "SLOT_POLICY": {"rr": 0, "jsq": 1}[policy],
+        "SLOT_POLICY": {"rr": 0, "jsq": 1, "runtime": 2}[policy],
     }
     run("offrac_request_path", "tb_request_path", BUILD / f"request-path-slots-{policy}", params, env)
 
@@ -271,6 +273,7 @@ BAD_PARAMETERS = [
         "exceeds BUF_BYTES (1024)",
     ),
     ("offrac_request_path", PATH_BASE, {"DESC_DEPTH": 0}, "DESC_DEPTH_below_1", "DESC_DEPTH (0)"),
+    ("offrac_request_path", PATH_BASE, {"SLOT_POLICY": 3}, "POLICY_not_0_1_2", "POLICY (3)"),
 ]
 
 
@@ -481,16 +484,18 @@ def test_slot_stage(funcs: tuple[int, ...], capacity: int, policy: str) -> None:
     print(name, json.loads(summary.read_text()))
 
 
-@pytest.mark.parametrize("policy", ["rr", "jsq"])
+@pytest.mark.parametrize("policy", ["rr", "jsq", "runtime"])
 def test_selector(policy: str) -> None:
+    """tb_selector against selector.rs; "runtime": one build (POLICY 2) with the policy input 0 and 1."""
     funcs = (1, 0, 2, 1, 0, 1)
     params = {
         "SLOT_COUNT": len(funcs),
         "SLOT_FUNCS": f"{8 * len(funcs)}'h{sum(f << (8 * i) for i, f in enumerate(funcs)):x}",
         "QUEUE_BYTES": 1000,
-        "POLICY": {"rr": 0, "jsq": 1}[policy],
+        "POLICY": {"rr": 0, "jsq": 1, "runtime": 2}[policy],
     }
-    run("offrac_selector", "tb_selector", BUILD / f"selector-{policy}", params, {})
+    env = {"OFFRAC_SELECTOR_RUNTIME": "1"} if policy == "runtime" else {}
+    run("offrac_selector", "tb_selector", BUILD / f"selector-{policy}", params, env)
 
 
 @pytest.mark.skipif(not os.environ.get("OFFRAC_RTL_FULL"), reason="long: make rtl-mapid-full")

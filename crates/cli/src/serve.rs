@@ -122,7 +122,12 @@ fn run_rtl(a: &Args) -> Result<(), CliError> {
             }
             let mask = offrac_rtl_model::slot_mask(&settings.slots)
                 .map_err(|e| CliError::Usage(format!("{path}: {e}")))?;
-            (settings.dictionary, settings.borders, mask)
+            (
+                settings.dictionary,
+                settings.borders,
+                mask,
+                settings.slot_policy,
+            )
         }
         // no file: the instance's own functions with the node's built-in state
         None => {
@@ -131,6 +136,7 @@ fn run_rtl(a: &Args) -> Result<(), CliError> {
                 s.dictionary.keys(),
                 s.borders.to_vec(),
                 offrac_rtl_model::DEFAULT_SLOT_MASK,
+                offrac_rtl_model::SlotPolicy::Rr,
             )
         }
     };
@@ -145,9 +151,17 @@ fn run_rtl(a: &Args) -> Result<(), CliError> {
     let (tx, rx) = std::sync::mpsc::channel();
     let flag = Arc::clone(&stop);
     let worker = std::thread::spawn(move || {
-        offrac_rtl_model::serve(listener, &flag, &state.0, &state.1, state.2, move || {
-            let _ = tx.send(());
-        })
+        offrac_rtl_model::serve(
+            listener,
+            &flag,
+            &state.0,
+            &state.1,
+            state.2,
+            state.3,
+            move || {
+                let _ = tx.send(());
+            },
+        )
     });
     if rx.recv().is_ok() {
         let line = serde_json::json!({"event": "listening", "addr": addr.to_string(), "metrics": null, "attach": [], "datapath": "rtl"});
@@ -194,6 +208,10 @@ fn rtl_settings(c: &offrac_node::NodeConfig) -> offrac_rtl_model::RtlSettings {
             .iter()
             .map(|s| (s.function.id(), s.function.name().to_string(), s.spare))
             .collect(),
+        slot_policy: match c.engine.slot_policy {
+            offrac_core::SlotPolicy::Rr => offrac_rtl_model::SlotPolicy::Rr,
+            offrac_core::SlotPolicy::Jsq => offrac_rtl_model::SlotPolicy::Jsq,
+        },
         buffers: c.engine.buffers,
         buffer_bytes: c.engine.buffer_bytes,
         max_payload: c.engine.max_payload,

@@ -26,6 +26,7 @@ struct RpIn {
     uint8_t abort_conn;
     uint8_t rst;
     uint32_t slot_mask;
+    uint8_t slot_policy;
 };
 
 struct RpOut {
@@ -88,6 +89,7 @@ void rp_cycle(void* p, const RpIn* in, RpOut* out) {
     t->s_abort_valid = in->abort_valid;
     t->s_abort_conn = in->abort_conn;
     t->cfg_slot_mask = in->slot_mask;
+    t->cfg_slot_policy = in->slot_policy;
     t->clk = 0;
     t->eval();
     out->in_taken = in->valid && t->s_axis_tready && !in->rst;

@@ -11,6 +11,27 @@ use crate::params::{
 };
 use crate::RtlError;
 
+/// The selector's policy (`[selector] policy`), which the instance takes at
+/// reset on `cfg_slot_policy` (it is built with `SLOT_POLICY` 2, run time).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SlotPolicy {
+    /// Round robin over a function's slots (`cfg_slot_policy` 0).
+    #[default]
+    Rr,
+    /// Join the shortest queue (`cfg_slot_policy` 1).
+    Jsq,
+}
+
+impl SlotPolicy {
+    /// The value of `cfg_slot_policy`.
+    pub fn code(self) -> u8 {
+        match self {
+            SlotPolicy::Rr => 0,
+            SlotPolicy::Jsq => 1,
+        }
+    }
+}
+
 /// The parts of a node configuration that matter to the RTL, as plain data
 /// (the CLI fills it from `offrac_node::NodeConfig`).
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -20,6 +41,8 @@ pub struct RtlSettings {
     pub peers: Vec<u8>,
     /// `[[slots]]` in order: the function's id and name, and `spare`.
     pub slots: Vec<(u8, String, bool)>,
+    /// `[selector] policy`.
+    pub slot_policy: SlotPolicy,
     /// `[pool] buffers`, `buffer_bytes`, and `max_payload`.
     pub buffers: usize,
     pub buffer_bytes: u64,

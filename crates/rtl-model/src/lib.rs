@@ -16,10 +16,10 @@ mod model;
 #[cfg(feature = "model")]
 mod serve;
 
-pub use check::{check_settings, slot_mask, RtlSettings};
+pub use check::{check_settings, slot_mask, RtlSettings, SlotPolicy};
 #[cfg(feature = "model")]
 pub use model::{Model, OutBeat};
-pub use params::{CONNECTIONS, DEFAULT_SLOT_MASK, MAX_PAYLOAD, SLOT_FUNCS};
+pub use params::{CONNECTIONS, DEFAULT_SLOT_MASK, MAX_PAYLOAD, SLOT_FUNCS, SLOT_POLICY_RUNTIME};
 #[cfg(feature = "model")]
 pub use serve::{serve, ServeStats};
 

@@ -4,7 +4,7 @@ use std::collections::VecDeque;
 use std::ffi::c_void;
 
 use crate::params::{CONNECTIONS, DEFAULT_SLOT_MASK, SLOT_FUNCS};
-use crate::RtlError;
+use crate::{RtlError, SlotPolicy};
 
 #[repr(C)]
 struct RpIn {
@@ -24,6 +24,7 @@ struct RpIn {
     abort_conn: u8,
     rst: u8,
     slot_mask: u32,
+    slot_policy: u8,
 }
 
 #[repr(C)]
@@ -91,6 +92,8 @@ pub struct Model {
     pub out_ready: bool,
     /// The configured slots (`cfg_slot_mask`, taken at reset).
     slot_mask: u32,
+    /// The selector's policy (`cfg_slot_policy`, taken at reset).
+    slot_policy: SlotPolicy,
     /// Per slot ([`SLOT_FUNCS`]): the hops it has started.
     slot_starts: [u64; SLOT_FUNCS.len()],
 }
@@ -116,6 +119,13 @@ impl Model {
     /// [`SLOT_FUNCS`]; [`crate::slot_mask`] makes it from a node's `[[slots]]`
     /// and checks it). A slot outside it is never chosen and stays idle.
     pub fn with_slot_mask(mask: u32) -> Self {
+        Self::with_slots(mask, SlotPolicy::Rr)
+    }
+
+    /// A fresh model whose configured slots are `mask` (as
+    /// [`Model::with_slot_mask`]) and whose selector picks among them by
+    /// `policy` (the node's `[selector] policy`, `cfg_slot_policy`).
+    pub fn with_slots(mask: u32, policy: SlotPolicy) -> Self {
         // SAFETY: rp_new allocates a model that only rp_free releases (in Drop).
         let raw = unsafe { rp_new() };
         assert!(!raw.is_null(), "rp_new returned null");
@@ -125,6 +135,7 @@ impl Model {
             output: VecDeque::new(),
             out_ready: true,
             slot_mask: mask,
+            slot_policy: policy,
             slot_starts: [0; SLOT_FUNCS.len()],
         };
         m.reset(4);
@@ -172,6 +183,7 @@ impl Model {
             abort_conn: 0,
             rst: 0,
             slot_mask: self.slot_mask,
+            slot_policy: self.slot_policy.code(),
         }
     }
 
@@ -291,6 +303,11 @@ impl Model {
     /// The configured slots (bit *i*: slot *i* of [`SLOT_FUNCS`]).
     pub fn slot_mask(&self) -> u32 {
         self.slot_mask
+    }
+
+    /// The selector's policy (taken at reset).
+    pub fn slot_policy(&self) -> SlotPolicy {
+        self.slot_policy
     }
 
     /// Per slot of [`SLOT_FUNCS`]: the hops it has started (its queue's

@@ -53,6 +53,10 @@ pub const SLOT_FUNCS: [u8; 8] = [1, 1, 0, 0, 3, 6, 7, 8];
 /// The slot mask without a configuration file: the first slot of each
 /// hosted function (one slot a function, as before the spare slots).
 pub const DEFAULT_SLOT_MASK: u32 = 0b1111_0101;
+/// The selector's policy is a run-time input (`SLOT_POLICY` 2): the node's
+/// `[selector] policy` goes in on `cfg_slot_policy` at reset (0 RR, 1 JSQ),
+/// as the slot mask does, so one build serves either.
+pub const SLOT_POLICY_RUNTIME: u32 = 2;
 
 /// The `-G` parameters Verilator gets for the top.
 pub fn verilator_parameters() -> Vec<String> {
@@ -72,6 +76,7 @@ pub fn verilator_parameters() -> Vec<String> {
         format!("-GBUCKET_SETS_MAX={BUCKET_SETS_MAX}"),
         format!("-GBUCKET_BORDERS_MAX={BUCKET_BORDERS_MAX}"),
         format!("-GSLOT_COUNT={}", SLOT_FUNCS.len()),
+        format!("-GSLOT_POLICY={SLOT_POLICY_RUNTIME}"),
         format!(
             "-GSLOT_FUNCS={}'h{}",
             8 * SLOT_FUNCS.len(),

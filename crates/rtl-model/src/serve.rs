@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use crate::model::Model;
 use crate::params::CONNECTIONS;
-use crate::RtlError;
+use crate::{RtlError, SlotPolicy};
 
 /// Input bytes buffered per connection before reading pauses.
 const IN_CAP: usize = 256 * 1024;
@@ -75,7 +75,8 @@ struct Conn {
 /// (distinct keys in index order) and Bucketize's border `sets` (both checked
 /// against the instance by `check_settings`; the node's built-in ones when
 /// its configuration has none), on the slots of `slot_mask` (bit *i*: slot
-/// *i* of `SLOT_FUNCS`, from [`crate::slot_mask`]). `ready` is called once
+/// *i* of `SLOT_FUNCS`, from [`crate::slot_mask`]) picked by `slot_policy`
+/// (the node's `[selector] policy`). `ready` is called once
 /// both are in and clients can be served.
 pub fn serve(
     listener: TcpListener,
@@ -83,15 +84,17 @@ pub fn serve(
     dictionary: &[u32],
     borders: &[Vec<f32>],
     slot_mask: u32,
+    slot_policy: SlotPolicy,
     ready: impl FnOnce(),
 ) -> Result<ServeStats, RtlError> {
-    let mut model = Model::with_slot_mask(slot_mask);
+    let mut model = Model::with_slots(slot_mask, slot_policy);
     let d = model.load_dictionary(dictionary)?;
     let sets = model.load_borders(borders)?;
     tracing::info!(
         keys = d,
         border_sets = sets,
         slot_mask = format!("{slot_mask:#x}"),
+        slot_policy = ?slot_policy,
         cycles = model.cycles(),
         "RTL datapath ready (MapId dictionary and Bucketize borders loaded)"
     );

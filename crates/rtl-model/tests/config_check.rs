@@ -7,7 +7,7 @@ use offrac_rtl_model::params::{
     BUCKET_BORDERS_MAX, BUCKET_SETS_MAX, BUF_BYTES, BUF_COUNT, HOSTED, MAPID_DICT_MAX, MAX_PAYLOAD,
 };
 use offrac_rtl_model::{
-    check_settings, slot_mask, RtlError, RtlSettings, DEFAULT_SLOT_MASK, SLOT_FUNCS,
+    check_settings, slot_mask, RtlError, RtlSettings, SlotPolicy, DEFAULT_SLOT_MASK, SLOT_FUNCS,
 };
 
 fn ok() -> RtlSettings {
@@ -18,6 +18,7 @@ fn ok() -> RtlSettings {
             .iter()
             .map(|&i| (i, format!("f{i}"), false))
             .collect(),
+        slot_policy: SlotPolicy::Rr,
         buffers: BUF_COUNT,
         buffer_bytes: BUF_BYTES as u64,
         max_payload: MAX_PAYLOAD as u64,
@@ -159,4 +160,17 @@ fn a_dictionary_is_loaded_as_its_distinct_keys_in_index_order() {
     let b = Dictionary::builtin();
     assert_eq!(b.keys().len(), 32768);
     assert_eq!(Dictionary::from_keys(b.keys()), b);
+}
+
+#[test]
+fn either_slot_policy_is_hosted() {
+    // the instance takes the policy at reset (SLOT_POLICY 2, cfg_slot_policy): no refusal, no warning
+    for policy in [SlotPolicy::Rr, SlotPolicy::Jsq] {
+        let s = RtlSettings {
+            slot_policy: policy,
+            ..ok()
+        };
+        assert_eq!(check_settings(&s).expect("hosted"), Vec::<String>::new());
+    }
+    assert_eq!((SlotPolicy::Rr.code(), SlotPolicy::Jsq.code()), (0, 1));
 }

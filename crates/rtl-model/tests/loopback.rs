@@ -181,7 +181,8 @@ fn serve() -> Served {
     let (ready_tx, ready) = std::sync::mpsc::channel();
     let thread = std::thread::spawn(move || {
         let mask = offrac_rtl_model::DEFAULT_SLOT_MASK;
-        offrac_rtl_model::serve(listener, &flag, &keys, &borders, mask, move || {
+        let policy = offrac_rtl_model::SlotPolicy::Rr;
+        offrac_rtl_model::serve(listener, &flag, &keys, &borders, mask, policy, move || {
             let _ = ready_tx.send(());
         })
         .expect("the driver serves")
@@ -604,5 +605,45 @@ fn two_topk_slots_both_run_when_configured() {
     assert!(
         short2 * 10 < short1,
         "two slots: the short top-k ({short2} cycles) did not wait ({short1} with one)"
+    );
+}
+
+/// The selector's policy (`cfg_slot_policy`, taken at reset) with both top-k
+/// slots configured: four short top-k calls one at a time (each answered
+/// before the next goes in). RR alternates the slots (its turn moves past
+/// the one chosen); JSQ finds both queues empty and both slots idle each
+/// time and picks the lowest index. Answers checked against the software.
+fn topk_one_at_a_time(policy: offrac_rtl_model::SlotPolicy) -> Vec<u64> {
+    let mask = offrac_rtl_model::DEFAULT_SLOT_MASK | 0b10;
+    let mut m = Model::with_slots(mask, policy);
+    assert_eq!((m.slot_mask(), m.slot_policy()), (mask, policy));
+    let mut r = Lcg(9);
+    for id in 1..=4u64 {
+        let call = Call {
+            id,
+            function: 1,
+            param: 8,
+            payload: (0..64)
+                .flat_map(|_| (r.next() as i32).to_le_bytes())
+                .collect(),
+        };
+        m.push(0, &wire(&call));
+        let mut out = Vec::new();
+        run_until_idle(&mut m, |b| out.extend_from_slice(b.payload()));
+        check(&out, &[&call]);
+    }
+    m.slot_starts().to_vec()
+}
+
+#[test]
+fn slot_policy_taken_at_reset() {
+    use offrac_rtl_model::SlotPolicy;
+    assert_eq!(
+        topk_one_at_a_time(SlotPolicy::Rr),
+        vec![2, 2, 0, 0, 0, 0, 0, 0]
+    );
+    assert_eq!(
+        topk_one_at_a_time(SlotPolicy::Jsq),
+        vec![4, 0, 0, 0, 0, 0, 0, 0]
     );
 }
