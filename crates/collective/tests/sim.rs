@@ -489,7 +489,7 @@ fn bad_calls_are_refused_at_once() {
 }
 
 /// A scatter's root and a gather's non-roots copy each byte of their input
-/// once (into the messages that carry it, or into the work buffer for the
+/// once, and no rank zeroes its work buffer first (into the messages that carry it, or into the work buffer for the
 /// root's own block), not into the work buffer and again into the messages
 /// (and the root's own block a third time into its answer): seeded runs of
 /// 2–6 ranks, random segment sizes and thresholds, results against the
@@ -533,14 +533,24 @@ fn scatter_root_and_gather_senders_copy_their_input_once() {
                 out == reference(&c, &inputs, r),
                 "seed {seed} {op:?} rank {r}"
             );
-            let copied = w.ranks[r].stats().copied_bytes;
+            let st = w.ranks[r].stats();
+            let copied = st.copied_bytes;
             let root = r == c.root as usize;
+            // No rank zeroes a work buffer: a gather's root fills its
+            // buffer in order as the blocks come (every block comes).
+            assert_eq!(
+                st.zeroed_bytes, 0,
+                "seed {seed} {op:?} n={n} rank {r} (root {root})"
+            );
             // Each byte of the input once; a gather's root also copies
-            // each received block in once.
+            // each received block in once, and its own block, when it is
+            // not the first, once more (kept aside until the blocks before
+            // it came).
             let want = match (op, root) {
                 (Op::Scatter, true) => n as u64 * len,
                 (Op::Scatter, false) => len,
-                (_, true) => n as u64 * len,
+                (_, true) if c.root == 0 => n as u64 * len,
+                (_, true) => (n as u64 + 1) * len,
                 (_, false) => len,
             };
             assert_eq!(
