@@ -695,3 +695,59 @@ fn rendezvous_says_ready_one_step_ahead() {
         }
     }
 }
+
+/// A gather's root fills its work buffer in order, not zeroed: bytes that
+/// overlap bytes it has (a segment sent twice, or two segments that
+/// overlap) fail the collective (`BadInput`) rather than leave a hole in
+/// the answer, however they arrive; the same bytes in whole, out-of-order
+/// segments give the answer.
+#[test]
+fn gather_root_refuses_overlapping_segments() {
+    let cfg = Config {
+        eager_max_bytes: 1 << 20,
+        ..Config::default()
+    };
+    let devices = [2u8, 5];
+    let c = Call {
+        op: Op::Gather,
+        dtype: Dtype::I32,
+        redop: RedOp::None,
+        root: 0,
+        count: 300,
+        algorithm: Algorithm::OneToAll,
+    };
+    let mine = vec![1u8; 1200];
+    let theirs: Vec<u8> = (0..1200).map(|i| i as u8).collect();
+    // (offset, end) of rank 1's segments, in the order they come.
+    let cases: [(&[(usize, usize)], bool); 4] = [
+        (&[(1800, 2400), (1200, 1800)], true),
+        (&[(2100, 2400), (1500, 2100), (1200, 1500)], true),
+        (&[(1800, 2400), (1800, 2400)], false),
+        (&[(1500, 2100), (1200, 1800)], false),
+    ];
+    for (i, (segs, ok)) in cases.into_iter().enumerate() {
+        let mut m = Collectives::new(2, cfg.clone());
+        let call = payload(&c, 20 + i as u64, &devices, &mine);
+        m.handle_call(Instant::from_nanos(0), 1, &call, |_| true);
+        let (d, _) = Descriptor::decode(&call).unwrap();
+        for &(a, b) in segs {
+            let msg = d.message(Kind::Data, 1, 0, a as u32, &theirs[a - 1200..b - 1200]);
+            m.handle_message_owned(Instant::from_nanos(1), msg).unwrap();
+        }
+        let mut result = None;
+        while let Some(o) = m.poll() {
+            if let Out::Done { result: r, .. } = o {
+                result = Some(r);
+            }
+        }
+        match (result, ok) {
+            (Some(Ok(out)), true) => {
+                assert_eq!(out.len(), 2400, "case {i}");
+                assert!(out[..1200] == mine[..] && out[1200..] == theirs[..], "case {i}");
+                assert_eq!(m.stats().zeroed_bytes, 0, "case {i}");
+            }
+            (Some(Err(f)), false) => assert_eq!(f.kind, FailKind::BadInput, "case {i}"),
+            (r, _) => panic!("case {i}: {r:?}"),
+        }
+    }
+}
