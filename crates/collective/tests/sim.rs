@@ -743,7 +743,10 @@ fn gather_root_refuses_overlapping_segments() {
         match (result, ok) {
             (Some(Ok(out)), true) => {
                 assert_eq!(out.len(), 2400, "case {i}");
-                assert!(out[..1200] == mine[..] && out[1200..] == theirs[..], "case {i}");
+                assert!(
+                    out[..1200] == mine[..] && out[1200..] == theirs[..],
+                    "case {i}"
+                );
                 assert_eq!(m.stats().zeroed_bytes, 0, "case {i}");
             }
             (Some(Err(f)), false) => assert_eq!(f.kind, FailKind::BadInput, "case {i}"),
