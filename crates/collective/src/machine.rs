@@ -20,7 +20,7 @@ use crate::reduce::combine;
 use crate::wire::{Algorithm, Descriptor, Kind, Members, WireError};
 use offrac_core::Instant;
 use rustc_hash::{FxHashMap, FxHashSet};
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
 /// The driver's handle for a call, given back with its answer.
@@ -167,6 +167,11 @@ struct Running {
     ready: FxHashSet<(usize, u32)>,
     /// Messages for later steps.
     stash: Vec<(Descriptor, Kept)>,
+    /// The work buffer is filled in order, not zeroed first (`fills_in_order`):
+    /// its bytes so far are `work`, the data that came ahead of them wait
+    /// here (keyed by where they go in the work buffer), moved or copied as
+    /// a stashed message is.
+    ahead: Option<BTreeMap<usize, Kept>>,
     deadline: Instant,
     timeout: Duration,
 }
@@ -217,6 +222,29 @@ impl Msg<'_> {
     }
 }
 
+/// A message's body handed to [`apply`]: lent by the caller, or kept.
+enum Body<'a> {
+    Msg(Msg<'a>, usize),
+    Kept(Kept),
+}
+
+impl Body<'_> {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Body::Msg(m, at) => &m.bytes()[*at..],
+            Body::Kept(k) => k.body(),
+        }
+    }
+
+    /// Kept for later: moved if owned, else copied (`true`).
+    fn keep(self) -> (Kept, bool) {
+        match self {
+            Body::Msg(m, at) => m.keep(at),
+            Body::Kept(k) => (k, false),
+        }
+    }
+}
+
 /// Messages for a collective not called here yet.
 #[derive(Debug, Default)]
 struct Early {
@@ -243,6 +271,9 @@ pub struct Stats {
     /// for it (moved when the driver hands the message over, copied into
     /// `copied_bytes` too when it lends it).
     pub stashed_bytes: u64,
+    /// Bytes of work buffers zeroed before their data came (a buffer only
+    /// part of which the input fills, and not filled in order).
+    pub zeroed_bytes: u64,
 }
 
 pub struct Collectives {
@@ -479,6 +510,7 @@ impl Collectives {
             ms => Duration::from_millis(ms as u64).min(self.cfg.max_timeout),
         };
         let mut prebuilt = Vec::new();
+        let mut ahead = None;
         let work = if p.sends_from_input {
             // The sends' messages straight from the input; the work buffer
             // only the input's part that is the output.
@@ -496,11 +528,29 @@ impl Collectives {
             } else {
                 input[at(&held)].to_vec()
             }
+        } else if fills_in_order(&p) {
+            // Every byte of the work buffer comes once (the input, then
+            // whole receives): no zeroing, the buffer grows in order.
+            let mut work = Vec::with_capacity(p.work_len);
+            let mut wait = BTreeMap::new();
+            if !p.input.is_empty() {
+                self.stats.copied_bytes += input.len() as u64;
+                let at = in_work(&p, &p.input).start;
+                if at == 0 {
+                    work.extend_from_slice(input);
+                } else {
+                    let buf = input.to_vec();
+                    wait.insert(at, Kept { buf, at: 0 });
+                }
+            }
+            ahead = Some(wait);
+            work
         } else if !ignored && in_work(&p, &p.input) == (0..p.work_len) {
             // The input fills the work buffer: no zeroing first.
             self.stats.copied_bytes += input.len() as u64;
             input.to_vec()
         } else {
+            self.stats.zeroed_bytes += p.work_len as u64;
             let mut work = vec![0u8; p.work_len];
             if !ignored {
                 self.stats.copied_bytes += input.len() as u64;
@@ -523,6 +573,7 @@ impl Collectives {
             prebuilt,
             ready: FxHashSet::default(),
             stash: Vec::new(),
+            ahead,
             deadline: now + timeout,
             timeout,
         };
@@ -607,6 +658,7 @@ impl Collectives {
                 ),
             ))
         } else {
+            let body = Body::Msg(msg, at);
             apply(run, &self.cfg, &mut self.out, &mut self.stats, &d, body)
         };
         match res {
@@ -798,6 +850,19 @@ impl Collectives {
                 return;
             };
             if r.step == r.plan.steps.len() {
+                if r.ahead.is_some() && r.work.len() != r.plan.work_len {
+                    // Not reached: the receives tile the buffer exactly.
+                    let f = Failure::new(
+                        FailKind::BadInput,
+                        None,
+                        format!(
+                            "{} of {} bytes of the work buffer came",
+                            r.work.len(),
+                            r.plan.work_len
+                        ),
+                    );
+                    return self.fail(now, key, f, true);
+                }
                 let r = self.running.remove(&key).expect("running");
                 self.finished.insert(key, now + self.cfg.early_ttl);
                 self.succeeded
@@ -872,6 +937,76 @@ impl Collectives {
             }
         }
     }
+}
+
+/// Whether the work buffer may be filled in order instead of zeroed first:
+/// one step, no send reading the buffer, and the receives (copied, not
+/// reduced) and the input tile it (a gather's root, a scatter's non-root,
+/// a one-to-all broadcast's non-root). The receives are exact (a step ends
+/// when each has its bytes, none more), and [`fill`] refuses overlaps, so
+/// every byte of the buffer comes exactly once.
+fn fills_in_order(p: &Plan) -> bool {
+    let [step] = &p.steps[..] else {
+        return false;
+    };
+    if p.combine != Combine::Copy || p.sends_from_input || !step.sends.is_empty() {
+        return false;
+    }
+    let mut parts: Vec<_> = step.recvs.iter().map(|t| in_work(p, &t.range)).collect();
+    if !p.input.is_empty() {
+        parts.push(in_work(p, &p.input));
+    }
+    parts.sort_by_key(|r| r.start);
+    let mut end = 0;
+    for r in parts {
+        if r.start != end {
+            return false;
+        }
+        end = r.end;
+    }
+    end == p.work_len && end > 0
+}
+
+/// Bytes for `at..` of a work buffer filled in order: appended if they
+/// are next, else kept in `ahead` until the bytes before them came
+/// (moved if the message is owned); then whatever is next in `ahead`
+/// follows. `Err`: they overlap bytes that came already.
+fn fill(
+    work: &mut Vec<u8>,
+    ahead: &mut BTreeMap<usize, Kept>,
+    stats: &mut Stats,
+    at: usize,
+    msg: Body<'_>,
+) -> Result<(), ()> {
+    let len = msg.bytes().len();
+    if len == 0 {
+        return Ok(());
+    }
+    if at < work.len() || ahead.contains_key(&at) {
+        return Err(());
+    }
+    if at > work.len() {
+        let (kept, copied) = msg.keep();
+        if copied {
+            stats.copied_bytes += len as u64;
+        }
+        ahead.insert(at, kept);
+        return Ok(());
+    }
+    stats.copied_bytes += len as u64;
+    work.extend_from_slice(msg.bytes());
+    while let Some(e) = ahead.first_entry() {
+        if *e.key() > work.len() {
+            break;
+        }
+        if *e.key() < work.len() {
+            return Err(());
+        }
+        let k = e.remove();
+        stats.copied_bytes += k.body().len() as u64;
+        work.extend_from_slice(k.body());
+    }
+    Ok(())
 }
 
 /// Where `range` (of the collective's layout) sits in the work buffer. The
@@ -1005,7 +1140,7 @@ fn enter(
         .partition(|(d, _)| d.step == now_step);
     r.stash = later;
     for (d, kept) in mine {
-        apply(r, cfg, out, stats, &d, kept.body())?;
+        apply(r, cfg, out, stats, &d, Body::Kept(kept))?;
     }
     Ok(())
 }
@@ -1075,9 +1210,10 @@ fn apply(
     out: &mut VecDeque<Out>,
     stats: &mut Stats,
     d: &Descriptor,
-    body: &[u8],
+    msg: Body<'_>,
 ) -> Result<(), Failure> {
     let src = d.src as usize;
+    let body = msg.bytes();
     match d.kind {
         Kind::Ready => {
             r.ready.insert((src, d.step));
@@ -1108,6 +1244,26 @@ fn apply(
                 r.plan.combine
             };
             let into = in_work(&r.plan, &(at..end));
+            if let Some(ahead) = &mut r.ahead {
+                r.got[i] += body.len();
+                if r.got[i] > step.recvs[i].range.len() {
+                    return Err(Failure::new(
+                        FailKind::BadInput,
+                        r.devices.get(src).copied(),
+                        format!("rank {src} sent more than expected in step {}", r.step),
+                    ));
+                }
+                return fill(&mut r.work, ahead, stats, into.start, msg).map_err(|()| {
+                    Failure::new(
+                        FailKind::BadInput,
+                        r.devices.get(src).copied(),
+                        format!(
+                            "rank {src} sent bytes {at}..{end} in step {}, which overlap bytes this rank has",
+                            r.step
+                        ),
+                    )
+                });
+            }
             stats.copied_bytes += body.len() as u64;
             match combine_now {
                 Combine::Copy => r.work[into].copy_from_slice(body),

@@ -489,7 +489,7 @@ fn bad_calls_are_refused_at_once() {
 }
 
 /// A scatter's root and a gather's non-roots copy each byte of their input
-/// once (into the messages that carry it, or into the work buffer for the
+/// once, and no rank zeroes its work buffer first (into the messages that carry it, or into the work buffer for the
 /// root's own block), not into the work buffer and again into the messages
 /// (and the root's own block a third time into its answer): seeded runs of
 /// 2–6 ranks, random segment sizes and thresholds, results against the
@@ -533,14 +533,24 @@ fn scatter_root_and_gather_senders_copy_their_input_once() {
                 out == reference(&c, &inputs, r),
                 "seed {seed} {op:?} rank {r}"
             );
-            let copied = w.ranks[r].stats().copied_bytes;
+            let st = w.ranks[r].stats();
+            let copied = st.copied_bytes;
             let root = r == c.root as usize;
+            // No rank zeroes a work buffer: a gather's root fills its
+            // buffer in order as the blocks come (every block comes).
+            assert_eq!(
+                st.zeroed_bytes, 0,
+                "seed {seed} {op:?} n={n} rank {r} (root {root})"
+            );
             // Each byte of the input once; a gather's root also copies
-            // each received block in once.
+            // each received block in once, and its own block, when it is
+            // not the first, once more (kept aside until the blocks before
+            // it came).
             let want = match (op, root) {
                 (Op::Scatter, true) => n as u64 * len,
                 (Op::Scatter, false) => len,
-                (_, true) => n as u64 * len,
+                (_, true) if c.root == 0 => n as u64 * len,
+                (_, true) => (n as u64 + 1) * len,
                 (_, false) => len,
             };
             assert_eq!(
@@ -682,6 +692,65 @@ fn rendezvous_says_ready_one_step_ahead() {
                 2 * (n as u64 - 1),
                 "seed {seed}"
             );
+        }
+    }
+}
+
+/// A gather's root fills its work buffer in order, not zeroed: bytes that
+/// overlap bytes it has (a segment sent twice, or two segments that
+/// overlap) fail the collective (`BadInput`) rather than leave a hole in
+/// the answer, however they arrive; the same bytes in whole, out-of-order
+/// segments give the answer.
+#[test]
+fn gather_root_refuses_overlapping_segments() {
+    let cfg = Config {
+        eager_max_bytes: 1 << 20,
+        ..Config::default()
+    };
+    let devices = [2u8, 5];
+    let c = Call {
+        op: Op::Gather,
+        dtype: Dtype::I32,
+        redop: RedOp::None,
+        root: 0,
+        count: 300,
+        algorithm: Algorithm::OneToAll,
+    };
+    let mine = vec![1u8; 1200];
+    let theirs: Vec<u8> = (0..1200).map(|i| i as u8).collect();
+    // (offset, end) of rank 1's segments, in the order they come.
+    let cases: [(&[(usize, usize)], bool); 4] = [
+        (&[(1800, 2400), (1200, 1800)], true),
+        (&[(2100, 2400), (1500, 2100), (1200, 1500)], true),
+        (&[(1800, 2400), (1800, 2400)], false),
+        (&[(1500, 2100), (1200, 1800)], false),
+    ];
+    for (i, (segs, ok)) in cases.into_iter().enumerate() {
+        let mut m = Collectives::new(2, cfg.clone());
+        let call = payload(&c, 20 + i as u64, &devices, &mine);
+        m.handle_call(Instant::from_nanos(0), 1, &call, |_| true);
+        let (d, _) = Descriptor::decode(&call).unwrap();
+        for &(a, b) in segs {
+            let msg = d.message(Kind::Data, 1, 0, a as u32, &theirs[a - 1200..b - 1200]);
+            m.handle_message_owned(Instant::from_nanos(1), msg).unwrap();
+        }
+        let mut result = None;
+        while let Some(o) = m.poll() {
+            if let Out::Done { result: r, .. } = o {
+                result = Some(r);
+            }
+        }
+        match (result, ok) {
+            (Some(Ok(out)), true) => {
+                assert_eq!(out.len(), 2400, "case {i}");
+                assert!(
+                    out[..1200] == mine[..] && out[1200..] == theirs[..],
+                    "case {i}"
+                );
+                assert_eq!(m.stats().zeroed_bytes, 0, "case {i}");
+            }
+            (Some(Err(f)), false) => assert_eq!(f.kind, FailKind::BadInput, "case {i}"),
+            (r, _) => panic!("case {i}: {r:?}"),
         }
     }
 }
