@@ -51,7 +51,7 @@ sys.path.insert(0, str(REPO / "experiments"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _netns_nodes import Nodes, devices, start_linked_nodes  # noqa: E402
-from collectives.run import mpirun_args, run_mpirun  # noqa: E402
+from collectives.run import IO_MODES, io_config, mpirun_args, run_mpirun  # noqa: E402
 from netns import Hosts  # noqa: E402
 from worker import matrix, vector  # noqa: E402
 
@@ -63,17 +63,18 @@ WORKER = Path(__file__).resolve().parent / "worker.py"
 MAX = 80 << 20  # a 4096 x 4096 float32 matrix (64 MiB) and its vector in one request
 
 
-def node_config(hosts: Hosts, me: int, n: int) -> str:
+def node_config(hosts: Hosts, me: int, n: int, io_mode: str, spin_us: int) -> str:
     peers = devices(hosts, me, n, PORT)
     return (
-        f'device_id = {me}\nmax_payload = {MAX}\n[metrics]\nlisten = ""\n'
+        f'device_id = {me}\nmax_payload = {MAX}\n[metrics]\nlisten = ""\n{io_config(io_mode, spin_us)}'
         f"[pool]\nbuffers = 4\nbuffer_bytes = {MAX}\n[selector]\nslot_queue_bytes = {MAX}\n"
         f'[[slots]]\nfunction = "gemv"\n[collectives]\ntimeout_ms = 120000\n{peers}'
     )
 
 
-def start_nodes(hosts: Hosts, n: int, tmp: Path) -> Nodes:
-    return start_linked_nodes(hosts, [node_config(hosts, i, n) for i in range(n)], PORT, tmp, tmp / "logs")
+def start_nodes(hosts: Hosts, n: int, tmp: Path, io_mode: str, spin_us: int) -> Nodes:
+    configs = [node_config(hosts, i, n, io_mode, spin_us) for i in range(n)]
+    return start_linked_nodes(hosts, configs, PORT, tmp, tmp / "logs")
 
 
 def check(y: np.ndarray, a: np.ndarray, x: np.ndarray) -> float:
@@ -226,6 +227,19 @@ def main() -> None:
     ap.add_argument("--no-single", action="store_true", help="skip the one-node baselines")
     ap.add_argument("--rounds", type=int, default=2, help="offrac and MPI runs, alternated (default 2)")
     ap.add_argument("--no-mpi", action="store_true", help="skip the MPI peer (one offrac round)")
+    ap.add_argument(
+        "--io-mode",
+        choices=IO_MODES,
+        default="poll",
+        help="the nodes' [io] mode (as experiments/collectives' --io-mode; default poll)",
+    )
+    ap.add_argument(
+        "--spin-us",
+        type=int,
+        default=100,
+        help="the nodes' [io] spin_us: how long a poll-mode node busy-polls, or a yield-mode node "
+        "polls and yields, after its last event before it sleeps (default 100, the node's default)",
+    )
     a = ap.parse_args()
     sizes = [int(s) for s in a.sizes.split(",")]
     try:
@@ -236,7 +250,7 @@ def main() -> None:
     rows = []
     try:
         with tempfile.TemporaryDirectory() as d:
-            nodes = start_nodes(hosts, a.ranks, Path(d))
+            nodes = start_nodes(hosts, a.ranks, Path(d), a.io_mode, a.spin_us)
             try:
                 single = (
                     {} if a.no_single else {s: one_node(f"{hosts.ip(0)}:{PORT}", s, a.reps) for s in sizes}
@@ -267,7 +281,10 @@ def main() -> None:
         load_end = os.getloadavg()[0]
     except OSError:
         load_end = float("nan")
-    print(f"load average at start: {load_avg:.1f}, at the end: {load_end:.1f}")
+    print(
+        f"load average at start: {load_avg:.1f}, at the end: {load_end:.1f}; "
+        f"nodes' io mode {a.io_mode}, spin_us {a.spin_us}"
+    )
     if not a.no_mpi:
         against_mpi(rounds, a.ranks, sizes, single)
     one_vs_three(dist, a.ranks, sizes)
