@@ -7,7 +7,7 @@ three calls, MPI and the per-run ratios one / MPI, three / MPI, and the load at 
 start and end.
 
     sudo python3 experiments/gemv/io_modes.py [--ranks 2,4] [--modes blocking,poll] [--pairs 2]
-        [--sizes 64,256,1024,2048] [--reps 20] [--rounds 2]
+        [--sizes 64,256,1024,2048] [--reps 20] [--rounds 2] [--no-single]
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ def run(ranks: int, mode: str, a: argparse.Namespace) -> tuple[dict[int, list[fl
         str(RUN),
         *("--ranks", str(ranks), "--sizes", a.sizes, "--reps", str(a.reps)),
         *("--rounds", str(a.rounds), "--io-mode", mode),
+        *(["--no-single"] if a.no_single else []),
     ]
     print("$ " + " ".join(cmd[1:]), flush=True)
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=1800).stdout
@@ -53,6 +54,7 @@ def main() -> None:
     ap.add_argument("--sizes", default="64,256,1024,2048")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--no-single", action="store_true", help="skip run.py's one-node baselines")
     a = ap.parse_args()
     modes = a.modes.split(",")
     ranks = [int(r) for r in a.ranks.split(",")]

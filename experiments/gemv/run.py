@@ -24,7 +24,14 @@ alternate, ``R`` rounds each; a third table gives per size the medians (over the
 medians) of offrac one call / three calls / MPI, the ratios to MPI and the compute phases
 (the one / three table and the one-node table below it are the first round's).
 
+The nodes run ``[io] mode = "blocking"`` (``--io-mode``, default blocking; ``--spin-us``),
+the ``[io]`` section built by experiments/collectives' ``io_config``: they sleep when idle,
+as the MPI ranks yield. The node's default ``poll`` (``--io-mode poll``) busy-polls after
+each event and on the 2 shared cores starves the other hosts: 2-3x slower here at 64-1024
+(``io_modes.py`` alternates the two modes against MPI; summary.md).
+
     sudo python3 experiments/gemv/run.py [--ranks 4] [--sizes 1024,2048,4096] [--reps 10] [--rounds 2]
+        [--io-mode blocking|poll|yield] [--spin-us 100]
 
 Needs root and iproute2 (network namespaces), and a release build of ``offrac``; the MPI
 peer needs openmpi and mpi4py (``make experiment-deps``).
@@ -230,8 +237,10 @@ def main() -> None:
     ap.add_argument(
         "--io-mode",
         choices=IO_MODES,
-        default="poll",
-        help="the nodes' [io] mode (as experiments/collectives' --io-mode; default poll)",
+        default="blocking",
+        help="the nodes' [io] mode, as experiments/collectives' --io-mode (default blocking: sleep "
+        "when idle, as the MPI ranks yield; poll busy-polls spin_us after each event, which starves "
+        "the other hosts on the shared cores)",
     )
     ap.add_argument(
         "--spin-us",
