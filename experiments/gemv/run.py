@@ -27,8 +27,9 @@ medians) of offrac one call / three calls / MPI, the ratios to MPI and the compu
 The nodes run ``[io] mode = "blocking"`` (``--io-mode``, default blocking; ``--spin-us``),
 the ``[io]`` section built by experiments/collectives' ``io_config``: they sleep when idle,
 as the MPI ranks yield. The node's default ``poll`` (``--io-mode poll``) busy-polls after
-each event and on the 2 shared cores starves the other hosts: 2-3x slower here at 64-1024
-(``io_modes.py`` alternates the two modes against MPI; summary.md).
+each event and on the 2 shared cores starves the other hosts: the one-call multiply took
+about twice as long at 64 and 256 (``io_modes.py`` alternates the two modes against MPI;
+summary.md).
 
     sudo python3 experiments/gemv/run.py [--ranks 4] [--sizes 1024,2048,4096] [--reps 10] [--rounds 2]
         [--io-mode blocking|poll|yield] [--spin-us 100]
