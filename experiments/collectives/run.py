@@ -69,12 +69,22 @@ WORKER_TIMEOUT_S = 3600
 WORKER_GRACE_S = 20
 
 
+IO_MODES = ("blocking", "poll", "yield")
+
+
+def io_config(io_mode: str, spin_us: int) -> str:
+    """The nodes' ``[io]`` section (also used by experiments/gemv)."""
+    if io_mode not in IO_MODES:
+        raise ValueError(f"io mode {io_mode!r} not one of {IO_MODES}")
+    return f'[io]\nmode = "{io_mode}"\nspin_us = {spin_us}\n'
+
+
 def node_config(hosts: Hosts, me: int, n: int, io_mode: str, spin_us: int) -> str:
     peers = devices(hosts, me, n, PORT)
     return (
         f"device_id = {me}\nmax_payload = {MAX_PAYLOAD}\n"
         f'[metrics]\nlisten = "{hosts.ip(me)}:{PORT + 1}"\n'
-        f'[io]\nmode = "{io_mode}"\nspin_us = {spin_us}\n'
+        f"{io_config(io_mode, spin_us)}"
         f"[pool]\nbuffers = 8\nbuffer_bytes = {MAX_PAYLOAD}\n"
         f"[selector]\nslot_queue_bytes = {MAX_PAYLOAD}\n"
         f"[named_buffers]\nmax_bytes = {1 << 30}\n{peers}"
@@ -285,7 +295,7 @@ def main() -> None:
     )
     ap.add_argument(
         "--io-mode",
-        choices=["blocking", "poll", "yield"],
+        choices=IO_MODES,
         default="blocking",
         help="the nodes' [io] mode (default blocking: sleep when idle, as the MPI ranks yield; "
         "poll busy-polls spin_us after each event, which starves the other hosts on shared cores)",

@@ -24,7 +24,15 @@ alternate, ``R`` rounds each; a third table gives per size the medians (over the
 medians) of offrac one call / three calls / MPI, the ratios to MPI and the compute phases
 (the one / three table and the one-node table below it are the first round's).
 
+The nodes run ``[io] mode = "blocking"`` (``--io-mode``, default blocking; ``--spin-us``),
+the ``[io]`` section built by experiments/collectives' ``io_config``: they sleep when idle,
+as the MPI ranks yield. The node's default ``poll`` (``--io-mode poll``) busy-polls after
+each event and on the 2 shared cores starves the other hosts: the one-call multiply took
+about twice as long at 64 and 256 (``io_modes.py`` alternates the two modes against MPI;
+summary.md).
+
     sudo python3 experiments/gemv/run.py [--ranks 4] [--sizes 1024,2048,4096] [--reps 10] [--rounds 2]
+        [--io-mode blocking|poll|yield] [--spin-us 100]
 
 Needs root and iproute2 (network namespaces), and a release build of ``offrac``; the MPI
 peer needs openmpi and mpi4py (``make experiment-deps``).
@@ -51,7 +59,7 @@ sys.path.insert(0, str(REPO / "experiments"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _netns_nodes import Nodes, devices, start_linked_nodes  # noqa: E402
-from collectives.run import mpirun_args, run_mpirun  # noqa: E402
+from collectives.run import IO_MODES, io_config, mpirun_args, run_mpirun  # noqa: E402
 from netns import Hosts  # noqa: E402
 from worker import matrix, vector  # noqa: E402
 
@@ -63,17 +71,18 @@ WORKER = Path(__file__).resolve().parent / "worker.py"
 MAX = 80 << 20  # a 4096 x 4096 float32 matrix (64 MiB) and its vector in one request
 
 
-def node_config(hosts: Hosts, me: int, n: int) -> str:
+def node_config(hosts: Hosts, me: int, n: int, io_mode: str, spin_us: int) -> str:
     peers = devices(hosts, me, n, PORT)
     return (
-        f'device_id = {me}\nmax_payload = {MAX}\n[metrics]\nlisten = ""\n'
+        f'device_id = {me}\nmax_payload = {MAX}\n[metrics]\nlisten = ""\n{io_config(io_mode, spin_us)}'
         f"[pool]\nbuffers = 4\nbuffer_bytes = {MAX}\n[selector]\nslot_queue_bytes = {MAX}\n"
         f'[[slots]]\nfunction = "gemv"\n[collectives]\ntimeout_ms = 120000\n{peers}'
     )
 
 
-def start_nodes(hosts: Hosts, n: int, tmp: Path) -> Nodes:
-    return start_linked_nodes(hosts, [node_config(hosts, i, n) for i in range(n)], PORT, tmp, tmp / "logs")
+def start_nodes(hosts: Hosts, n: int, tmp: Path, io_mode: str, spin_us: int) -> Nodes:
+    configs = [node_config(hosts, i, n, io_mode, spin_us) for i in range(n)]
+    return start_linked_nodes(hosts, configs, PORT, tmp, tmp / "logs")
 
 
 def check(y: np.ndarray, a: np.ndarray, x: np.ndarray) -> float:
@@ -226,6 +235,21 @@ def main() -> None:
     ap.add_argument("--no-single", action="store_true", help="skip the one-node baselines")
     ap.add_argument("--rounds", type=int, default=2, help="offrac and MPI runs, alternated (default 2)")
     ap.add_argument("--no-mpi", action="store_true", help="skip the MPI peer (one offrac round)")
+    ap.add_argument(
+        "--io-mode",
+        choices=IO_MODES,
+        default="blocking",
+        help="the nodes' [io] mode, as experiments/collectives' --io-mode (default blocking: sleep "
+        "when idle, as the MPI ranks yield; poll busy-polls spin_us after each event, which starves "
+        "the other hosts on the shared cores)",
+    )
+    ap.add_argument(
+        "--spin-us",
+        type=int,
+        default=100,
+        help="the nodes' [io] spin_us: how long a poll-mode node busy-polls, or a yield-mode node "
+        "polls and yields, after its last event before it sleeps (default 100, the node's default)",
+    )
     a = ap.parse_args()
     sizes = [int(s) for s in a.sizes.split(",")]
     try:
@@ -236,7 +260,7 @@ def main() -> None:
     rows = []
     try:
         with tempfile.TemporaryDirectory() as d:
-            nodes = start_nodes(hosts, a.ranks, Path(d))
+            nodes = start_nodes(hosts, a.ranks, Path(d), a.io_mode, a.spin_us)
             try:
                 single = (
                     {} if a.no_single else {s: one_node(f"{hosts.ip(0)}:{PORT}", s, a.reps) for s in sizes}
@@ -267,7 +291,10 @@ def main() -> None:
         load_end = os.getloadavg()[0]
     except OSError:
         load_end = float("nan")
-    print(f"load average at start: {load_avg:.1f}, at the end: {load_end:.1f}")
+    print(
+        f"load average at start: {load_avg:.1f}, at the end: {load_end:.1f}; "
+        f"nodes' io mode {a.io_mode}, spin_us {a.spin_us}"
+    )
     if not a.no_mpi:
         against_mpi(rounds, a.ranks, sizes, single)
     one_vs_three(dist, a.ranks, sizes)

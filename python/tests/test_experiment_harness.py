@@ -82,3 +82,14 @@ def test_a_failed_rank_is_reported_and_the_waiting_ranks_get_a_grace(
     with (tmp_path / "r1").open() as f:
         why = collectives_run.rank_failure(1, codes[1], f)
     assert why == "rank 1: killed (still waiting): (nothing on stderr)"
+
+
+def test_io_config_is_the_nodes_io_section_and_refuses_unknown_modes() -> None:
+    """The ``[io]`` section the collectives and gemv experiments give their nodes."""
+    import tomllib
+
+    for mode in ("blocking", "poll", "yield"):
+        got = tomllib.loads(collectives_run.io_config(mode, 250))
+        assert got == {"io": {"mode": mode, "spin_us": 250}}, got
+    with pytest.raises(ValueError, match="busy"):
+        collectives_run.io_config("busy", 100)
