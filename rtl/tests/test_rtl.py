@@ -160,6 +160,7 @@ def test_model_matches_response_vectors() -> None:
         ("offrac_axis_reg", "tb_axis_reg"),
         ("offrac_result_buffer", "tb_result_buffer"),
         ("offrac_mapid_probe", "tb_mapid_probe"),
+        ("offrac_sparse_packer", "tb_sparse_packer"),
     ],
 )
 def test_rtl(toplevel: str, bench: str) -> None:
