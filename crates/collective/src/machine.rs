@@ -1244,15 +1244,15 @@ fn apply(
                 r.plan.combine
             };
             let into = in_work(&r.plan, &(at..end));
+            r.got[i] += body.len();
+            if r.got[i] > step.recvs[i].range.len() {
+                return Err(Failure::new(
+                    FailKind::BadInput,
+                    r.devices.get(src).copied(),
+                    format!("rank {src} sent more than expected in step {}", r.step),
+                ));
+            }
             if let Some(ahead) = &mut r.ahead {
-                r.got[i] += body.len();
-                if r.got[i] > step.recvs[i].range.len() {
-                    return Err(Failure::new(
-                        FailKind::BadInput,
-                        r.devices.get(src).copied(),
-                        format!("rank {src} sent more than expected in step {}", r.step),
-                    ));
-                }
                 return fill(&mut r.work, ahead, stats, into.start, msg).map_err(|()| {
                     Failure::new(
                         FailKind::BadInput,
@@ -1268,14 +1268,6 @@ fn apply(
             match combine_now {
                 Combine::Copy => r.work[into].copy_from_slice(body),
                 Combine::Reduce => combine(r.desc.dtype, r.desc.redop, &mut r.work[into], body),
-            }
-            r.got[i] += body.len();
-            if r.got[i] > step.recvs[i].range.len() {
-                return Err(Failure::new(
-                    FailKind::BadInput,
-                    r.devices.get(src).copied(),
-                    format!("rank {src} sent more than expected in step {}", r.step),
-                ));
             }
             Ok(())
         }

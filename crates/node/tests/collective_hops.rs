@@ -6,7 +6,7 @@
 
 mod common;
 
-use offrac_client::{Client, Hop, RetryPolicy, Status};
+use offrac_client::{Client, ClientError, Hop, Reply, RetryPolicy, Status};
 use offrac_collective::{Descriptor, Dtype, Members, Op};
 use offrac_node::NodeHandle;
 use offrac_proto::{
@@ -44,6 +44,29 @@ fn chain(seq: u64, k: usize) -> [Hop; 4] {
         Hop::local(GEMV, k as u64),
         Hop::local(FN_COLLECTIVE, collective_hop_param(REDUCE_DESC, seq as u32)),
     ]
+}
+
+/// Every rank's chain `seq` at once, the root's carrying `x`; each rank's answer.
+fn call_all(
+    clients: &mut [Client],
+    seq: u64,
+    k: usize,
+    x: &[f32],
+) -> Vec<Result<Reply, ClientError>> {
+    std::thread::scope(|s| {
+        let handles: Vec<_> = clients
+            .iter_mut()
+            .enumerate()
+            .map(|(r, c)| {
+                let payload = if r == 0 { f32s(x) } else { Vec::new() };
+                s.spawn(move || c.call_chain(&chain(seq, k), &payload))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("rank"))
+            .collect()
+    })
 }
 
 /// Each rank's client, its node holding its column block of the m × 3k
@@ -86,20 +109,7 @@ fn three_ranks_multiply_with_one_request_each_and_a_refused_scatter_hop_answers_
         let x: Vec<f32> = (0..cols)
             .map(|j| ((j as u64 * 13 + seq) % 7) as f32 - 3.0)
             .collect();
-        let answers: Vec<_> = std::thread::scope(|s| {
-            let handles: Vec<_> = clients
-                .iter_mut()
-                .enumerate()
-                .map(|(r, c)| {
-                    let payload = if r == 0 { f32s(&x) } else { Vec::new() };
-                    s.spawn(move || c.call_chain(&chain(seq, k), &payload))
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().expect("rank"))
-                .collect()
-        });
+        let answers = call_all(&mut clients, seq, k, &x);
         let want: Vec<f32> = (0..m)
             .map(|i| (0..cols).map(|j| a[i * cols + j] * x[j]).sum())
             .collect();
@@ -122,20 +132,7 @@ fn three_ranks_multiply_with_one_request_each_and_a_refused_scatter_hop_answers_
     let mut clients = ranks(&nodes, &a, m, k, Some(0));
     let x: Vec<f32> = vec![1.0; cols];
     let t = Instant::now();
-    let answers: Vec<_> = std::thread::scope(|s| {
-        let handles: Vec<_> = clients
-            .iter_mut()
-            .enumerate()
-            .map(|(r, c)| {
-                let payload = if r == 0 { f32s(&x) } else { Vec::new() };
-                s.spawn(move || c.call_chain(&chain(100, k), &payload))
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("rank"))
-            .collect()
-    });
+    let answers = call_all(&mut clients, 100, k, &x);
     assert!(
         t.elapsed() < Duration::from_secs(3),
         "answered at the deadline, not at once: {:?}",
