@@ -22,46 +22,11 @@
 //! `reassembling`, the buffers holding a partial request after the segment, `small`, the
 //! requests it admitted to the small queue, and `small_bytes`, the small queue's bytes after it.
 
-use std::time::Duration;
-
-use offrac_core::{Action, BufferPolicy, Engine, EngineConfig, Instant, SlotPolicy};
+use offrac_core::{Action, Engine, EngineConfig, Instant};
 use serde_json::{json, Value};
 
 mod replay;
-use replay::{feed, field};
-
-fn config(cfg: &Value) -> Result<EngineConfig, String> {
-    let policy: BufferPolicy = cfg["policy"]
-        .as_str()
-        .ok_or("config.policy missing")?
-        .parse()?;
-    let hosted: Vec<u8> = cfg["hosted"]
-        .as_array()
-        .ok_or("config.hosted missing")?
-        .iter()
-        .map(|f| f.as_u64().and_then(|f| u8::try_from(f).ok()))
-        .collect::<Option<_>>()
-        .ok_or("config.hosted: function ids 0..=255")?;
-    let buffer_bytes = field(cfg, "buffer_bytes")?;
-    Ok(EngineConfig {
-        buffers: field(cfg, "buffers")? as usize,
-        buffer_bytes,
-        buffer_policy: policy,
-        max_payload: field(cfg, "max_payload")?,
-        small_request_max: cfg["small_request_max"].as_u64().unwrap_or(0),
-        small_queue_bytes: cfg["small_queue_bytes"].as_u64().unwrap_or(0),
-        slot_policy: SlotPolicy::Rr,
-        slot_queue_bytes: buffer_bytes,
-        // Time does not pass in a replay: no request is ever collected.
-        stall_timeout: Duration::from_secs(3600),
-        reassembly_timeout: Duration::from_secs(3600),
-        reassembly_min_rate: 0,
-        slot_queue_depths: vec![None; hosted.len()],
-        slots: hosted,
-        device_id: u8::try_from(field(cfg, "device_id")?).map_err(|e| e.to_string())?,
-        peers: Vec::new(),
-    })
-}
+use replay::{engine_config, feed};
 
 fn replay(cfg: &EngineConfig, beats: &Value) -> Result<Value, String> {
     let mut engine = Engine::new(cfg.clone()).map_err(|e| e.to_string())?;
@@ -103,7 +68,7 @@ fn replay(cfg: &EngineConfig, beats: &Value) -> Result<Value, String> {
 fn main() -> Result<(), String> {
     let input: Value =
         serde_json::from_reader(std::io::stdin().lock()).map_err(|e| e.to_string())?;
-    let cfg = config(&input["config"])?;
+    let cfg = engine_config(&input["config"])?;
     let traces = input["traces"].as_array().ok_or("traces missing")?;
     let answers = traces
         .iter()

@@ -32,16 +32,15 @@
 //! the caller's request id) and `close` (connection).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use offrac_accel::builtin_with;
 use offrac_accel::dlrm::state::{Dictionary, FunctionState};
-use offrac_core::{Action, BufferPolicy, Engine, EngineConfig, Instant, Job, SlotPolicy};
+use offrac_core::{Action, Engine, EngineConfig, Instant, Job};
 use offrac_proto::{FunctionId, ResponseHeader, Status};
 use serde_json::{json, Value};
 
 mod replay;
-use replay::{feed, field};
+use replay::{engine_config, feed};
 
 fn u32s(v: &Value, name: &str) -> Result<Vec<u32>, String> {
     v.as_array()
@@ -52,36 +51,12 @@ fn u32s(v: &Value, name: &str) -> Result<Vec<u32>, String> {
         .ok_or_else(|| format!("{name}: expected u32 values"))
 }
 
-fn ids(cfg: &Value, name: &str) -> Result<Vec<u8>, String> {
-    u32s(&cfg[name], name)?
-        .into_iter()
-        .map(|f| u8::try_from(f).map_err(|_| format!("config.{name}: ids 0..=255")))
-        .collect()
-}
-
+/// The engine the RTL was built as; its slot queues hold a whole payload.
 fn config(cfg: &Value) -> Result<EngineConfig, String> {
-    let policy: BufferPolicy = cfg["policy"]
-        .as_str()
-        .ok_or("config.policy missing")?
-        .parse()?;
-    let hosted = ids(cfg, "hosted")?;
-    let max_payload = field(cfg, "max_payload")?;
+    let engine = engine_config(cfg)?;
     Ok(EngineConfig {
-        buffers: field(cfg, "buffers")? as usize,
-        buffer_bytes: field(cfg, "buffer_bytes")?,
-        buffer_policy: policy,
-        max_payload,
-        small_request_max: field(cfg, "small_request_max")?,
-        small_queue_bytes: field(cfg, "small_queue_bytes")?,
-        slot_policy: SlotPolicy::Rr,
-        slot_queue_bytes: max_payload,
-        stall_timeout: Duration::from_secs(3600),
-        reassembly_timeout: Duration::from_secs(3600),
-        reassembly_min_rate: 0,
-        slot_queue_depths: vec![None; hosted.len()],
-        slots: hosted,
-        device_id: u8::try_from(field(cfg, "device_id")?).map_err(|e| e.to_string())?,
-        peers: ids(cfg, "peers")?,
+        slot_queue_bytes: engine.max_payload,
+        ..engine
     })
 }
 
