@@ -12,7 +12,7 @@ FN_BUFFER = 0xFF
 FN_GEMV = 18
 FN_COLLECTIVE = 251
 SELF = 0xFF
-PUT, TEE, GET, DROP = 1, 2, 3, 4
+PUT, TEE, GET, DROP, CREATE = 1, 2, 3, 4, 5
 
 
 def param(op, name):
@@ -82,9 +82,9 @@ VECTORS = [
         CALL,
     ),
     vector(
-        "keep a scatter's call descriptor as buffer 0xC0110000",
+        "create: keep a scatter's call descriptor as buffer 0xC0110000 unless it is kept",
         6,
-        [(FN_BUFFER, SELF, param(PUT, 0xC011_0000))],
+        [(FN_BUFFER, SELF, param(CREATE, 0xC011_0000))],
         SCATTER,
     ),
     vector(

@@ -13,6 +13,7 @@ from .client import Client, RequestFuture, Step, parse_address, wait_listening
 from .control import FN_CONTROL, Controller
 from .errors import (
     BadInputError,
+    BufferExistsError,
     BusyError,
     ConnectError,
     ConnectionClosedError,
@@ -77,6 +78,7 @@ __all__ = [
     "VERSION",
     "AsyncPool",
     "BadInputError",
+    "BufferExistsError",
     "BusyError",
     "Client",
     "ConnectError",

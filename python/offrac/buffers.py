@@ -29,6 +29,8 @@ __all__ = [
     "FN_BUFFER",
     "BufferOp",
     "buffer_param",
+    "create",
+    "create_buffer",
     "drop",
     "drop_buffer",
     "get_buffer",
@@ -50,6 +52,7 @@ class BufferOp(IntEnum):
     TEE = 2  #: keep a copy of the input; output the input
     GET = 3  #: output the buffer's bytes followed by the input
     DROP = 4  #: remove the buffer; output empty
+    CREATE = 5  #: keep the input under a name not yet kept (else BUFFER_EXISTS); output empty
 
 
 def buffer_param(op: BufferOp, name: int) -> int:
@@ -68,6 +71,12 @@ def keep(name: int, *, device: int = DEVICE_SELF) -> Step:
     return _step(BufferOp.PUT, name, device)
 
 
+def create(name: int, *, device: int = DEVICE_SELF) -> Step:
+    """A step keeping its input under ``name`` if the tenant keeps no buffer of that name
+    (else the chain fails ``BufferExistsError``, nothing changed); output empty."""
+    return _step(BufferOp.CREATE, name, device)
+
+
 def tee(name: int, *, device: int = DEVICE_SELF) -> Step:
     """A step keeping a copy of its input under ``name`` and passing the input on."""
     return _step(BufferOp.TEE, name, device)
@@ -83,12 +92,25 @@ def drop(name: int, *, device: int = DEVICE_SELF) -> Step:
     return _step(BufferOp.DROP, name, device)
 
 
-def put_buffer(
-    client: Client, name: int, data: bytes | bytearray | memoryview | npt.NDArray[np.generic]
-) -> None:
+_Data = bytes | bytearray | memoryview | npt.NDArray[np.generic]
+
+
+def _raw(data: _Data) -> bytes:
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return bytes(data)
+    return np.ascontiguousarray(data).tobytes()
+
+
+def put_buffer(client: Client, name: int, data: _Data) -> None:
     """Keep ``data`` (bytes, or a numpy array's bytes) on ``client``'s node under ``name``."""
-    raw = data if isinstance(data, (bytes, bytearray, memoryview)) else np.ascontiguousarray(data).tobytes()
-    client.call_chain([keep(name)], bytes(raw))
+    client.call_chain([keep(name)], _raw(data))
+
+
+def create_buffer(client: Client, name: int, data: _Data) -> None:
+    """Keep ``data`` on ``client``'s node under ``name`` if its tenant keeps no buffer of that
+    name there; else raise ``BufferExistsError`` and change nothing (claiming a name safely
+    when several clients share a tenant)."""
+    client.call_chain([create(name)], _raw(data))
 
 
 def get_buffer(client: Client, name: int) -> bytes:

@@ -43,7 +43,7 @@ class ClusterError(Exception):
 def parse_chain(spec: str) -> list[Step]:
     """``FUNCTION[:PARAM][@DEVICE],…`` -> steps (the format of ``offrac call`` and pipelines).
 
-    A named-buffer step is ``buffer.OP:NAME[@DEVICE]`` (OP: put, tee, get, drop), e.g.
+    A named-buffer step is ``buffer.OP:NAME[@DEVICE]`` (OP: put, tee, get, drop, create), e.g.
     ``buffer.get:7@1,gemv@1``."""
     parts = [p.strip() for p in spec.split(",") if p.strip()]
     if not 1 <= len(parts) <= MAX_HOPS:
@@ -58,7 +58,7 @@ def parse_chain(spec: str) -> list[Step]:
             if name.startswith("buffer."):
                 op = name.removeprefix("buffer.")
                 if op.upper() not in BufferOp.__members__:
-                    raise ValueError(f"buffer operation {op!r} is not put, tee, get or drop")
+                    raise ValueError(f"buffer operation {op!r} is not put, tee, get, drop or create")
                 if not colon:
                     raise ValueError("a buffer step needs its name: buffer.OP:NAME")
                 packed = buffer_param(BufferOp[op.upper()], int(param))

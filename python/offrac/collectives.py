@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .buffers import drop_buffer, put_buffer
+from .buffers import create_buffer, drop_buffer
 from .client import Client, Step
-from .errors import OffracError, UnknownBufferError, error_for_response
+from .errors import BufferExistsError, OffracError, UnknownBufferError, error_for_response
 from .protocol import Status
 
 __all__ = [
@@ -153,6 +153,10 @@ def encode_call(
     ) + _members_mask(members)
 
 
+#: How many names :meth:`Communicator.hop` tries before it gives up.
+_HOP_NAME_TRIES = 1024
+
+
 class Communicator:
     """The ranks ``members`` (device ids; rank = position in increasing id order), seen
     from the node at ``address`` (this rank's node, device ``device`` — asked from the
@@ -161,8 +165,10 @@ class Communicator:
     members in the last 30 s, so a new communicator on the same members starts past the
     tags of the previous one. ``poll_us``: the client it opens polls for its answers that
     long before it blocks (:class:`~offrac.client.Client`'s ``poll_us``, as MPI's ranks
-    poll and yield); ignored when ``address`` is a client. ``hop_buffers``: the first name of
-    the named buffers :meth:`hop` keeps its descriptors in on this rank's node."""
+    poll and yield); ignored when ``address`` is a client. ``hop_buffers``: the first name
+    :meth:`hop` tries for the named buffers it keeps its descriptors in on this rank's node;
+    it claims each name with a buffer ``CREATE`` and skips names already kept, so several
+    communicators (or other clients) of one tenant on one node never share a name."""
 
     def __init__(
         self,
@@ -192,6 +198,7 @@ class Communicator:
         self.last_algorithm: Algorithm | None = None
         self.hop_buffers: int = _buffer_name(hop_buffers)
         self._hop_names: dict[bytes, int] = {}
+        self._next_hop_name: int = self.hop_buffers
 
     def close(self) -> None:
         """Drop the descriptor buffers :meth:`hop` kept on the node (a node that cannot be
@@ -313,12 +320,28 @@ class Communicator:
         )
         name = self._hop_names.get(desc)
         if name is None:
-            name = _buffer_name(self.hop_buffers + len(self._hop_names))
-            put_buffer(self.client, name, desc)
+            name = self._claim_hop_name(desc)
             self._hop_names[desc] = name
         tag = self.tag
         self.tag += 1
         return Step(FN_COLLECTIVE, param=hop_param(name, tag))
+
+    def _claim_hop_name(self, desc: bytes) -> int:
+        """Keep ``desc`` under the next name from ``hop_buffers`` that nobody of this tenant
+        keeps on the node (a ``CREATE`` per try, so a name another client holds is never
+        overwritten)."""
+        for _ in range(_HOP_NAME_TRIES):
+            name = _buffer_name(self._next_hop_name)
+            self._next_hop_name += 1
+            try:
+                create_buffer(self.client, name, desc)
+                return name
+            except BufferExistsError:
+                continue
+        raise ValueError(
+            f"{_HOP_NAME_TRIES} names from {self._next_hop_name - _HOP_NAME_TRIES:#x} on are kept on the "
+            "node already; pass another hop_buffers"
+        )
 
     def allreduce(
         self, data: npt.ArrayLike, op: ReduceOp = SUM, *, algorithm: Algorithm = Algorithm.AUTO

@@ -6,6 +6,7 @@ from .protocol import ResponseHeader, Status
 
 __all__ = [
     "BadInputError",
+    "BufferExistsError",
     "BusyError",
     "ConnectionClosedError",
     "FuelExhaustedError",
@@ -203,6 +204,13 @@ class UnknownBufferError(OffracError):
     STATUS: Status | None = Status.UNKNOWN_BUFFER
 
 
+class BufferExistsError(OffracError):
+    """BUFFER_EXISTS: a buffer ``CREATE`` named a buffer the tenant already keeps on the node
+    (nothing changed); ``detail`` = the name."""
+
+    STATUS: Status | None = Status.BUFFER_EXISTS
+
+
 class ConnectionClosedError(OffracError, ConnectionError):
     """The connection closed (or broke) while the request was outstanding, or before it was
     sent. Also a builtin :class:`ConnectionError`."""
@@ -232,6 +240,7 @@ _BY_STATUS: dict[Status, type[OffracError]] = {
         FuelExhaustedError,
         QuotaExceededError,
         UnknownBufferError,
+        BufferExistsError,
     )
     if cls.STATUS is not None
 }

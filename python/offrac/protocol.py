@@ -127,6 +127,7 @@ class Status(enum.IntEnum):
     FUEL_EXHAUSTED = 14
     QUOTA_EXCEEDED = 15
     UNKNOWN_BUFFER = 16
+    BUFFER_EXISTS = 17
 
     @property
     def closes_connection(self) -> bool:

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from offrac import Step
-from offrac.buffers import drop, keep, load, tee
+from offrac.buffers import create, drop, keep, load, tee
 from offrac.collectives import CALL_FROM_BUFFER, CALL_KEEP, FN_COLLECTIVE, encode_call, hop_param
 from offrac.protocol import Hop, RequestHeader
 
@@ -28,7 +28,7 @@ def test_buffer_requests_match_the_vectors() -> None:
             [Hop.local(251, 3 << 32 | 2)],
             encode_call(3, 1, 1, 0, 0, 9, 8, 5000, [0, 1, 2, 3], CALL_FROM_BUFFER | CALL_KEEP),
         ),
-        ([keep(0xC011_0000).hop()], encode_call(5, 1, 0, 0, 0, 0, 2, 5000, [0, 1])),
+        ([create(0xC011_0000).hop()], encode_call(5, 1, 0, 0, 0, 0, 2, 5000, [0, 1])),
         (
             [
                 Step(FN_COLLECTIVE, param=hop_param(0xC011_0000, 7)).hop(),

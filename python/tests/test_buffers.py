@@ -90,7 +90,8 @@ def test_buffer_steps_in_the_chain_text_form(node: Node, node_bin: Path) -> None
     ]
     assert format_chain(steps) == spec
     assert format_chain([Step(FN_BUFFER, param=9)]) == "255:9"
-    for bad, why in (("buffer.get", "needs its name"), ("buffer.copy:1", "not put, tee, get or drop")):
+    bads = (("buffer.get", "needs its name"), ("buffer.copy:1", "not put, tee, get, drop or create"))
+    for bad, why in bads:
         with pytest.raises(ValueError, match=why):
             parse_chain(bad)
 
@@ -103,7 +104,13 @@ def test_buffer_steps_in_the_chain_text_form(node: Node, node_bin: Path) -> None
     got = call("buffer.get:21,echo", "+more")
     assert got.returncode == 0 and "kept here+more" in got.stdout, (got.stdout, got.stderr)
     bad = call("buffer.copy:21", "x")
-    assert bad.returncode != 0 and "not put, tee, get or drop" in bad.stderr
+    assert bad.returncode != 0 and "not put, tee, get, drop or create" in bad.stderr
     assert call("buffer.drop:21", "").returncode == 0
     missing = call("buffer.get:21", "")
     assert missing.returncode != 0 and "21" in missing.stderr
+    # create claims a name once; the second claim fails and keeps the first's bytes
+    assert call("buffer.create:22", "first").returncode == 0
+    again = call("buffer.create:22", "second")
+    assert again.returncode != 0 and "BUFFER_EXISTS" in again.stderr, again.stderr
+    assert "first" in call("buffer.get:22", "").stdout
+    assert call("buffer.drop:22", "").returncode == 0

@@ -1,6 +1,7 @@
 """Collective hops' descriptor buffers: ``offrac collective ... --hop NAME`` keeps one at the node
 and prints the chain hop, which ``offrac call`` then runs on both ranks of two loopback nodes;
-``Communicator.close`` drops the ones ``hop()`` kept."""
+``Communicator.close`` drops the ones ``hop()`` kept; two communicators of one tenant on one node
+never share one."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from offrac import Client, UnknownBufferError
-from offrac.buffers import get_buffer
+from offrac import BufferExistsError, Client, Step, UnknownBufferError
+from offrac.buffers import create_buffer, drop_buffer, get_buffer, put_buffer
 from offrac.collectives import Communicator
 
 from _util import free_port
@@ -135,3 +136,41 @@ def test_close_drops_the_descriptor_buffers_hop_kept(node: Node) -> None:
             assert len(get_buffer(other, 910)) == 64
     with Client(node.address, timeout=5) as other, pytest.raises(UnknownBufferError):
         get_buffer(other, 910)
+
+
+def test_two_communicators_on_one_node_keep_their_own_descriptors(node: Node) -> None:
+    """Both start from the default ``hop_buffers``; each claims its names with a buffer CREATE. Before,
+    both took 0xC0110000 and the second's PUT replaced the first's descriptor, so the first's chain ran
+    the second's collective (a 2-int32 broadcast refusing 4 floats: BAD_INPUT)."""
+    with Client(node.address, timeout=5) as c:
+        dev = int(c.describe()["device"])
+        a = Communicator(c, [dev])
+        b = Communicator(c, [dev], first_tag=1000)  # a node refuses a tag reused on the same members
+        ha = a.hop("allreduce", dtype=np.float32, count=4)
+        hb = b.hop("bcast", dtype=np.int32, count=2)
+        name_a, name_b = ha.param & 0xFFFF_FFFF, hb.param & 0xFFFF_FFFF
+        assert (name_a, name_b) == (0xC011_0000, 0xC011_0001)
+        x = np.array([1.5, -2.0, 4.0, 8.0], np.float32)
+        out = c.call_chain([ha, Step("echo")], x.tobytes())  # one rank: the all-reduce is x
+        np.testing.assert_array_equal(np.frombuffer(out, np.float32), x)
+        y = np.array([7, -9], np.int32)
+        out = c.call_chain([hb, Step("echo")], y.tobytes())
+        np.testing.assert_array_equal(np.frombuffer(out, np.int32), y)
+
+        # a name another client of the tenant keeps is skipped, never replaced
+        put_buffer(c, 0xC011_0002, b"not a descriptor")
+        with Communicator(c, [dev], first_tag=2000) as d:
+            hd = d.hop("reduce", dtype=np.float32, count=4)
+            assert hd.param & 0xFFFF_FFFF == 0xC011_0003
+            assert get_buffer(c, 0xC011_0002) == b"not a descriptor"
+        # CREATE itself: the second claim of a name is refused and changes nothing
+        create_buffer(c, 77, b"first")
+        with pytest.raises(BufferExistsError) as e:
+            create_buffer(c, 77, b"second")
+        assert e.value.detail == 77 and get_buffer(c, 77) == b"first"
+        drop_buffer(c, 77)
+        a.close()
+        b.close()
+        for name in (name_a, name_b):
+            with pytest.raises(UnknownBufferError):
+                get_buffer(c, name)

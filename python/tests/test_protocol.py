@@ -199,7 +199,7 @@ def test_response_decode_errors() -> None:
     with pytest.raises(HeaderError, match="BadVersion"):
         ResponseHeader.decode(bad_version)
     bad_status = bytearray(good)
-    bad_status[4] = 17
+    bad_status[4] = 18
     with pytest.raises(HeaderError) as info:
         ResponseHeader.decode(bad_status)
     assert info.value.kind == "UnknownStatus"
@@ -248,8 +248,9 @@ def test_status_and_function_tables() -> None:
         "FUEL_EXHAUSTED",
         "QUOTA_EXCEEDED",
         "UNKNOWN_BUFFER",
+        "BUFFER_EXISTS",
     ]
-    assert [int(s) for s in Status] == list(range(17))
+    assert [int(s) for s in Status] == list(range(18))
     assert list(FUNCTION_IDS.items())[:6] == [
         ("echo", 0),
         ("topk", 1),

@@ -1,5 +1,6 @@
 //! `offrac buffer`: named buffers on a node (docs/protocol.md, "Named
-//! buffers"). `put` keeps a file's bytes (or stdin's) under a name, `get`
+//! buffers"). `put` keeps a file's bytes (or stdin's) under a name (`create`
+//! only if no buffer of that name is kept: `BUFFER_EXISTS` else), `get`
 //! writes a buffer's bytes to stdout or a file, `drop` removes one. With
 //! `--device` the buffer hop is forwarded to that device of the node's
 //! device table.
@@ -13,6 +14,8 @@ use std::io::{Read, Write};
 enum Action {
     /// Keep the input (--file, or stdin) under NAME, replacing a buffer of that name.
     Put,
+    /// As put, but only if no buffer NAME is kept (else BUFFER_EXISTS, nothing changed).
+    Create,
     /// Write buffer NAME's bytes to --file, or stdout.
     Get,
     /// Remove buffer NAME.
@@ -41,15 +44,18 @@ pub struct Args {
 pub fn run(a: Args) -> Result<(), CliError> {
     let op = match a.action {
         Action::Put => BufferOp::Put,
+        Action::Create => BufferOp::Create,
         Action::Get => BufferOp::Get,
         Action::Drop => BufferOp::Drop,
     };
     let input = match (a.action, &a.file) {
-        (Action::Put, Some(path)) => std::fs::read(path).map_err(|source| CliError::Read {
-            path: path.clone(),
-            source,
-        })?,
-        (Action::Put, None) => {
+        (Action::Put | Action::Create, Some(path)) => {
+            std::fs::read(path).map_err(|source| CliError::Read {
+                path: path.clone(),
+                source,
+            })?
+        }
+        (Action::Put | Action::Create, None) => {
             let mut b = Vec::new();
             std::io::stdin().read_to_end(&mut b)?;
             b
@@ -69,7 +75,9 @@ pub fn run(a: Args) -> Result<(), CliError> {
     match (a.action, &a.file) {
         (Action::Get, Some(path)) => std::fs::write(path, &reply.payload)?,
         (Action::Get, None) => std::io::stdout().write_all(&reply.payload)?,
-        (Action::Put, _) => eprintln!("kept {} bytes as buffer {}", input.len(), a.name),
+        (Action::Put | Action::Create, _) => {
+            eprintln!("kept {} bytes as buffer {}", input.len(), a.name)
+        }
         (Action::Drop, _) => eprintln!("dropped buffer {}", a.name),
     }
     Ok(())

@@ -5,6 +5,7 @@
 //! their input from it and keep their output in it.
 
 use crate::TenantKey;
+use offrac_proto::Status;
 use rustc_hash::FxHashMap;
 
 /// Why a buffer operation was refused.
@@ -29,6 +30,9 @@ pub enum BufferError {
     /// No buffer of that name (for that tenant).
     #[error("no buffer named {0} on this node")]
     Unknown(u32),
+    /// A create named a buffer the tenant already keeps.
+    #[error("buffer {0} is already kept on this node")]
+    Exists(u32),
 }
 
 impl BufferError {
@@ -38,7 +42,16 @@ impl BufferError {
             BufferError::NodeFull { budget, .. } | BufferError::TenantFull { budget, .. } => {
                 *budget
             }
-            BufferError::Unknown(name) => u64::from(*name),
+            BufferError::Unknown(name) | BufferError::Exists(name) => u64::from(*name),
+        }
+    }
+
+    /// The answer's status for this refusal.
+    pub fn status(&self) -> Status {
+        match self {
+            BufferError::NodeFull { .. } | BufferError::TenantFull { .. } => Status::QuotaExceeded,
+            BufferError::Unknown(_) => Status::UnknownBuffer,
+            BufferError::Exists(_) => Status::BufferExists,
         }
     }
 }
@@ -128,6 +141,22 @@ impl Buffers {
         Ok(())
     }
 
+    /// Keep `data` under `name` for `tenant` as [`Buffers::put`] does, but
+    /// only if `tenant` keeps no buffer of that name: two clients of one
+    /// tenant claiming the same name get one success and one `Exists`.
+    pub fn create(
+        &mut self,
+        tenant: TenantKey,
+        name: u32,
+        data: Vec<u8>,
+        tenant_budget: Option<u64>,
+    ) -> Result<(), BufferError> {
+        if self.kept.contains_key(&(tenant, name)) {
+            return Err(BufferError::Exists(name));
+        }
+        self.put(tenant, name, data, tenant_budget)
+    }
+
     /// The buffer `name` of `tenant`.
     pub fn get(&self, tenant: TenantKey, name: u32) -> Result<&[u8], BufferError> {
         self.kept
@@ -200,5 +229,27 @@ mod tests {
         );
         b.remove(Some(1), 5).unwrap();
         assert_eq!((b.used(), b.used_by(Some(1))), (50, 0));
+    }
+
+    #[test]
+    fn create_claims_a_name_once_per_tenant() {
+        let mut b = Buffers::new(100);
+        b.create(Some(1), 7, vec![1; 10], None).unwrap();
+        let e = b.create(Some(1), 7, vec![2; 20], None).unwrap_err();
+        assert_eq!(e, BufferError::Exists(7));
+        assert_eq!((e.detail(), e.status()), (7, Status::BufferExists));
+        // Nothing changed: the first bytes stay, the budget counts them once.
+        assert_eq!(b.get(Some(1), 7).unwrap(), &[1; 10][..]);
+        assert_eq!(b.used(), 10);
+        // Another tenant's name 7 is its own; a create past the budget is refused whole.
+        b.create(Some(2), 7, vec![3; 90], None).unwrap();
+        assert!(matches!(
+            b.create(Some(3), 7, vec![4; 1], None),
+            Err(BufferError::NodeFull { .. })
+        ));
+        assert_eq!(b.get(Some(3), 7), Err(BufferError::Unknown(7)));
+        // Dropped, the name can be claimed again.
+        b.remove(Some(1), 7).unwrap();
+        b.create(Some(1), 7, vec![5; 10], None).unwrap();
     }
 }

@@ -4,8 +4,8 @@
 
 use crate::connection::{Connection, Peek, Rx, COLLECTIVE_HEAD_LEN};
 use crate::{
-    BufferError, Buffers, EngineConfig, EngineStats, Instant, Job, ReassemblyPool, Selector,
-    SlotId, SlotQueue, Tenancy, TenantKey, TenantUsage,
+    Buffers, EngineConfig, EngineStats, Instant, Job, ReassemblyPool, Selector, SlotId, SlotQueue,
+    Tenancy, TenantKey, TenantUsage,
 };
 use offrac_proto::{
     decode_buffer_param, BufferOp, HeaderError, RequestHeader, ResponseHeader, Status, DEVICE_SELF,
@@ -1669,19 +1669,19 @@ impl Engine {
                 out
             }),
             BufferOp::Drop => self.buffers.remove(tenant, name).map(|_| Vec::new()),
+            BufferOp::Create => {
+                let data = std::mem::take(&mut job.payload);
+                self.buffers
+                    .create(tenant, name, data, budget)
+                    .map(|()| Vec::new())
+            }
         };
         self.stats.buffer_hops += 1;
         let output = match output {
             Ok(o) => o,
             Err(e) => {
-                let status = match e {
-                    BufferError::Unknown(_) => Status::UnknownBuffer,
-                    BufferError::NodeFull { .. } | BufferError::TenantFull { .. } => {
-                        Status::QuotaExceeded
-                    }
-                };
                 let msg = format!("hop {}: {e}", job.header.hop_index);
-                self.reply_to(job.conn, &job.header, status, e.detail(), &msg);
+                self.reply_to(job.conn, &job.header, e.status(), e.detail(), &msg);
                 return self.settle(job.conn, job.tenant);
             }
         };

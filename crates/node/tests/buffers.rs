@@ -116,6 +116,20 @@ fn kept_matrix_feeds_gemv_and_refusals_are_clear() {
         (Status::UnknownBuffer, 99, 1),
         "{msg}"
     );
+    // Create claims a free name once: a second create of it is BUFFER_EXISTS at that hop,
+    // detail = the name, and the first's bytes stay.
+    c.call_chain(&[buf(BufferOp::Create, 10)], b"first")
+        .unwrap();
+    let (status, detail, hop, msg) =
+        refusal(c.call_chain(&[Hop::local(ECHO, 0), buf(BufferOp::Create, 10)], b"second"));
+    assert_eq!(
+        (status, detail, hop),
+        (Status::BufferExists, 10, 1),
+        "{msg}"
+    );
+    let r = c.call_chain(&[buf(BufferOp::Get, 10)], b"").unwrap();
+    assert_eq!(r.payload, b"first");
+    c.call_chain(&[buf(BufferOp::Drop, 10)], b"").unwrap();
     // Over the node's budget (48 + 15 bytes kept): QUOTA_EXCEEDED, detail = the budget.
     let (status, detail, _, msg) = refusal(c.call_chain(&[buf(BufferOp::Put, 9)], &[0u8; 4040]));
     assert_eq!((status, detail), (Status::QuotaExceeded, 4096), "{msg}");

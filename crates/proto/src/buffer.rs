@@ -16,10 +16,20 @@ pub enum BufferOp {
     Get = 3,
     /// Remove the buffer; output empty.
     Drop = 4,
+    /// Keep the hop's input under the name only if the tenant keeps no
+    /// buffer of that name (else `BUFFER_EXISTS`); output empty. Lets
+    /// clients that share a tenant claim names without overwriting.
+    Create = 5,
 }
 
 impl BufferOp {
-    pub const ALL: [BufferOp; 4] = [BufferOp::Put, BufferOp::Tee, BufferOp::Get, BufferOp::Drop];
+    pub const ALL: [BufferOp; 5] = [
+        BufferOp::Put,
+        BufferOp::Tee,
+        BufferOp::Get,
+        BufferOp::Drop,
+        BufferOp::Create,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -27,6 +37,7 @@ impl BufferOp {
             BufferOp::Tee => "tee",
             BufferOp::Get => "get",
             BufferOp::Drop => "drop",
+            BufferOp::Create => "create",
         }
     }
 
@@ -56,7 +67,7 @@ pub fn decode_collective_hop_param(param: u64) -> (u32, u32) {
 /// A buffer hop's `param` that does not decode.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BufferParamError {
-    #[error("buffer operation {0} is not 1 (put), 2 (tee), 3 (get) or 4 (drop)")]
+    #[error("buffer operation {0} is not 1 (put), 2 (tee), 3 (get), 4 (drop) or 5 (create)")]
     UnknownOp(u8),
     #[error("bits 40-63 of a buffer hop's param must be 0 (param {0:#x})")]
     Reserved(u64),
@@ -72,6 +83,7 @@ pub fn decode_buffer_param(param: u64) -> Result<(BufferOp, u32), BufferParamErr
         2 => BufferOp::Tee,
         3 => BufferOp::Get,
         4 => BufferOp::Drop,
+        5 => BufferOp::Create,
         o => return Err(BufferParamError::UnknownOp(o)),
     };
     Ok((op, param as u32))
@@ -92,8 +104,8 @@ mod tests {
         assert_eq!(buffer_param(BufferOp::Get, 5), 0x0000_0003_0000_0005);
         assert_eq!(decode_buffer_param(5), Err(BufferParamError::UnknownOp(0)));
         assert_eq!(
-            decode_buffer_param(0x0000_0005_0000_0001),
-            Err(BufferParamError::UnknownOp(5))
+            decode_buffer_param(0x0000_0006_0000_0001),
+            Err(BufferParamError::UnknownOp(6))
         );
         assert_eq!(
             decode_buffer_param(1 << 40 | 1 << 32),

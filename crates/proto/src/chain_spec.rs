@@ -3,7 +3,7 @@
 //! `minmax@0,logit@1` or `topk:64@2,topk:8`. `FUNCTION` is a built-in's name
 //! or a function id; a hop without `@DEVICE` runs on the node that receives
 //! it (device 255). A named-buffer hop is `buffer.OP:NAME[@DEVICE]` with OP
-//! one of put, tee, get, drop and NAME the buffer's number, e.g.
+//! one of put, tee, get, drop, create and NAME the buffer's number, e.g.
 //! `buffer.get:7@1,gemv@1`.
 
 use crate::buffer::{buffer_param, decode_buffer_param, BufferOp};
@@ -62,7 +62,7 @@ fn parse_hop(text: &str) -> Result<Hop, SpecError> {
     if let Some(op) = name.strip_prefix("buffer.") {
         let op = BufferOp::from_name(op).ok_or_else(|| {
             bad(format!(
-                "buffer operation {op:?} is not put, tee, get or drop"
+                "buffer operation {op:?} is not put, tee, get, drop or create"
             ))
         })?;
         let buffer = u32::try_from(param)
@@ -192,7 +192,7 @@ mod tests {
         for (spec, why) in [
             ("buffer.get", "needs its name"),
             ("buffer.get:4294967296", "needs its name"),
-            ("buffer.copy:1", "not put, tee, get or drop"),
+            ("buffer.copy:1", "not put, tee, get, drop or create"),
         ] {
             let e = parse(spec).unwrap_err().to_string();
             assert!(e.contains(why), "{spec}: {e}");

@@ -29,10 +29,13 @@ pub enum Status {
     /// A named buffer the request reads does not exist on the node (for
     /// its tenant); `detail` = the name.
     UnknownBuffer = 16,
+    /// A buffer `CREATE` named a buffer the tenant already keeps (nothing
+    /// changed); `detail` = the name.
+    BufferExists = 17,
 }
 
 impl Status {
-    pub const ALL: [Status; 17] = [
+    pub const ALL: [Status; 18] = [
         Status::Ok,
         Status::Busy,
         Status::UnknownFunction,
@@ -50,6 +53,7 @@ impl Status {
         Status::FuelExhausted,
         Status::QuotaExceeded,
         Status::UnknownBuffer,
+        Status::BufferExists,
     ];
 
     pub fn from_code(code: u16) -> Option<Status> {
@@ -80,6 +84,7 @@ impl Status {
             Status::FuelExhausted => "FUEL_EXHAUSTED",
             Status::QuotaExceeded => "QUOTA_EXCEEDED",
             Status::UnknownBuffer => "UNKNOWN_BUFFER",
+            Status::BufferExists => "BUFFER_EXISTS",
         }
     }
 }

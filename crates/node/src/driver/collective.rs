@@ -97,7 +97,7 @@ impl Driver {
                             from_buffer = Some((tenant, param as u32));
                             None
                         }
-                        Err(e) => Some((Status::UnknownBuffer, e.detail(), e.to_string())),
+                        Err(e) => Some((e.status(), e.detail(), e.to_string())),
                     }
                 } else {
                     None
@@ -285,12 +285,8 @@ impl Driver {
                 (h, f.message.into_bytes())
             }
             Err(Failed::Keep(e)) => {
-                let status = match e {
-                    BufferError::Unknown(_) => Status::UnknownBuffer,
-                    _ => Status::QuotaExceeded,
-                };
                 let msg = format!("the collective finished but its output was not kept: {e}");
-                let mut h = ResponseHeader::answer(&req, status, me, msg.len() as u32);
+                let mut h = ResponseHeader::answer(&req, e.status(), me, msg.len() as u32);
                 h.detail = e.detail();
                 (h, msg.into_bytes())
             }

@@ -14,7 +14,7 @@
 use super::collective::status_of;
 use super::Driver;
 use offrac_collective::{Kind, DESCRIPTOR_LEN};
-use offrac_core::{BufferError, Instant, Job};
+use offrac_core::{Instant, Job};
 use offrac_proto::{decode_collective_hop_param, Status};
 
 impl Driver {
@@ -24,12 +24,8 @@ impl Driver {
         let desc = match self.engine.buffers().get(job.tenant, name) {
             Ok(d) => d.to_vec(),
             Err(e) => {
-                let status = match e {
-                    BufferError::Unknown(_) => Status::UnknownBuffer,
-                    _ => Status::BadInput,
-                };
                 let msg = format!("the collective's descriptor: {e}");
-                return self.hop_refused(now, job, status, e.detail(), msg);
+                return self.hop_refused(now, job, e.status(), e.detail(), msg);
             }
         };
         if desc.len() != DESCRIPTOR_LEN || desc[0] != Kind::Call as u8 || desc[7] != 0 {
