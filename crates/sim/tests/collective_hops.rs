@@ -246,3 +246,50 @@ fn a_rank_whose_node_dies_mid_chain_leaves_every_other_chain_answered_within_the
         }
     });
 }
+
+/// Two clients of one tenant (anonymous here) claim the same descriptor name
+/// with a buffer `CREATE` at seed-dependent moments: exactly one keeps its
+/// descriptor, the other is told `BUFFER_EXISTS` (detail = the name) and the
+/// winner's bytes stay — the name is never silently replaced, as it was with
+/// `PUT` when two communicators on one node took the same name.
+#[test]
+fn two_clients_creating_one_name_get_one_ok_and_one_buffer_exists() {
+    for_seeds(|seed| {
+        let mut w = common::cluster(seed, 1, |_, _| {});
+        w.run_for(MS);
+        let clients = [w.connect_to(0), w.connect_to(0)];
+        w.run_for(MS);
+        let descs = [descriptor(Op::Scatter, 2, 3), descriptor(Op::Reduce, 2, 5)];
+        let first = seed as usize % 2;
+        for j in 0..2 {
+            let c = (first + j) % 2;
+            let hop = Hop::local(FN_BUFFER, buffer_param(BufferOp::Create, SCATTER_DESC));
+            w.send(clients[c], &request(1, &[hop], &descs[c]));
+            w.run_for(seed % 4 * 50_000);
+        }
+        w.run_for(5 * MS);
+        let statuses: Vec<_> = clients
+            .iter()
+            .map(|&c| {
+                let a = w.answers_to(c, 1);
+                assert_eq!(a.len(), 1, "one answer per request: {a:?}");
+                (a[0].header.status, a[0].header.detail)
+            })
+            .collect();
+        let winner = statuses
+            .iter()
+            .position(|s| s.0 == Status::Ok)
+            .expect("one create succeeds");
+        assert_eq!(
+            statuses[1 - winner],
+            (Status::BufferExists, u64::from(SCATTER_DESC)),
+            "seed {seed}"
+        );
+        let get = Hop::local(FN_BUFFER, buffer_param(BufferOp::Get, SCATTER_DESC));
+        w.send(clients[1 - winner], &request(2, &[get], b""));
+        w.run_for(5 * MS);
+        let a = w.answers_to(clients[1 - winner], 2);
+        assert_eq!(a.len(), 1);
+        assert_eq!(a[0].payload, descs[winner], "the winner's descriptor stays");
+    });
+}
