@@ -144,6 +144,21 @@ fn cases() -> Vec<Case> {
         fpga_us: 80.0,
         source: "T5",
     });
+    // One rank's block in experiments/gemv at 2048 and 1024 over 2 ranks
+    // (the matrix, then the vector); no FPGA figure.
+    for (name, m, n) in [
+        ("gemv 2048x1024", 2048, 1024),
+        ("gemv 1024x1024", 1024, 1024),
+    ] {
+        v.push(Case {
+            name,
+            f: FunctionId::Gemv,
+            param: n as u64,
+            input: floats(m * n + n, || rng.normalish()),
+            fpga_us: f64::NAN,
+            source: "",
+        });
+    }
     dlrm_cases(&mut rng, &mut v);
     v
 }
