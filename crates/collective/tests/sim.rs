@@ -6,7 +6,7 @@
 
 use offrac_collective::{
     Algorithm, Collectives, Config, Descriptor, Dtype, FailKind, Kind, Members, Op, Out, RedOp,
-    Thresholds,
+    Thresholds, DESCRIPTOR_LEN,
 };
 use offrac_core::Instant;
 
@@ -100,7 +100,7 @@ fn reference(c: &Call, inputs: &[Vec<u8>], r: usize) -> Vec<u8> {
 }
 
 /// When a rank was answered, and what.
-type Answer = (u64, Result<Vec<u8>, offrac_collective::Failure>);
+type Answer = (u64, Result<bytes::Bytes, offrac_collective::Failure>);
 
 struct World {
     ranks: Vec<Collectives>,
@@ -110,6 +110,9 @@ struct World {
     wire: Vec<(u64, usize, usize, Vec<u8>)>,
     done: Vec<Option<Answer>>,
     now: u64,
+    /// Calls take their input shared, as from a named buffer
+    /// (`handle_call_shared`), instead of lent in the payload.
+    shared_inputs: bool,
 }
 
 impl World {
@@ -133,6 +136,7 @@ impl World {
             wire: Vec::new(),
             done: (0..n).map(|_| None).collect(),
             now: 0,
+            shared_inputs: false,
         }
     }
 
@@ -144,8 +148,12 @@ impl World {
         while let Some(o) = self.ranks[r].poll() {
             match o {
                 Out::Send {
-                    device, message, ..
+                    device,
+                    mut message,
+                    tail,
+                    ..
                 } => {
+                    message.extend_from_slice(&tail);
                     let to = self.devices.iter().position(|&d| d == device).unwrap();
                     let at = self.now + 1_000 + rng.below(50_000);
                     self.wire.push((at, to, r, message));
@@ -187,7 +195,13 @@ impl World {
                 let (_, r, p) = calls.swap_remove(i);
                 if self.alive[r] {
                     let now = self.t();
-                    self.ranks[r].handle_call(now, r as u64, &p, |_| true);
+                    if self.shared_inputs {
+                        let (desc, input) = p.split_at(DESCRIPTOR_LEN);
+                        let input = bytes::Bytes::copy_from_slice(input);
+                        self.ranks[r].handle_call_shared(now, r as u64, desc, input, |_| true);
+                    } else {
+                        self.ranks[r].handle_call(now, r as u64, &p, |_| true);
+                    }
                     self.drain(r, rng);
                 }
             } else if next_msg == Some(t) {
@@ -559,6 +573,90 @@ fn scatter_root_and_gather_senders_copy_their_input_once() {
             );
         }
     }
+}
+
+/// Segments that leave a work buffer no later step writes (a broadcast's
+/// root, a tree broadcast's inner ranks forwarding what they received) are
+/// slices of it, not copies; an input shared with its owner (a named
+/// buffer) is not copied at all when it is all a rank sends (a broadcast's
+/// root, a scatter's root but for its own block kept as a slice too, a
+/// gather's non-root). Seeded broadcasts (one-to-all and tree), scatters
+/// and gathers of 2–6 ranks in random delivery order, with random segment
+/// sizes and thresholds, input lent and shared: exact copy counts per rank.
+/// On the machine that copied each segment out of the work buffer, a
+/// broadcast's root copied its input plus every byte it sent.
+#[test]
+fn sends_share_a_buffer_no_step_writes_any_more() {
+    let mut shared_sent = 0;
+    for seed in 0..160u64 {
+        let mut rng = Rng(23_000 + seed);
+        let n = 2 + rng.below(5) as usize;
+        let cfg = random_config(&mut rng);
+        let mut w = World::new(n, &cfg, &mut rng);
+        w.shared_inputs = seed % 2 == 1;
+        let op = [Op::Broadcast, Op::Broadcast, Op::Scatter, Op::Gather][(seed / 2 % 4) as usize];
+        let c = Call {
+            op,
+            dtype: Dtype::F32,
+            redop: RedOp::None,
+            root: rng.below(n as u64) as u8,
+            count: 1 + rng.below(4000) as u32,
+            algorithm: match (op, rng.below(2)) {
+                (Op::Broadcast, 0) => Algorithm::Tree,
+                (Op::Broadcast, _) => Algorithm::OneToAll,
+                _ => Algorithm::Auto,
+            },
+        };
+        let len = c.count as u64 * 4;
+        let inputs: Vec<Vec<u8>> = (0..n).map(|r| input_of(&c, n, r, &mut rng)).collect();
+        let mut calls: Vec<(u64, usize, Vec<u8>)> = (0..n)
+            .map(|r| {
+                (
+                    rng.below(200_000),
+                    r,
+                    payload(&c, 9, &w.devices, &inputs[r]),
+                )
+            })
+            .collect();
+        w.run(&mut rng, &mut calls, u64::MAX);
+        let shared = w.shared_inputs;
+        for r in 0..n {
+            let (_, res) = w.done[r].take().expect("answered");
+            let out = res.unwrap_or_else(|f| panic!("seed {seed} {op:?} rank {r}: {f:?}"));
+            let why = format!(
+                "seed {seed} {op:?} n={n} rank {r} root {} shared {shared}",
+                c.root
+            );
+            assert!(out == reference(&c, &inputs, r), "{why}");
+            let st = w.ranks[r].stats();
+            let root = r == c.root as usize;
+            // Every rank that sends shares what it sends, but a lent input
+            // sent straight from the call (a scatter's root, a gather's
+            // non-root) is copied into the messages: its one copy.
+            let from_input = matches!((op, root), (Op::Scatter, true) | (Op::Gather, false));
+            let want_shared = if from_input && !shared {
+                0
+            } else {
+                st.sent_bytes
+            };
+            assert_eq!(st.shared_bytes, want_shared, "{why}");
+            shared_sent += st.shared_bytes;
+            // The input once unless shared; what is received once.
+            let want = match (op, root) {
+                (Op::Broadcast, true) if shared => 0,
+                (Op::Broadcast, _) => len,
+                (Op::Scatter, true) if shared => 0,
+                (Op::Scatter, true) => n as u64 * len,
+                (Op::Scatter, false) => len,
+                (_, true) if c.root == 0 => n as u64 * len,
+                (_, true) => (n as u64 + 1) * len,
+                (_, false) if shared => 0,
+                (_, false) => len,
+            };
+            assert_eq!(st.copied_bytes, want, "{why}");
+        }
+    }
+    assert!(shared_sent > 0);
 }
 
 /// A data message that comes before its step (the sender got the `Ready`

@@ -5,6 +5,7 @@
 //! their input from it and keep their output in it.
 
 use crate::TenantKey;
+use bytes::Bytes;
 use rustc_hash::FxHashMap;
 
 /// Why a buffer operation was refused.
@@ -46,7 +47,9 @@ impl BufferError {
 /// The node's named buffers.
 #[derive(Debug, Clone)]
 pub struct Buffers {
-    kept: FxHashMap<(TenantKey, u32), Vec<u8>>,
+    /// Shared: a collective's segments and answers may hold slices of a
+    /// buffer (`Buffers::get_shared`) while it is kept, none copied.
+    kept: FxHashMap<(TenantKey, u32), Bytes>,
     by_tenant: FxHashMap<TenantKey, u64>,
     used: u64,
     budget: u64,
@@ -99,9 +102,10 @@ impl Buffers {
         &mut self,
         tenant: TenantKey,
         name: u32,
-        data: Vec<u8>,
+        data: impl Into<Bytes>,
         tenant_budget: Option<u64>,
     ) -> Result<(), BufferError> {
+        let data = data.into();
         let len = data.len() as u64;
         let old = self.kept.get(&(tenant, name)).map_or(0, |b| b.len() as u64);
         let used = self.used - old;
@@ -132,12 +136,21 @@ impl Buffers {
     pub fn get(&self, tenant: TenantKey, name: u32) -> Result<&[u8], BufferError> {
         self.kept
             .get(&(tenant, name))
-            .map(Vec::as_slice)
+            .map(|b| &b[..])
+            .ok_or(BufferError::Unknown(name))
+    }
+
+    /// The buffer `name` of `tenant`, shared (not copied): the buffer may
+    /// be replaced or removed meanwhile, the bytes handed out stay.
+    pub fn get_shared(&self, tenant: TenantKey, name: u32) -> Result<Bytes, BufferError> {
+        self.kept
+            .get(&(tenant, name))
+            .cloned()
             .ok_or(BufferError::Unknown(name))
     }
 
     /// Remove the buffer `name` of `tenant`; its bytes are free again.
-    pub fn remove(&mut self, tenant: TenantKey, name: u32) -> Result<Vec<u8>, BufferError> {
+    pub fn remove(&mut self, tenant: TenantKey, name: u32) -> Result<Bytes, BufferError> {
         let data = self
             .kept
             .remove(&(tenant, name))
