@@ -1274,7 +1274,7 @@ fn try_sends(r: &mut Running, cfg: &Config, out: &mut VecDeque<Out>, stats: &mut
                     shared_segments(&r.desc, r.rank, r.step, t.range.start, &body, seg)
                 }
                 None => {
-                    let bytes = &r.work[in_work(&r.plan, &t.range)];
+                    let bytes = &work(r)[in_work(&r.plan, &t.range)];
                     stats.copied_bytes += bytes.len() as u64;
                     segments(&r.desc, r.rank, r.step, t.range.start, bytes, seg)
                 }
