@@ -241,8 +241,8 @@ mod tests {
     use std::io::Read;
     use std::net::{TcpListener, TcpStream as StdStream};
 
-    /// Messages larger than the socket takes at once, given away and
-    /// borrowed, interleaved with flushes while the reader drains: the
+    /// Messages larger than the socket takes at once, given away, borrowed
+    /// and with a shared tail, interleaved with flushes while the reader drains: the
     /// reader gets every byte once, in order, and the backlog ends at 0.
     #[test]
     fn large_messages_arrive_whole_and_in_order() {
@@ -259,10 +259,15 @@ mod tests {
                 .collect();
             want.extend_from_slice(&header);
             want.extend_from_slice(&payload);
-            if i % 2 == 0 {
-                out.send_owned(&header, payload);
-            } else {
-                out.send(&header, &payload);
+            match i % 3 {
+                0 => out.send_owned(&header, payload),
+                1 => out.send(&header, &payload),
+                _ => {
+                    // A descriptor, then a slice of a shared buffer.
+                    let shared = Bytes::from(payload);
+                    let head = shared[..64].to_vec();
+                    out.send_owned_with_tail(&header, head, shared.slice(64..));
+                }
             }
         }
         assert!(
