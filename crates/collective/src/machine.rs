@@ -177,7 +177,7 @@ struct Running {
     held: Vec<Option<Vec<u8>>>,
     /// Per send of step 0: its messages, built from the input when the call
     /// started (`Plan::sends_from_input`), until they may go.
-    prebuilt: Vec<Option<Vec<(Vec<u8>, Bytes)>>>,
+    prebuilt: Vec<Option<Vec<Segment>>>,
     /// `Ready` seen from (rank, step).
     ready: FxHashSet<(usize, u32)>,
     /// Messages for later steps.
@@ -206,6 +206,10 @@ impl Kept {
         &self.buf[self.at..]
     }
 }
+
+/// A message to send: its descriptor (and body, if copied), then a shared
+/// tail (empty if the body was copied).
+type Segment = (Vec<u8>, Bytes);
 
 /// A call's input: lent by the caller, or shared with its owner.
 enum Src<'a> {
@@ -1302,7 +1306,7 @@ fn segments(
     start: usize,
     body: &[u8],
     seg: usize,
-) -> Vec<(Vec<u8>, Bytes)> {
+) -> Vec<Segment> {
     body.chunks(seg)
         .enumerate()
         .map(|(k, bytes)| {
@@ -1322,7 +1326,7 @@ fn shared_segments(
     start: usize,
     body: &Bytes,
     seg: usize,
-) -> Vec<(Vec<u8>, Bytes)> {
+) -> Vec<Segment> {
     (0..body.len())
         .step_by(seg)
         .map(|k| {
