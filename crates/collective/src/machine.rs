@@ -302,7 +302,15 @@ pub struct Stats {
     /// Bytes sent as slices of a shared buffer (the work buffer once it is
     /// not written any more, or a named input), not copied into messages.
     pub shared_bytes: u64,
+    /// Bytes of work buffers that reused the memory of a buffer given back
+    /// ([`Collectives::recycle`]) instead of fresh memory.
+    pub reused_bytes: u64,
 }
+
+/// A work buffer smaller than this is not worth keeping for reuse: the
+/// allocator reuses such memory anyway. Larger ones come from fresh
+/// mappings whose every page the kernel faults in and clears on first write.
+const SPARE_MIN_BYTES: usize = 1 << 20;
 
 pub struct Collectives {
     me: u8,
@@ -318,6 +326,8 @@ pub struct Collectives {
     succeeded: FxHashMap<Key, (Instant, Descriptor, u8)>,
     out: VecDeque<Out>,
     stats: Stats,
+    /// A buffer given back for reuse, and until when it is kept.
+    spare: Option<(Vec<u8>, Instant)>,
 }
 
 impl Collectives {
@@ -332,7 +342,58 @@ impl Collectives {
             succeeded: FxHashMap::default(),
             out: VecDeque::new(),
             stats: Stats::default(),
+            spare: None,
         }
+    }
+
+    /// A buffer that held a collective's output and is free again (the
+    /// named buffer it was kept in was replaced): its memory becomes the
+    /// spare that the next work buffer of a size it fits reuses, so that a
+    /// collective repeated into the same named buffer writes memory already
+    /// mapped instead of fresh pages (each faulted in and cleared by the
+    /// kernel on its first write: a 32 MiB buffer is 8192 faults). One spare
+    /// at most, of at most `max_work_bytes`, kept `early_ttl`; a buffer
+    /// still shared (slices of it being sent) or under 1 MiB is dropped.
+    pub fn recycle(&mut self, now: Instant, buf: Bytes) {
+        // Taken back whole and emptied, so that no byte moves (dropped if a
+        // slice of it is still held elsewhere).
+        let Ok(mut buf) = buf.try_into_mut() else {
+            return;
+        };
+        buf.clear();
+        let buf = Vec::from(buf);
+        let cap = buf.capacity();
+        if (SPARE_MIN_BYTES..=self.cfg.max_work_bytes).contains(&cap) {
+            self.spare = Some((buf, now + self.cfg.early_ttl));
+        }
+    }
+
+    /// Bytes of the spare buffer kept for reuse (0: none).
+    pub fn spare_bytes(&self) -> usize {
+        self.spare.as_ref().map_or(0, |(b, _)| b.capacity())
+    }
+
+    /// The spare buffer, emptied, if `len` bytes fit in it and it is not
+    /// more than twice as large.
+    fn take_spare(&mut self, len: usize) -> Option<Vec<u8>> {
+        let fits = |b: &Vec<u8>| b.capacity() >= len && b.capacity() / 2 <= len;
+        match self.spare.take() {
+            Some((mut b, _)) if len >= SPARE_MIN_BYTES && fits(&b) => {
+                b.clear();
+                self.stats.reused_bytes += len as u64;
+                Some(b)
+            }
+            spare => {
+                self.spare = spare;
+                None
+            }
+        }
+    }
+
+    /// An empty buffer for `len` bytes: the spare if it fits, else new.
+    fn work_buffer(&mut self, len: usize) -> Vec<u8> {
+        self.take_spare(len)
+            .unwrap_or_else(|| Vec::with_capacity(len))
     }
 
     pub fn config(&self) -> &Config {
@@ -609,12 +670,14 @@ impl Collectives {
                 Vec::new()
             } else {
                 self.stats.copied_bytes += held.len() as u64;
-                input[at(&held)].to_vec()
+                let mut work = self.work_buffer(held.len());
+                work.extend_from_slice(&input[at(&held)]);
+                work
             }
         } else if fills_in_order(&p) {
             // Every byte of the work buffer comes once (the input, then
             // whole receives): no zeroing, the buffer grows in order.
-            let mut work = Vec::with_capacity(p.work_len);
+            let mut work = self.work_buffer(p.work_len);
             let mut wait = BTreeMap::new();
             if !p.input.is_empty() {
                 self.stats.copied_bytes += input.len() as u64;
@@ -638,12 +701,21 @@ impl Collectives {
                 }
                 _ => {
                     self.stats.copied_bytes += input.len() as u64;
-                    input.to_vec()
+                    let mut work = self.work_buffer(input.len());
+                    work.extend_from_slice(input);
+                    work
                 }
             }
         } else {
             self.stats.zeroed_bytes += p.work_len as u64;
-            let mut work = vec![0u8; p.work_len];
+            let mut work = match self.take_spare(p.work_len) {
+                Some(mut b) => {
+                    b.resize(p.work_len, 0);
+                    b
+                }
+                // Fresh zeroed memory (pages untouched until written).
+                None => vec![0u8; p.work_len],
+            };
             if !ignored {
                 self.stats.copied_bytes += input.len() as u64;
                 work[in_work(&p, &p.input)].copy_from_slice(input);
@@ -868,6 +940,9 @@ impl Collectives {
         self.early_bytes -= freed;
         self.finished.retain(|_, &mut until| until > now);
         self.succeeded.retain(|_, (until, _, _)| *until > now);
+        if self.spare.as_ref().is_some_and(|(_, until)| *until <= now) {
+            self.spare = None;
+        }
     }
 
     pub fn poll_timeout(&self) -> Option<Instant> {
@@ -878,7 +953,8 @@ impl Collectives {
             .values()
             .filter_map(|e| e.first_at.map(|t| t + ttl));
         let finished = self.finished.values().copied();
-        deadlines.chain(early).chain(finished).min()
+        let spare = self.spare.as_ref().map(|(_, until)| *until);
+        deadlines.chain(early).chain(finished).chain(spare).min()
     }
 
     fn keep_early(&mut self, now: Instant, key: Key, d: Descriptor, msg: Msg<'_>, at: usize) {

@@ -105,6 +105,18 @@ impl Buffers {
         data: impl Into<Bytes>,
         tenant_budget: Option<u64>,
     ) -> Result<(), BufferError> {
+        self.replace(tenant, name, data, tenant_budget).map(drop)
+    }
+
+    /// [`Buffers::put`] that hands back the buffer it replaced, if any (a
+    /// collective's driver gives it to the machine to reuse its memory).
+    pub fn replace(
+        &mut self,
+        tenant: TenantKey,
+        name: u32,
+        data: impl Into<Bytes>,
+        tenant_budget: Option<u64>,
+    ) -> Result<Option<Bytes>, BufferError> {
         let data = data.into();
         let len = data.len() as u64;
         let old = self.kept.get(&(tenant, name)).map_or(0, |b| b.len() as u64);
@@ -126,10 +138,10 @@ impl Buffers {
                 budget,
             });
         }
-        self.kept.insert((tenant, name), data);
+        let replaced = self.kept.insert((tenant, name), data);
         self.used = used + len;
         self.by_tenant.insert(tenant, mine + len);
-        Ok(())
+        Ok(replaced)
     }
 
     /// The buffer `name` of `tenant`.
@@ -187,7 +199,13 @@ mod tests {
         // Replacing buffer 1 counts its 60 bytes as free.
         b.put(None, 1, vec![3; 100], None).unwrap();
         assert_eq!(b.used(), 100);
-        assert_eq!(b.get(None, 1).unwrap(), &[3; 100][..]);
+        // `replace` hands the replaced buffer back.
+        let old = b.replace(None, 1, vec![4; 100], None).unwrap();
+        assert_eq!(old.as_deref(), Some(&[3; 100][..]));
+        assert_eq!(b.replace(None, 7, vec![5; 0], None).unwrap(), None);
+        assert_eq!(b.remove(None, 7).unwrap().len(), 0);
+        assert_eq!(b.used(), 100);
+        assert_eq!(b.get(None, 1).unwrap(), &[4; 100][..]);
         assert_eq!(b.remove(None, 1).unwrap().len(), 100);
         assert_eq!((b.used(), b.len(), b.used_by(None)), (0, 0, 0));
         assert_eq!(b.get(None, 1), Err(BufferError::Unknown(1)));

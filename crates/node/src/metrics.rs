@@ -389,6 +389,11 @@ impl Metrics {
                 e.collectives.shared_bytes,
             ),
             (
+                "offrac_collective_bytes_reused_total",
+                "Bytes of collectives' work buffers that reused the memory of an output the kept named buffer replaced (no fresh pages).",
+                e.collectives.reused_bytes,
+            ),
+            (
                 "offrac_collective_acks_total",
                 "OK answers from peers to collective messages that asked for one (every ack_window-th of a link).",
                 e.links.collective_answers,

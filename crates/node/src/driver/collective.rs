@@ -266,8 +266,15 @@ impl Driver {
         let result = match (result, keep) {
             (Ok(out), Some((tenant, name))) => {
                 let budget = self.engine.buffer_budget_of(tenant);
-                match self.engine.buffers_mut().put(tenant, name, out, budget) {
-                    Ok(()) => Ok(Bytes::new()),
+                match self.engine.buffers_mut().replace(tenant, name, out, budget) {
+                    Ok(replaced) => {
+                        // The memory of the output it replaced serves the
+                        // next work buffer (no fresh pages to fault in).
+                        if let Some(old) = replaced {
+                            self.collectives.recycle(now, old);
+                        }
+                        Ok(Bytes::new())
+                    }
                     Err(e) => Err(e),
                 }
                 .map_err(Failed::Keep)
