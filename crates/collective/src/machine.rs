@@ -18,6 +18,7 @@
 use crate::plan::{self, Combine, Plan, Thresholds};
 use crate::reduce::combine;
 use crate::wire::{Algorithm, Descriptor, Kind, Members, WireError};
+use bytes::Bytes;
 use offrac_core::Instant;
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::{BTreeMap, VecDeque};
@@ -126,19 +127,24 @@ impl Failure {
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Out {
-    /// Send `message` (a descriptor and its body) to `device` as a request
-    /// for function 251; if the device cannot take it, report
-    /// [`Collectives::handle_send_failed`] with `key`.
+    /// Send `message` then `tail` (a descriptor and its body) to `device`
+    /// as one request for function 251; if the device cannot take it,
+    /// report [`Collectives::handle_send_failed`] with `key`. `tail` is a
+    /// data segment shared with the buffer it comes from (the work buffer
+    /// or a named input), not copied: write it after `message` (e.g. with a
+    /// vectored write). Empty when the body is in `message`.
     Send {
         device: u8,
         key: Key,
         message: Vec<u8>,
+        tail: Bytes,
     },
-    /// The answer to a call: this rank's output, or why it failed.
+    /// The answer to a call: this rank's output, or why it failed. The
+    /// output may share the work buffer with segments still being sent.
     Done {
         call: CallId,
         algorithm: Algorithm,
-        result: Result<Vec<u8>, Failure>,
+        result: Result<Bytes, Failure>,
     },
 }
 
@@ -150,6 +156,15 @@ struct Running {
     rank: usize,
     plan: Plan,
     work: Vec<u8>,
+    /// The work buffer once shared (then `work` is empty): frozen when a
+    /// step from `final_from` on sends out of it, so that its segments go as
+    /// slices of it, uncopied; or the named input itself when it fills the
+    /// work buffer. A write after that takes it back ([`work_mut`]: moved if
+    /// no segment holds it any more, else copied).
+    shared: Option<Bytes>,
+    /// The first step from which no step receives: the work buffer is not
+    /// written any more, so its sends may share it.
+    final_from: usize,
     step: usize,
     entered: bool,
     /// Per receive of the current step: bytes arrived.
@@ -162,7 +177,7 @@ struct Running {
     held: Vec<Option<Vec<u8>>>,
     /// Per send of step 0: its messages, built from the input when the call
     /// started (`Plan::sends_from_input`), until they may go.
-    prebuilt: Vec<Option<Vec<Vec<u8>>>>,
+    prebuilt: Vec<Option<Vec<Segment>>>,
     /// `Ready` seen from (rank, step).
     ready: FxHashSet<(usize, u32)>,
     /// Messages for later steps.
@@ -190,6 +205,16 @@ impl Kept {
     fn body(&self) -> &[u8] {
         &self.buf[self.at..]
     }
+}
+
+/// A message to send: its descriptor (and body, if copied), then a shared
+/// tail (empty if the body was copied).
+type Segment = (Vec<u8>, Bytes);
+
+/// A call's input: lent by the caller, or shared with its owner.
+enum Src<'a> {
+    Borrowed(&'a [u8]),
+    Shared(Bytes),
 }
 
 /// A message handed to the machine: borrowed (kept by copying its body) or
@@ -274,7 +299,18 @@ pub struct Stats {
     /// Bytes of work buffers zeroed before their data came (a buffer only
     /// part of which the input fills, and not filled in order).
     pub zeroed_bytes: u64,
+    /// Bytes sent as slices of a shared buffer (the work buffer once it is
+    /// not written any more, or a named input), not copied into messages.
+    pub shared_bytes: u64,
+    /// Bytes of work buffers that reused the memory of a buffer given back
+    /// ([`Collectives::recycle`]) instead of fresh memory.
+    pub reused_bytes: u64,
 }
+
+/// A work buffer smaller than this is not worth keeping for reuse: the
+/// allocator reuses such memory anyway. Larger ones come from fresh
+/// mappings whose every page the kernel faults in and clears on first write.
+const SPARE_MIN_BYTES: usize = 1 << 20;
 
 pub struct Collectives {
     me: u8,
@@ -290,6 +326,8 @@ pub struct Collectives {
     succeeded: FxHashMap<Key, (Instant, Descriptor, u8)>,
     out: VecDeque<Out>,
     stats: Stats,
+    /// A buffer given back for reuse, and until when it is kept.
+    spare: Option<(Vec<u8>, Instant)>,
 }
 
 impl Collectives {
@@ -304,7 +342,58 @@ impl Collectives {
             succeeded: FxHashMap::default(),
             out: VecDeque::new(),
             stats: Stats::default(),
+            spare: None,
         }
+    }
+
+    /// A buffer that held a collective's output and is free again (the
+    /// named buffer it was kept in was replaced): its memory becomes the
+    /// spare that the next work buffer of a size it fits reuses, so that a
+    /// collective repeated into the same named buffer writes memory already
+    /// mapped instead of fresh pages (each faulted in and cleared by the
+    /// kernel on its first write: a 32 MiB buffer is 8192 faults). One spare
+    /// at most, of at most `max_work_bytes`, kept `early_ttl`; a buffer
+    /// still shared (slices of it being sent) or under 1 MiB is dropped.
+    pub fn recycle(&mut self, now: Instant, buf: Bytes) {
+        // Taken back whole and emptied, so that no byte moves (dropped if a
+        // slice of it is still held elsewhere).
+        let Ok(mut buf) = buf.try_into_mut() else {
+            return;
+        };
+        buf.clear();
+        let buf = Vec::from(buf);
+        let cap = buf.capacity();
+        if (SPARE_MIN_BYTES..=self.cfg.max_work_bytes).contains(&cap) {
+            self.spare = Some((buf, now + self.cfg.early_ttl));
+        }
+    }
+
+    /// Bytes of the spare buffer kept for reuse (0: none).
+    pub fn spare_bytes(&self) -> usize {
+        self.spare.as_ref().map_or(0, |(b, _)| b.capacity())
+    }
+
+    /// The spare buffer, emptied, if `len` bytes fit in it and it is not
+    /// more than twice as large.
+    fn take_spare(&mut self, len: usize) -> Option<Vec<u8>> {
+        let fits = |b: &Vec<u8>| b.capacity() >= len && b.capacity() / 2 <= len;
+        match self.spare.take() {
+            Some((mut b, _)) if len >= SPARE_MIN_BYTES && fits(&b) => {
+                b.clear();
+                self.stats.reused_bytes += len as u64;
+                Some(b)
+            }
+            spare => {
+                self.spare = spare;
+                None
+            }
+        }
+    }
+
+    /// An empty buffer for `len` bytes: the spare if it fits, else new.
+    fn work_buffer(&mut self, len: usize) -> Vec<u8> {
+        self.take_spare(len)
+            .unwrap_or_else(|| Vec::with_capacity(len))
     }
 
     pub fn config(&self) -> &Config {
@@ -345,6 +434,32 @@ impl Collectives {
         call: CallId,
         payload: &[u8],
         input: Option<&[u8]>,
+        reachable: impl Fn(u8) -> bool,
+    ) {
+        self.call(now, call, payload, input.map(Src::Borrowed), reachable);
+    }
+
+    /// [`Collectives::handle_call_with_input`] of an input shared with its
+    /// owner (a named buffer): segments sent straight from the input are
+    /// slices of it, and a work buffer the input fills and no step writes
+    /// (a broadcast's root) is the input itself — no copy.
+    pub fn handle_call_shared(
+        &mut self,
+        now: Instant,
+        call: CallId,
+        payload: &[u8],
+        input: Bytes,
+        reachable: impl Fn(u8) -> bool,
+    ) {
+        self.call(now, call, payload, Some(Src::Shared(input)), reachable);
+    }
+
+    fn call(
+        &mut self,
+        now: Instant,
+        call: CallId,
+        payload: &[u8],
+        input: Option<Src<'_>>,
         reachable: impl Fn(u8) -> bool,
     ) {
         match self.start(now, call, payload, input, reachable) {
@@ -402,6 +517,7 @@ impl Collectives {
                     device,
                     key,
                     message,
+                    tail: Bytes::new(),
                 });
             }
         }
@@ -416,12 +532,20 @@ impl Collectives {
         now: Instant,
         call: CallId,
         payload: &[u8],
-        input: Option<&[u8]>,
+        src: Option<Src<'_>>,
         reachable: impl Fn(u8) -> bool,
     ) -> Result<Key, (Failure, bool)> {
         let quiet = |m: String| (Failure::new(FailKind::BadInput, None, m), false);
         let (mut d, after) = Descriptor::decode(payload).map_err(|e| quiet(e.to_string()))?;
-        let input = input.unwrap_or(after);
+        let shared = match &src {
+            Some(Src::Shared(b)) => Some(b.clone()),
+            _ => None,
+        };
+        let input: &[u8] = match &src {
+            Some(Src::Borrowed(b)) => b,
+            Some(Src::Shared(b)) => b,
+            None => after,
+        };
         if d.kind != Kind::Call {
             return Err(quiet(format!(
                 "a client sends calls (kind 1), not kind {}",
@@ -511,27 +635,49 @@ impl Collectives {
         };
         let mut prebuilt = Vec::new();
         let mut ahead = None;
+        let mut shared_work = None;
+        let final_from = p
+            .steps
+            .iter()
+            .rposition(|s| !s.recvs.is_empty())
+            .map_or(0, |i| i + 1);
         let work = if p.sends_from_input {
             // The sends' messages straight from the input; the work buffer
             // only the input's part that is the output.
             let seg = self.cfg.segment_bytes.max(4);
             let at = |r: &std::ops::Range<usize>| r.start - p.input.start..r.end - p.input.start;
             for t in p.steps.first().map_or(&[][..], |s| &s.sends[..]) {
-                let body = &input[at(&t.range)];
-                self.stats.copied_bytes += body.len() as u64;
-                prebuilt.push(Some(segments(&d, rank, 0, t.range.start, body, seg)));
+                let range = at(&t.range);
+                let msgs = match &shared {
+                    Some(b) => {
+                        self.stats.shared_bytes += range.len() as u64;
+                        shared_segments(&d, rank, 0, t.range.start, &b.slice(range), seg)
+                    }
+                    None => {
+                        self.stats.copied_bytes += range.len() as u64;
+                        segments(&d, rank, 0, t.range.start, &input[range], seg)
+                    }
+                };
+                prebuilt.push(Some(msgs));
             }
             let held = p.work_base..p.work_base + p.work_len;
-            self.stats.copied_bytes += held.len() as u64;
             if held.is_empty() {
                 Vec::new()
+            } else if let Some(b) = &shared {
+                // This rank's own part (a scatter root's block) stays a
+                // slice of the input until written (never, for a scatter).
+                shared_work = Some(b.slice(at(&held)));
+                Vec::new()
             } else {
-                input[at(&held)].to_vec()
+                self.stats.copied_bytes += held.len() as u64;
+                let mut work = self.work_buffer(held.len());
+                work.extend_from_slice(&input[at(&held)]);
+                work
             }
         } else if fills_in_order(&p) {
             // Every byte of the work buffer comes once (the input, then
             // whole receives): no zeroing, the buffer grows in order.
-            let mut work = Vec::with_capacity(p.work_len);
+            let mut work = self.work_buffer(p.work_len);
             let mut wait = BTreeMap::new();
             if !p.input.is_empty() {
                 self.stats.copied_bytes += input.len() as u64;
@@ -546,12 +692,30 @@ impl Collectives {
             ahead = Some(wait);
             work
         } else if !ignored && in_work(&p, &p.input) == (0..p.work_len) {
-            // The input fills the work buffer: no zeroing first.
-            self.stats.copied_bytes += input.len() as u64;
-            input.to_vec()
+            // The input fills the work buffer: no zeroing first; a shared
+            // input that no step writes over is the work buffer itself.
+            match &shared {
+                Some(b) if final_from == 0 => {
+                    shared_work = Some(b.clone());
+                    Vec::new()
+                }
+                _ => {
+                    self.stats.copied_bytes += input.len() as u64;
+                    let mut work = self.work_buffer(input.len());
+                    work.extend_from_slice(input);
+                    work
+                }
+            }
         } else {
             self.stats.zeroed_bytes += p.work_len as u64;
-            let mut work = vec![0u8; p.work_len];
+            let mut work = match self.take_spare(p.work_len) {
+                Some(mut b) => {
+                    b.resize(p.work_len, 0);
+                    b
+                }
+                // Fresh zeroed memory (pages untouched until written).
+                None => vec![0u8; p.work_len],
+            };
             if !ignored {
                 self.stats.copied_bytes += input.len() as u64;
                 work[in_work(&p, &p.input)].copy_from_slice(input);
@@ -565,6 +729,8 @@ impl Collectives {
             rank,
             plan: p,
             work,
+            shared: shared_work,
+            final_from,
             step: 0,
             entered: false,
             got: Vec::new(),
@@ -697,6 +863,7 @@ impl Collectives {
                 device,
                 key,
                 message,
+                tail: Bytes::new(),
             });
         }
     }
@@ -773,6 +940,9 @@ impl Collectives {
         self.early_bytes -= freed;
         self.finished.retain(|_, &mut until| until > now);
         self.succeeded.retain(|_, (until, _, _)| *until > now);
+        if self.spare.as_ref().is_some_and(|(_, until)| *until <= now) {
+            self.spare = None;
+        }
     }
 
     pub fn poll_timeout(&self) -> Option<Instant> {
@@ -783,7 +953,8 @@ impl Collectives {
             .values()
             .filter_map(|e| e.first_at.map(|t| t + ttl));
         let finished = self.finished.values().copied();
-        deadlines.chain(early).chain(finished).min()
+        let spare = self.spare.as_ref().map(|(_, until)| *until);
+        deadlines.chain(early).chain(finished).chain(spare).min()
     }
 
     fn keep_early(&mut self, now: Instant, key: Key, d: Descriptor, msg: Msg<'_>, at: usize) {
@@ -832,6 +1003,7 @@ impl Collectives {
                     device: *src,
                     key,
                     message: msg,
+                    tail: Bytes::new(),
                 });
             }
             e.abort = Some(f);
@@ -850,14 +1022,14 @@ impl Collectives {
                 return;
             };
             if r.step == r.plan.steps.len() {
-                if r.ahead.is_some() && r.work.len() != r.plan.work_len {
+                if r.ahead.is_some() && work_len(r) != r.plan.work_len {
                     // Not reached: the receives tile the buffer exactly.
                     let f = Failure::new(
                         FailKind::BadInput,
                         None,
                         format!(
                             "{} of {} bytes of the work buffer came",
-                            r.work.len(),
+                            work_len(r),
                             r.plan.work_len
                         ),
                     );
@@ -869,11 +1041,14 @@ impl Collectives {
                     .insert(key, (now + self.cfg.early_ttl, r.desc, r.rank as u8));
                 self.stats.completed += 1;
                 let out = in_work(&r.plan, &r.plan.output);
-                let out = if out == (0..r.work.len()) {
-                    r.work
-                } else {
-                    self.stats.copied_bytes += out.len() as u64;
-                    r.work[out].to_vec()
+                let out = match r.shared {
+                    // Shared with segments maybe still being written: a slice.
+                    Some(b) => b.slice(out),
+                    None if out == (0..r.work.len()) => Bytes::from(r.work),
+                    None => {
+                        self.stats.copied_bytes += out.len() as u64;
+                        Bytes::copy_from_slice(&r.work[out])
+                    }
                 };
                 self.out.push_back(Out::Done {
                     call: r.call,
@@ -933,6 +1108,7 @@ impl Collectives {
                     device,
                     key,
                     message,
+                    tail: Bytes::new(),
                 });
             }
         }
@@ -1107,7 +1283,7 @@ fn enter(
                 .any(|q| q.range.start < t.range.end && t.range.start < q.range.end);
             (waits && overwritten).then(|| {
                 stats.copied_bytes += t.range.len() as u64;
-                r.work[in_work(&r.plan, &t.range)].to_vec()
+                work(r)[in_work(&r.plan, &t.range)].to_vec()
             })
         })
         .collect();
@@ -1129,6 +1305,7 @@ fn enter(
                     device: r.devices[t.peer],
                     key,
                     message: r.desc.message(Kind::Ready, r.rank as u8, s as u32, 0, &[]),
+                    tail: Bytes::new(),
                 });
             }
         }
@@ -1159,33 +1336,45 @@ fn try_sends(r: &mut Running, cfg: &Config, out: &mut VecDeque<Out>, stats: &mut
             continue;
         }
         r.sent[i] = true;
+        let seg = cfg.segment_bytes.max(4);
         let messages = match r.prebuilt.get_mut(i).and_then(Option::take) {
             Some(m) if r.step == 0 => m,
-            _ => {
-                let held = r.held[i].take();
-                let bytes = match &held {
-                    Some(h) => &h[..],
-                    None => &r.work[in_work(&r.plan, &t.range)],
-                };
-                stats.copied_bytes += bytes.len() as u64;
-                let seg = cfg.segment_bytes.max(4);
-                segments(&r.desc, r.rank, r.step, t.range.start, bytes, seg)
-            }
+            _ => match r.held[i].take() {
+                Some(h) => {
+                    stats.copied_bytes += h.len() as u64;
+                    segments(&r.desc, r.rank, r.step, t.range.start, &h, seg)
+                }
+                None if r.step >= r.final_from => {
+                    // No step writes the work buffer any more: share it.
+                    let frozen = r
+                        .shared
+                        .get_or_insert_with(|| Bytes::from(std::mem::take(&mut r.work)));
+                    let body = frozen.slice(in_work(&r.plan, &t.range));
+                    stats.shared_bytes += body.len() as u64;
+                    shared_segments(&r.desc, r.rank, r.step, t.range.start, &body, seg)
+                }
+                None => {
+                    let bytes = &work(r)[in_work(&r.plan, &t.range)];
+                    stats.copied_bytes += bytes.len() as u64;
+                    segments(&r.desc, r.rank, r.step, t.range.start, bytes, seg)
+                }
+            },
         };
         stats.sent_bytes += t.range.len() as u64;
-        for message in messages {
+        for (message, tail) in messages {
             stats.sent_messages += 1;
             out.push_back(Out::Send {
                 device: r.devices[t.peer],
                 key,
                 message,
+                tail,
             });
         }
     }
 }
 
 /// The `Data` messages of `body` (bytes `start..` of the collective's
-/// layout), in segments of at most `seg` bytes.
+/// layout), in segments of at most `seg` bytes, each copied into its message.
 fn segments(
     d: &Descriptor,
     rank: usize,
@@ -1193,14 +1382,66 @@ fn segments(
     start: usize,
     body: &[u8],
     seg: usize,
-) -> Vec<Vec<u8>> {
+) -> Vec<Segment> {
     body.chunks(seg)
         .enumerate()
         .map(|(k, bytes)| {
             let at = start + k * seg;
-            d.message(Kind::Data, rank as u8, step as u32, at as u32, bytes)
+            let m = d.message(Kind::Data, rank as u8, step as u32, at as u32, bytes);
+            (m, Bytes::new())
         })
         .collect()
+}
+
+/// [`segments`] of a shared `body`: each message is its descriptor and a
+/// slice of `body` (its tail), nothing copied.
+fn shared_segments(
+    d: &Descriptor,
+    rank: usize,
+    step: usize,
+    start: usize,
+    body: &Bytes,
+    seg: usize,
+) -> Vec<Segment> {
+    (0..body.len())
+        .step_by(seg)
+        .map(|k| {
+            let at = start + k;
+            let m = d.message(Kind::Data, rank as u8, step as u32, at as u32, &[]);
+            (m, body.slice(k..(k + seg).min(body.len())))
+        })
+        .collect()
+}
+
+/// The work buffer's bytes, wherever they are.
+fn work(r: &Running) -> &[u8] {
+    match &r.shared {
+        Some(b) => b,
+        None => &r.work,
+    }
+}
+
+fn work_len(r: &Running) -> usize {
+    work(r).len()
+}
+
+/// The work buffer, to write: a shared one is taken back — moved if
+/// nothing else holds it any more, else copied (counted).
+fn work_mut<'a>(
+    work: &'a mut Vec<u8>,
+    shared: &mut Option<Bytes>,
+    stats: &mut Stats,
+) -> &'a mut Vec<u8> {
+    if let Some(b) = shared.take() {
+        *work = match b.try_into_mut() {
+            Ok(m) => m.into(),
+            Err(b) => {
+                stats.copied_bytes += b.len() as u64;
+                b.to_vec()
+            }
+        };
+    }
+    work
 }
 
 /// A message for the current (entered) step.
@@ -1253,7 +1494,8 @@ fn apply(
                 ));
             }
             if let Some(ahead) = &mut r.ahead {
-                return fill(&mut r.work, ahead, stats, into.start, msg).map_err(|()| {
+                let work = work_mut(&mut r.work, &mut r.shared, stats);
+                return fill(work, ahead, stats, into.start, msg).map_err(|()| {
                     Failure::new(
                         FailKind::BadInput,
                         r.devices.get(src).copied(),
@@ -1264,10 +1506,11 @@ fn apply(
                     )
                 });
             }
+            let work = work_mut(&mut r.work, &mut r.shared, stats);
             stats.copied_bytes += body.len() as u64;
             match combine_now {
-                Combine::Copy => r.work[into].copy_from_slice(body),
-                Combine::Reduce => combine(r.desc.dtype, r.desc.redop, &mut r.work[into], body),
+                Combine::Copy => work[into].copy_from_slice(body),
+                Combine::Reduce => combine(r.desc.dtype, r.desc.redop, &mut work[into], body),
             }
             Ok(())
         }

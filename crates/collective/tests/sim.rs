@@ -6,7 +6,7 @@
 
 use offrac_collective::{
     Algorithm, Collectives, Config, Descriptor, Dtype, FailKind, Kind, Members, Op, Out, RedOp,
-    Thresholds,
+    Thresholds, DESCRIPTOR_LEN,
 };
 use offrac_core::Instant;
 
@@ -100,7 +100,7 @@ fn reference(c: &Call, inputs: &[Vec<u8>], r: usize) -> Vec<u8> {
 }
 
 /// When a rank was answered, and what.
-type Answer = (u64, Result<Vec<u8>, offrac_collective::Failure>);
+type Answer = (u64, Result<bytes::Bytes, offrac_collective::Failure>);
 
 struct World {
     ranks: Vec<Collectives>,
@@ -110,6 +110,9 @@ struct World {
     wire: Vec<(u64, usize, usize, Vec<u8>)>,
     done: Vec<Option<Answer>>,
     now: u64,
+    /// Calls take their input shared, as from a named buffer
+    /// (`handle_call_shared`), instead of lent in the payload.
+    shared_inputs: bool,
 }
 
 impl World {
@@ -133,6 +136,7 @@ impl World {
             wire: Vec::new(),
             done: (0..n).map(|_| None).collect(),
             now: 0,
+            shared_inputs: false,
         }
     }
 
@@ -144,8 +148,12 @@ impl World {
         while let Some(o) = self.ranks[r].poll() {
             match o {
                 Out::Send {
-                    device, message, ..
+                    device,
+                    mut message,
+                    tail,
+                    ..
                 } => {
+                    message.extend_from_slice(&tail);
                     let to = self.devices.iter().position(|&d| d == device).unwrap();
                     let at = self.now + 1_000 + rng.below(50_000);
                     self.wire.push((at, to, r, message));
@@ -187,7 +195,13 @@ impl World {
                 let (_, r, p) = calls.swap_remove(i);
                 if self.alive[r] {
                     let now = self.t();
-                    self.ranks[r].handle_call(now, r as u64, &p, |_| true);
+                    if self.shared_inputs {
+                        let (desc, input) = p.split_at(DESCRIPTOR_LEN);
+                        let input = bytes::Bytes::copy_from_slice(input);
+                        self.ranks[r].handle_call_shared(now, r as u64, desc, input, |_| true);
+                    } else {
+                        self.ranks[r].handle_call(now, r as u64, &p, |_| true);
+                    }
                     self.drain(r, rng);
                 }
             } else if next_msg == Some(t) {
@@ -561,6 +575,90 @@ fn scatter_root_and_gather_senders_copy_their_input_once() {
     }
 }
 
+/// Segments that leave a work buffer no later step writes (a broadcast's
+/// root, a tree broadcast's inner ranks forwarding what they received) are
+/// slices of it, not copies; an input shared with its owner (a named
+/// buffer) is not copied at all when it is all a rank sends (a broadcast's
+/// root, a scatter's root but for its own block kept as a slice too, a
+/// gather's non-root). Seeded broadcasts (one-to-all and tree), scatters
+/// and gathers of 2–6 ranks in random delivery order, with random segment
+/// sizes and thresholds, input lent and shared: exact copy counts per rank.
+/// On the machine that copied each segment out of the work buffer, a
+/// broadcast's root copied its input plus every byte it sent.
+#[test]
+fn sends_share_a_buffer_no_step_writes_any_more() {
+    let mut shared_sent = 0;
+    for seed in 0..160u64 {
+        let mut rng = Rng(23_000 + seed);
+        let n = 2 + rng.below(5) as usize;
+        let cfg = random_config(&mut rng);
+        let mut w = World::new(n, &cfg, &mut rng);
+        w.shared_inputs = seed % 2 == 1;
+        let op = [Op::Broadcast, Op::Broadcast, Op::Scatter, Op::Gather][(seed / 2 % 4) as usize];
+        let c = Call {
+            op,
+            dtype: Dtype::F32,
+            redop: RedOp::None,
+            root: rng.below(n as u64) as u8,
+            count: 1 + rng.below(4000) as u32,
+            algorithm: match (op, rng.below(2)) {
+                (Op::Broadcast, 0) => Algorithm::Tree,
+                (Op::Broadcast, _) => Algorithm::OneToAll,
+                _ => Algorithm::Auto,
+            },
+        };
+        let len = c.count as u64 * 4;
+        let inputs: Vec<Vec<u8>> = (0..n).map(|r| input_of(&c, n, r, &mut rng)).collect();
+        let mut calls: Vec<(u64, usize, Vec<u8>)> = (0..n)
+            .map(|r| {
+                (
+                    rng.below(200_000),
+                    r,
+                    payload(&c, 9, &w.devices, &inputs[r]),
+                )
+            })
+            .collect();
+        w.run(&mut rng, &mut calls, u64::MAX);
+        let shared = w.shared_inputs;
+        for r in 0..n {
+            let (_, res) = w.done[r].take().expect("answered");
+            let out = res.unwrap_or_else(|f| panic!("seed {seed} {op:?} rank {r}: {f:?}"));
+            let why = format!(
+                "seed {seed} {op:?} n={n} rank {r} root {} shared {shared}",
+                c.root
+            );
+            assert!(out == reference(&c, &inputs, r), "{why}");
+            let st = w.ranks[r].stats();
+            let root = r == c.root as usize;
+            // Every rank that sends shares what it sends, but a lent input
+            // sent straight from the call (a scatter's root, a gather's
+            // non-root) is copied into the messages: its one copy.
+            let from_input = matches!((op, root), (Op::Scatter, true) | (Op::Gather, false));
+            let want_shared = if from_input && !shared {
+                0
+            } else {
+                st.sent_bytes
+            };
+            assert_eq!(st.shared_bytes, want_shared, "{why}");
+            shared_sent += st.shared_bytes;
+            // The input once unless shared; what is received once.
+            let want = match (op, root) {
+                (Op::Broadcast, true) if shared => 0,
+                (Op::Broadcast, _) => len,
+                (Op::Scatter, true) if shared => 0,
+                (Op::Scatter, true) => n as u64 * len,
+                (Op::Scatter, false) => len,
+                (_, true) if c.root == 0 => n as u64 * len,
+                (_, true) => (n as u64 + 1) * len,
+                (_, false) if shared => 0,
+                (_, false) => len,
+            };
+            assert_eq!(st.copied_bytes, want, "{why}");
+        }
+    }
+    assert!(shared_sent > 0);
+}
+
 /// A data message that comes before its step (the sender got the `Ready`
 /// one step ahead, or sent eagerly) is kept as it came, not copied: seeded
 /// ring all-reduces of 2–6 ranks with random delivery order, segment sizes
@@ -751,6 +849,121 @@ fn gather_root_refuses_overlapping_segments() {
             }
             (Some(Err(f)), false) => assert_eq!(f.kind, FailKind::BadInput, "case {i}"),
             (r, _) => panic!("case {i}: {r:?}"),
+        }
+    }
+}
+
+/// An output given back (`recycle`, as the node's driver does when the
+/// named buffer it was kept in is replaced) is the memory of the next work
+/// buffer it fits, so that a collective repeated into the same named
+/// buffer writes pages already mapped instead of fresh ones. A gather's
+/// root, an all-reduce's and a broadcast's ranks (1 MiB per rank), rounds
+/// with each rank's previous output given back: each output of 1 MiB or
+/// more is at the address of the one given back and `reused_bytes` counts
+/// it; results stay right. Not reused: a buffer given back while a slice of
+/// it is still held, one more than twice too large, one under 1 MiB; an
+/// unused spare is dropped after `early_ttl`.
+#[test]
+fn an_output_given_back_is_the_next_work_buffer() {
+    const MIB: usize = 1 << 20;
+    let second = 1_000_000_000;
+    for (op, algorithm) in [
+        (Op::Gather, Algorithm::Auto),
+        (Op::AllReduce, Algorithm::Ring),
+        (Op::Broadcast, Algorithm::OneToAll),
+    ] {
+        let mut rng = Rng(4242);
+        let n = 3;
+        let cfg = Config::default();
+        let mut w = World::new(n, &cfg, &mut rng);
+        let c = Call {
+            op,
+            dtype: Dtype::I32,
+            redop: if op.reduces() {
+                RedOp::Sum
+            } else {
+                RedOp::None
+            },
+            root: 0,
+            count: (MIB / 4) as u32,
+            algorithm,
+        };
+        let mut prev: Vec<Option<bytes::Bytes>> = vec![None; n];
+        let mut reused_outputs = 0;
+        for round in 0..5u64 {
+            // What each rank was given back: the address it must reuse.
+            let mut given: Vec<Option<*const u8>> = vec![None; n];
+            for r in 0..n {
+                let now = w.t();
+                let Some(p) = prev[r].take() else { continue };
+                match round {
+                    1 => {
+                        // A slice of it still held: not kept.
+                        let held = p.slice(..p.len().min(1));
+                        w.ranks[r].recycle(now, p);
+                        drop(held);
+                        assert_eq!(w.ranks[r].spare_bytes(), 0, "{op:?} rank {r}");
+                    }
+                    4 => {
+                        // More than twice too large, then under 1 MiB: the
+                        // large one stays the spare, unused.
+                        w.ranks[r].recycle(now, vec![0u8; 2 * MIB + 4096].into());
+                        w.ranks[r].recycle(now, vec![0u8; MIB - 1].into());
+                        assert_eq!(w.ranks[r].spare_bytes(), 2 * MIB + 4096);
+                    }
+                    _ => {
+                        let (at, len) = (p.as_ptr(), p.len());
+                        w.ranks[r].recycle(now, p);
+                        let kept = w.ranks[r].spare_bytes();
+                        assert_eq!(
+                            kept >= len && kept > 0,
+                            len >= MIB,
+                            "{op:?} rank {r}: {kept}"
+                        );
+                        given[r] = (len >= MIB).then_some(at);
+                    }
+                }
+            }
+            let before: Vec<u64> = w.ranks.iter().map(|x| x.stats().reused_bytes).collect();
+            let inputs: Vec<Vec<u8>> = (0..n).map(|r| input_of(&c, n, r, &mut rng)).collect();
+            let mut calls: Vec<(u64, usize, Vec<u8>)> = (0..n)
+                .map(|r| {
+                    let p = payload(&c, 100 + round, &w.devices, &inputs[r]);
+                    (w.now + 1 + rng.below(10_000), r, p)
+                })
+                .collect();
+            let until = w.now + second;
+            w.run(&mut rng, &mut calls, until);
+            for r in 0..n {
+                let (_, res) = w.done[r].take().expect("answered");
+                let out = res.unwrap_or_else(|f| panic!("{op:?} round {round} rank {r}: {f:?}"));
+                assert!(
+                    out == reference(&c, &inputs, r),
+                    "{op:?} round {round} rank {r}"
+                );
+                let reused = w.ranks[r].stats().reused_bytes - before[r];
+                match given[r] {
+                    Some(at) => {
+                        assert_eq!(out.as_ptr(), at, "{op:?} round {round} rank {r}");
+                        assert_eq!(reused, out.len() as u64, "{op:?} round {round} rank {r}");
+                        reused_outputs += 1;
+                    }
+                    None => assert_eq!(reused, 0, "{op:?} round {round} rank {r}"),
+                }
+                prev[r] = Some(out);
+            }
+        }
+        // Rounds 2 and 3: the gather's root, every rank of the others.
+        let want = if op == Op::Gather { 2 } else { 2 * n };
+        assert_eq!(reused_outputs, want, "{op:?}");
+        // The unused spare of round 4 goes after early_ttl.
+        for r in 0..n {
+            let t = w.t();
+            w.ranks[r].handle_timeout(t);
+            assert_eq!(w.ranks[r].spare_bytes(), 2 * MIB + 4096, "{op:?} rank {r}");
+            let later = Instant::from_nanos(w.now + cfg.early_ttl.as_nanos() as u64 + 1);
+            w.ranks[r].handle_timeout(later);
+            assert_eq!(w.ranks[r].spare_bytes(), 0, "{op:?} rank {r}");
         }
     }
 }

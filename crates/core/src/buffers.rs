@@ -5,6 +5,7 @@
 //! their input from it and keep their output in it.
 
 use crate::TenantKey;
+use bytes::Bytes;
 use offrac_proto::Status;
 use rustc_hash::FxHashMap;
 
@@ -59,7 +60,9 @@ impl BufferError {
 /// The node's named buffers.
 #[derive(Debug, Clone)]
 pub struct Buffers {
-    kept: FxHashMap<(TenantKey, u32), Vec<u8>>,
+    /// Shared: a collective's segments and answers may hold slices of a
+    /// buffer (`Buffers::get_shared`) while it is kept, none copied.
+    kept: FxHashMap<(TenantKey, u32), Bytes>,
     by_tenant: FxHashMap<TenantKey, u64>,
     used: u64,
     budget: u64,
@@ -112,9 +115,22 @@ impl Buffers {
         &mut self,
         tenant: TenantKey,
         name: u32,
-        data: Vec<u8>,
+        data: impl Into<Bytes>,
         tenant_budget: Option<u64>,
     ) -> Result<(), BufferError> {
+        self.replace(tenant, name, data, tenant_budget).map(drop)
+    }
+
+    /// [`Buffers::put`] that hands back the buffer it replaced, if any (a
+    /// collective's driver gives it to the machine to reuse its memory).
+    pub fn replace(
+        &mut self,
+        tenant: TenantKey,
+        name: u32,
+        data: impl Into<Bytes>,
+        tenant_budget: Option<u64>,
+    ) -> Result<Option<Bytes>, BufferError> {
+        let data = data.into();
         let len = data.len() as u64;
         let old = self.kept.get(&(tenant, name)).map_or(0, |b| b.len() as u64);
         let used = self.used - old;
@@ -135,10 +151,10 @@ impl Buffers {
                 budget,
             });
         }
-        self.kept.insert((tenant, name), data);
+        let replaced = self.kept.insert((tenant, name), data);
         self.used = used + len;
         self.by_tenant.insert(tenant, mine + len);
-        Ok(())
+        Ok(replaced)
     }
 
     /// Keep `data` under `name` for `tenant` as [`Buffers::put`] does, but
@@ -148,7 +164,7 @@ impl Buffers {
         &mut self,
         tenant: TenantKey,
         name: u32,
-        data: Vec<u8>,
+        data: impl Into<Bytes>,
         tenant_budget: Option<u64>,
     ) -> Result<(), BufferError> {
         if self.kept.contains_key(&(tenant, name)) {
@@ -161,12 +177,21 @@ impl Buffers {
     pub fn get(&self, tenant: TenantKey, name: u32) -> Result<&[u8], BufferError> {
         self.kept
             .get(&(tenant, name))
-            .map(Vec::as_slice)
+            .map(|b| &b[..])
+            .ok_or(BufferError::Unknown(name))
+    }
+
+    /// The buffer `name` of `tenant`, shared (not copied): the buffer may
+    /// be replaced or removed meanwhile, the bytes handed out stay.
+    pub fn get_shared(&self, tenant: TenantKey, name: u32) -> Result<Bytes, BufferError> {
+        self.kept
+            .get(&(tenant, name))
+            .cloned()
             .ok_or(BufferError::Unknown(name))
     }
 
     /// Remove the buffer `name` of `tenant`; its bytes are free again.
-    pub fn remove(&mut self, tenant: TenantKey, name: u32) -> Result<Vec<u8>, BufferError> {
+    pub fn remove(&mut self, tenant: TenantKey, name: u32) -> Result<Bytes, BufferError> {
         let data = self
             .kept
             .remove(&(tenant, name))
@@ -203,7 +228,13 @@ mod tests {
         // Replacing buffer 1 counts its 60 bytes as free.
         b.put(None, 1, vec![3; 100], None).unwrap();
         assert_eq!(b.used(), 100);
-        assert_eq!(b.get(None, 1).unwrap(), &[3; 100][..]);
+        // `replace` hands the replaced buffer back.
+        let old = b.replace(None, 1, vec![4; 100], None).unwrap();
+        assert_eq!(old.as_deref(), Some(&[3; 100][..]));
+        assert_eq!(b.replace(None, 7, vec![5; 0], None).unwrap(), None);
+        assert_eq!(b.remove(None, 7).unwrap().len(), 0);
+        assert_eq!(b.used(), 100);
+        assert_eq!(b.get(None, 1).unwrap(), &[4; 100][..]);
         assert_eq!(b.remove(None, 1).unwrap().len(), 100);
         assert_eq!((b.used(), b.len(), b.used_by(None)), (0, 0, 0));
         assert_eq!(b.get(None, 1), Err(BufferError::Unknown(1)));

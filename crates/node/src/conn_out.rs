@@ -2,6 +2,7 @@
 //! flushing) and the slot workers (results), so a result goes straight to
 //! the socket from the thread that computed it.
 
+use bytes::Bytes;
 use mio::net::TcpStream;
 use std::collections::VecDeque;
 use std::io::{IoSlice, Write};
@@ -20,7 +21,7 @@ struct OutState {
     /// Bytes the socket has not taken yet, in order: whole buffers, the
     /// first `sent` bytes of the front one already written. A payload the
     /// socket does not take at once is kept as it came (moved, not copied).
-    pending: VecDeque<Vec<u8>>,
+    pending: VecDeque<Bytes>,
     sent: usize,
     /// Bytes in `pending`, `sent` included.
     queued: usize,
@@ -34,7 +35,7 @@ impl OutState {
         self.queued - self.sent
     }
 
-    fn push(&mut self, bytes: Vec<u8>) {
+    fn push(&mut self, bytes: Bytes) {
         if !bytes.is_empty() {
             self.queued += bytes.len();
             self.pending.push_back(bytes);
@@ -81,14 +82,14 @@ impl ConnOut {
     /// Messages are never interleaved because the lock is held throughout.
     pub fn send(&self, header: &[u8], payload: &[u8]) {
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(skip) = self.write_first(&mut st, header, payload) else {
+        let Some(mut skip) = self.write_first(&mut st, &[header, payload]) else {
             return;
         };
-        if skip < header.len() {
-            st.push(header[skip..].to_vec());
-            st.push(payload.to_vec());
-        } else if skip - header.len() < payload.len() {
-            st.push(payload[skip - header.len()..].to_vec());
+        for part in [header, payload] {
+            if skip < part.len() {
+                st.push(Bytes::copy_from_slice(&part[skip..]));
+            }
+            skip = skip.saturating_sub(part.len());
         }
     }
 
@@ -96,36 +97,43 @@ impl ConnOut {
     /// does not take at once is kept as it is, not copied (a large answer or
     /// a collective's segment is written from its own buffer).
     pub fn send_owned(&self, header: &[u8], payload: Vec<u8>) {
+        self.send_owned_with_tail(header, payload, Bytes::new());
+    }
+
+    /// [`ConnOut::send_owned`] of a message whose last bytes are `tail`, a
+    /// slice of a shared buffer (a collective's segment of its work buffer):
+    /// written with the rest in one vectored write, and what the socket
+    /// does not take at once is kept as a slice, not copied.
+    pub fn send_owned_with_tail(&self, header: &[u8], payload: Vec<u8>, tail: Bytes) {
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(skip) = self.write_first(&mut st, header, &payload) else {
+        let Some(mut skip) = self.write_first(&mut st, &[header, &payload, &tail]) else {
             return;
         };
         if skip < header.len() {
-            st.push(header[skip..].to_vec());
-            st.push(payload);
-        } else if skip - header.len() < payload.len() {
-            let done = skip - header.len();
-            if st.pending.is_empty() {
-                // The payload becomes the front buffer, its first bytes sent.
-                st.push(payload);
-                st.sent = done;
-            } else {
-                st.push(payload[done..].to_vec());
-            }
+            st.push(Bytes::copy_from_slice(&header[skip..]));
+        }
+        skip = skip.saturating_sub(header.len());
+        let len = payload.len();
+        if skip < len {
+            st.push(Bytes::from(payload).slice(skip..));
+        }
+        skip = skip.saturating_sub(len);
+        if skip < tail.len() {
+            st.push(tail.slice(skip..));
         }
     }
 
     /// Write what the socket takes now if nothing is pending before it:
     /// the bytes written (0 behind a backlog), None if the connection is
     /// closed or found broken.
-    fn write_first(&self, st: &mut OutState, header: &[u8], payload: &[u8]) -> Option<usize> {
+    fn write_first<const N: usize>(&self, st: &mut OutState, parts: &[&[u8]; N]) -> Option<usize> {
         if st.closed {
             return None;
         }
         if st.backlog() > 0 {
             return Some(0);
         }
-        match self.write_now(header, payload) {
+        match self.write_now(parts) {
             Ok(n) => Some(n),
             Err(()) => {
                 st.die();
@@ -134,21 +142,25 @@ impl ConnOut {
         }
     }
 
-    /// Write as much of header+payload as the socket takes now; `Err` if the
-    /// connection is broken.
-    fn write_now(&self, header: &[u8], payload: &[u8]) -> Result<usize, ()> {
+    /// Write as much of the parts, in order, as the socket takes now; `Err`
+    /// if the connection is broken.
+    fn write_now<const N: usize>(&self, parts: &[&[u8]; N]) -> Result<usize, ()> {
         let mut done = 0;
-        let total = header.len() + payload.len();
+        let total: usize = parts.iter().map(|p| p.len()).sum();
         while done < total {
-            let slices: [IoSlice; 2] = if done < header.len() {
-                [IoSlice::new(&header[done..]), IoSlice::new(payload)]
-            } else {
-                [
-                    IoSlice::new(&payload[done - header.len()..]),
-                    IoSlice::new(&[]),
-                ]
-            };
-            match (&self.stream).write_vectored(&slices) {
+            let mut slices = [IoSlice::new(&[]); N];
+            let mut k = 0;
+            let mut skip = done;
+            for part in parts {
+                if skip >= part.len() {
+                    skip -= part.len();
+                    continue;
+                }
+                slices[k] = IoSlice::new(&part[skip..]);
+                skip = 0;
+                k += 1;
+            }
+            match (&self.stream).write_vectored(&slices[..k]) {
                 Ok(0) => break,
                 Ok(n) => done += n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
@@ -229,8 +241,8 @@ mod tests {
     use std::io::Read;
     use std::net::{TcpListener, TcpStream as StdStream};
 
-    /// Messages larger than the socket takes at once, given away and
-    /// borrowed, interleaved with flushes while the reader drains: the
+    /// Messages larger than the socket takes at once, given away, borrowed
+    /// and with a shared tail, interleaved with flushes while the reader drains: the
     /// reader gets every byte once, in order, and the backlog ends at 0.
     #[test]
     fn large_messages_arrive_whole_and_in_order() {
@@ -247,10 +259,15 @@ mod tests {
                 .collect();
             want.extend_from_slice(&header);
             want.extend_from_slice(&payload);
-            if i % 2 == 0 {
-                out.send_owned(&header, payload);
-            } else {
-                out.send(&header, &payload);
+            match i % 3 {
+                0 => out.send_owned(&header, payload),
+                1 => out.send(&header, &payload),
+                _ => {
+                    // A descriptor, then a slice of a shared buffer.
+                    let shared = Bytes::from(payload);
+                    let head = shared[..64].to_vec();
+                    out.send_owned_with_tail(&header, head, shared.slice(64..));
+                }
             }
         }
         assert!(

@@ -188,11 +188,15 @@ pub enum Io {
     /// [`Driver::handle_link_bytes`]'s; nothing else is sent on the link
     /// before an `OK` one.
     LinkHello { link: LinkId },
-    /// Write this request (header, then payload) on `link`.
+    /// Write this request (header, then payload, then tail) on `link`.
+    /// `tail`: bytes shared with a buffer that stays (a collective's
+    /// segment of its work buffer), written from where they are; empty for
+    /// most requests.
     SendLink {
         link: LinkId,
         header: RequestHeader,
         payload: Vec<u8>,
+        tail: bytes::Bytes,
     },
     /// Close the connection of `link` (it is reopened with a new `Connect`).
     CloseLink { link: LinkId },

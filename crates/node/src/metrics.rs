@@ -84,6 +84,8 @@ struct EngineSnapshot {
     hops: u64,
     payload_bytes_copied: u64,
     payload_bytes_direct: u64,
+    /// The collectives machine's counters.
+    collectives: offrac_collective::Stats,
     links: crate::LinkStats,
     /// (device, up) per link.
     link_up: Vec<(u8, bool)>,
@@ -230,6 +232,7 @@ impl Metrics {
             hops: st.hops,
             payload_bytes_copied: st.payload_bytes_copied,
             payload_bytes_direct: st.payload_bytes_direct,
+            collectives: driver.collective_stats().1,
             links: driver.link_stats(),
             link_up: driver
                 .links()
@@ -374,6 +377,21 @@ impl Metrics {
                 "offrac_link_hellos_refused_total",
                 "Links closed because the peer refused this node's hello (another node key?).",
                 e.links.hellos_refused,
+            ),
+            (
+                "offrac_collective_bytes_copied_total",
+                "Bytes collectives copied in memory (inputs into work buffers or messages, segments out of them, received data into them, outputs out of them).",
+                e.collectives.copied_bytes,
+            ),
+            (
+                "offrac_collective_bytes_shared_total",
+                "Bytes collectives sent as slices of a shared buffer (a work buffer no step writes any more, a named input), not copied.",
+                e.collectives.shared_bytes,
+            ),
+            (
+                "offrac_collective_bytes_reused_total",
+                "Bytes of collectives' work buffers that reused the memory of an output the kept named buffer replaced (no fresh pages).",
+                e.collectives.reused_bytes,
             ),
             (
                 "offrac_collective_acks_total",

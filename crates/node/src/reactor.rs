@@ -887,10 +887,12 @@ impl Reactor {
                     link,
                     header,
                     payload,
+                    tail,
                 } => {
                     if let Some(Some(l)) = self.links.get(link) {
                         let wire = header.encode_wire();
-                        l.out.send_owned(&wire[..header.wire_len()], payload);
+                        l.out
+                            .send_owned_with_tail(&wire[..header.wire_len()], payload, tail);
                     }
                 }
                 Io::CloseLink { link } => {

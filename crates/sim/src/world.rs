@@ -864,10 +864,12 @@ impl World {
                     link,
                     header,
                     payload,
+                    tail,
                 } => {
                     if let Some(&c) = self.link_clients.get(&(node, link)) {
                         let mut bytes = header.encode_wire()[..header.wire_len()].to_vec();
                         bytes.extend_from_slice(&payload);
+                        bytes.extend_from_slice(&tail);
                         let from = self.write_done(node);
                         self.send_from(from, c, &bytes);
                     }

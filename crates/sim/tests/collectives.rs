@@ -200,3 +200,44 @@ fn a_refused_data_message_fails_the_waiting_rank_at_once() {
         assert!(a[0].at - called < 10 * MS, "{} µs", (a[0].at - called) / US);
     });
 }
+
+/// A broadcast's root sends slices of its work buffer, not copies
+/// (`docs/collectives.md`, "Large messages"): through the nodes' drivers,
+/// a 256 KiB one-to-all broadcast (rendezvous, one segment per peer) from
+/// the root's call. The root copies its input into its work buffer once and
+/// shares every byte it sends; each other rank copies what it receives
+/// once. The old send path copied the input once more per peer at the root.
+#[test]
+fn a_broadcasts_root_shares_what_it_sends() {
+    for_seeds(|seed| {
+        for n in [2usize, 4] {
+            let mut w = cluster(seed, n);
+            w.run_for(5 * MS); // the links come up
+            let clients: Vec<usize> = (0..n).map(|i| w.connect_to(i)).collect();
+            w.run_for(MS);
+            let data: Vec<i32> = (0..65_536).collect();
+            let len = 4 * data.len() as u64;
+            for &c in &clients[1..] {
+                w.send(c, &bcast(1, 8, n, data.len(), &[]));
+            }
+            w.send(clients[0], &bcast(1, 8, n, data.len(), &data));
+            w.run_for(200 * MS);
+            for (r, &c) in clients.iter().enumerate() {
+                let a = w.answers_to(c, 1);
+                assert_eq!(a.len(), 1, "rank {r}: {a:?}");
+                assert_eq!(a[0].header.status, Status::Ok, "rank {r}");
+                let st = w.node(r).driver().collective_stats().1;
+                let want = if r == 0 {
+                    (len, (n as u64 - 1) * len)
+                } else {
+                    (len, 0)
+                };
+                assert_eq!(
+                    (st.copied_bytes, st.shared_bytes),
+                    want,
+                    "seed {seed} n={n} rank {r}: (copied, shared)"
+                );
+            }
+        }
+    });
+}

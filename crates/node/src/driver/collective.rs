@@ -9,6 +9,7 @@
 //! goes down fails the collectives it concerns.
 
 use super::{Driver, Io, LinkState};
+use bytes::Bytes;
 use offrac_collective::{
     take_message_flags, Algorithm, CallId, Collectives, FailKind, Key, Kind, Out, DESCRIPTOR_LEN,
     MSG_ANSWER,
@@ -145,11 +146,17 @@ impl Driver {
                 },
             );
             let link_of = &self.link_of;
-            let input = from_buffer.and_then(|(t, name)| self.engine.buffers().get(t, name).ok());
-            self.collectives
-                .handle_call_with_input(now, call, &payload, input, |d| {
-                    link_of[d as usize].is_some()
-                });
+            let reachable = |d: u8| link_of[d as usize].is_some();
+            // A named input is shared, not copied: segments sent straight
+            // from it are slices of it.
+            match from_buffer.and_then(|(t, name)| self.engine.buffers().get_shared(t, name).ok()) {
+                Some(input) => self
+                    .collectives
+                    .handle_call_shared(now, call, &payload, input, reachable),
+                None => self
+                    .collectives
+                    .handle_call_with_input(now, call, &payload, None, reachable),
+            }
         } else {
             // A message from another rank's node: answered only when refused,
             // or when its sender asked (byte 7 bit 0, `MSG_ANSWER`: every
@@ -224,7 +231,8 @@ impl Driver {
                     device,
                     key,
                     message,
-                } => self.send_collective(now, device, key, message),
+                    tail,
+                } => self.send_collective(now, device, key, message, tail),
                 Out::Done {
                     call,
                     algorithm,
@@ -239,10 +247,10 @@ impl Driver {
         now: Instant,
         call: CallId,
         algorithm: Algorithm,
-        result: Result<Vec<u8>, offrac_collective::Failure>,
+        result: Result<Bytes, offrac_collective::Failure>,
     ) {
         if let Some(job) = self.calls.hops.remove(&call) {
-            return self.collective_hop_done(now, job, result);
+            return self.collective_hop_done(now, job, result.map(Vec::from));
         }
         let Some(Waiting {
             conn,
@@ -258,8 +266,15 @@ impl Driver {
         let result = match (result, keep) {
             (Ok(out), Some((tenant, name))) => {
                 let budget = self.engine.buffer_budget_of(tenant);
-                match self.engine.buffers_mut().put(tenant, name, out, budget) {
-                    Ok(()) => Ok(Vec::new()),
+                match self.engine.buffers_mut().replace(tenant, name, out, budget) {
+                    Ok(replaced) => {
+                        // The memory of the output it replaced serves the
+                        // next work buffer (no fresh pages to fault in).
+                        if let Some(old) = replaced {
+                            self.collectives.recycle(now, old);
+                        }
+                        Ok(Bytes::new())
+                    }
                     Err(e) => Err(e),
                 }
                 .map_err(Failed::Keep)
@@ -276,7 +291,9 @@ impl Driver {
                 let mut h = ResponseHeader::answer(&req, Status::Ok, me, out.len() as u32);
                 h.detail = algorithm as u64;
                 h.exec_ns = nanos(now.saturating_since(complete));
-                (h, out)
+                // Moved if nothing else holds it, else copied (an output
+                // shared with segments not written yet).
+                (h, Vec::from(out))
             }
             Err(Failed::Call(f)) => {
                 let mut h =
@@ -302,7 +319,14 @@ impl Driver {
     }
 
     /// A message to another rank's node, on the link to it.
-    fn send_collective(&mut self, now: Instant, device: u8, key: Key, message: Vec<u8>) {
+    fn send_collective(
+        &mut self,
+        now: Instant,
+        device: u8,
+        key: Key,
+        message: Vec<u8>,
+        tail: Bytes,
+    ) {
         let Some(link) = self.link_of[device as usize] else {
             let why = "it is not in this node's device table";
             self.collectives.handle_send_failed(now, key, device, why);
@@ -327,16 +351,18 @@ impl Driver {
                 *b |= MSG_ANSWER;
             }
         }
-        let header = RequestHeader::single(id, FN_COLLECTIVE, 0, message.len() as u32);
+        let len = message.len() + tail.len();
+        let header = RequestHeader::single(id, FN_COLLECTIVE, 0, len as u32);
         l.collective.insert(id, key);
         if l.state == LinkState::Up {
             self.out.push_back(Io::SendLink {
                 link,
                 header,
                 payload: message,
+                tail,
             });
         } else {
-            l.waiting.push_back((header, message));
+            l.waiting.push_back((header, message, tail));
         }
     }
 }

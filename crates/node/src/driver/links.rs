@@ -78,7 +78,7 @@ pub(super) struct Link {
     /// Collective messages sent since the last one that asked for an answer.
     pub(super) unasked: usize,
     /// Forwarded while connecting: written when the link comes up.
-    pub(super) waiting: VecDeque<(RequestHeader, Vec<u8>)>,
+    pub(super) waiting: VecDeque<(RequestHeader, Vec<u8>, bytes::Bytes)>,
     /// Payload bytes of the forwarded requests not answered yet.
     bytes: usize,
     /// Response bytes not yet parsed.
@@ -256,11 +256,12 @@ impl Driver {
     fn link_greeted(&mut self, link: LinkId) {
         let l = &mut self.links[link];
         l.state = LinkState::Up;
-        for (header, payload) in l.waiting.drain(..) {
+        for (header, payload, tail) in l.waiting.drain(..) {
             self.out.push_back(Io::SendLink {
                 link,
                 header,
                 payload,
+                tail,
             });
         }
     }
@@ -467,9 +468,11 @@ impl Driver {
                 link,
                 header,
                 payload: job.payload,
+                tail: bytes::Bytes::new(),
             });
         } else {
-            l.waiting.push_back((header, job.payload));
+            l.waiting
+                .push_back((header, job.payload, bytes::Bytes::new()));
         }
     }
 
@@ -485,7 +488,7 @@ impl Driver {
                 continue; // answered already
             };
             l.bytes -= f.bytes;
-            l.waiting.retain(|(h, _)| h.request_id != id);
+            l.waiting.retain(|(h, _, _)| h.request_id != id);
             let device = l.device;
             let msg = format!(
                 "no answer from device {device} within the forward timeout of {} ms",
@@ -530,7 +533,7 @@ impl Driver {
     pub(super) fn abort_waiting_links(&mut self, now: Instant) {
         let mut lost = Vec::new();
         for l in &mut self.links {
-            for (h, _) in l.waiting.drain(..) {
+            for (h, _, _) in l.waiting.drain(..) {
                 if let Some(f) = l.forwarded.remove(&h.request_id) {
                     l.bytes -= f.bytes;
                     lost.push(f);
