@@ -55,6 +55,19 @@ fn payload(c: &Call, tag: u64, devices: &[u8], input: &[u8]) -> Vec<u8> {
 }
 
 /// Rank r's input: small integers, so float sums are exact in any order.
+/// Every rank's call of `c` (tag `tag`), each at a random time in the first 200 µs.
+fn calls_at_random(
+    rng: &mut Rng,
+    c: &Call,
+    tag: u64,
+    devices: &[u8],
+    inputs: &[Vec<u8>],
+) -> Vec<(u64, usize, Vec<u8>)> {
+    (0..inputs.len())
+        .map(|r| (rng.below(200_000), r, payload(c, tag, devices, &inputs[r])))
+        .collect()
+}
+
 fn input_of(c: &Call, n: usize, r: usize, rng: &mut Rng) -> Vec<u8> {
     let elems = match (c.op, r == c.root as usize) {
         (Op::Broadcast, false) => 0,
@@ -257,6 +270,15 @@ fn random_call(rng: &mut Rng, n: usize) -> Call {
     }
 }
 
+/// A seed's generator, rank count (2–6) and world of a random configuration, drawn in that order.
+fn seeded_world(seed: u64) -> (Rng, usize, World) {
+    let mut rng = Rng(seed);
+    let n = 2 + rng.below(5) as usize;
+    let cfg = random_config(&mut rng);
+    let w = World::new(n, &cfg, &mut rng);
+    (rng, n, w)
+}
+
 fn random_config(rng: &mut Rng) -> Config {
     Config {
         thresholds: Thresholds {
@@ -280,15 +302,7 @@ fn results_match_the_reference_seed_by_seed() {
         let c = random_call(&mut rng, n);
         let inputs: Vec<Vec<u8>> = (0..n).map(|r| input_of(&c, n, r, &mut rng)).collect();
         let tag = rng.next();
-        let mut calls: Vec<(u64, usize, Vec<u8>)> = (0..n)
-            .map(|r| {
-                (
-                    rng.below(200_000),
-                    r,
-                    payload(&c, tag, &w.devices, &inputs[r]),
-                )
-            })
-            .collect();
+        let mut calls = calls_at_random(&mut rng, &c, tag, &w.devices, &inputs);
         w.run(&mut rng, &mut calls, u64::MAX);
         // Reference inputs: a broadcast's non-roots give nothing.
         for r in 0..n {
@@ -511,10 +525,7 @@ fn bad_calls_are_refused_at_once() {
 #[test]
 fn scatter_root_and_gather_senders_copy_their_input_once() {
     for seed in 0..120u64 {
-        let mut rng = Rng(9000 + seed);
-        let n = 2 + rng.below(5) as usize;
-        let cfg = random_config(&mut rng);
-        let mut w = World::new(n, &cfg, &mut rng);
+        let (mut rng, n, mut w) = seeded_world(9000 + seed);
         let op = if seed % 2 == 0 {
             Op::Scatter
         } else {
@@ -530,15 +541,7 @@ fn scatter_root_and_gather_senders_copy_their_input_once() {
         };
         let len = c.count as u64 * 4;
         let inputs: Vec<Vec<u8>> = (0..n).map(|r| input_of(&c, n, r, &mut rng)).collect();
-        let mut calls: Vec<(u64, usize, Vec<u8>)> = (0..n)
-            .map(|r| {
-                (
-                    rng.below(200_000),
-                    r,
-                    payload(&c, 3, &w.devices, &inputs[r]),
-                )
-            })
-            .collect();
+        let mut calls = calls_at_random(&mut rng, &c, 3, &w.devices, &inputs);
         w.run(&mut rng, &mut calls, u64::MAX);
         for r in 0..n {
             let (_, res) = w.done[r].take().expect("answered");
@@ -589,10 +592,7 @@ fn scatter_root_and_gather_senders_copy_their_input_once() {
 fn sends_share_a_buffer_no_step_writes_any_more() {
     let mut shared_sent = 0;
     for seed in 0..160u64 {
-        let mut rng = Rng(23_000 + seed);
-        let n = 2 + rng.below(5) as usize;
-        let cfg = random_config(&mut rng);
-        let mut w = World::new(n, &cfg, &mut rng);
+        let (mut rng, n, mut w) = seeded_world(23_000 + seed);
         w.shared_inputs = seed % 2 == 1;
         let op = [Op::Broadcast, Op::Broadcast, Op::Scatter, Op::Gather][(seed / 2 % 4) as usize];
         let c = Call {
@@ -609,15 +609,7 @@ fn sends_share_a_buffer_no_step_writes_any_more() {
         };
         let len = c.count as u64 * 4;
         let inputs: Vec<Vec<u8>> = (0..n).map(|r| input_of(&c, n, r, &mut rng)).collect();
-        let mut calls: Vec<(u64, usize, Vec<u8>)> = (0..n)
-            .map(|r| {
-                (
-                    rng.below(200_000),
-                    r,
-                    payload(&c, 9, &w.devices, &inputs[r]),
-                )
-            })
-            .collect();
+        let mut calls = calls_at_random(&mut rng, &c, 9, &w.devices, &inputs);
         w.run(&mut rng, &mut calls, u64::MAX);
         let shared = w.shared_inputs;
         for r in 0..n {
@@ -669,10 +661,7 @@ fn sends_share_a_buffer_no_step_writes_any_more() {
 fn data_that_comes_before_its_step_is_kept_uncopied() {
     let mut stashed = 0;
     for seed in 0..120u64 {
-        let mut rng = Rng(17_000 + seed);
-        let n = 2 + rng.below(5) as usize;
-        let cfg = random_config(&mut rng);
-        let mut w = World::new(n, &cfg, &mut rng);
+        let (mut rng, n, mut w) = seeded_world(17_000 + seed);
         let c = Call {
             op: Op::AllReduce,
             dtype: [Dtype::F32, Dtype::I32][rng.below(2) as usize],
@@ -683,15 +672,7 @@ fn data_that_comes_before_its_step_is_kept_uncopied() {
         };
         let len = c.count as u64 * 4;
         let inputs: Vec<Vec<u8>> = (0..n).map(|r| input_of(&c, n, r, &mut rng)).collect();
-        let mut calls: Vec<(u64, usize, Vec<u8>)> = (0..n)
-            .map(|r| {
-                (
-                    rng.below(200_000),
-                    r,
-                    payload(&c, 5, &w.devices, &inputs[r]),
-                )
-            })
-            .collect();
+        let mut calls = calls_at_random(&mut rng, &c, 5, &w.devices, &inputs);
         w.run(&mut rng, &mut calls, u64::MAX);
         let (mut copied, mut sent) = (0, 0);
         for r in 0..n {

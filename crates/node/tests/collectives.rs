@@ -539,6 +539,11 @@ fn metric(node: &NodeHandle, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {name} in /metrics:\n{body}"))
 }
 
+/// Nodes for 8 MiB collectives in 1 MiB segments, with metrics.
+const LARGE: &str = "max_payload = 16777216\n[metrics]\nlisten = \"127.0.0.1:0\"\n\
+     [collectives]\nsegment_bytes = 1048576\n[pool]\nbuffers = 8\nbuffer_bytes = 16777216\n\
+     [selector]\nslot_queue_bytes = 16777216";
+
 /// A large collective's data is read straight into the reassembly buffers
 /// of its messages (and of the clients' calls), not read into the
 /// connection's read buffer and copied (`docs/collectives.md`, "Large
@@ -548,12 +553,7 @@ fn metric(node: &NodeHandle, name: &str) -> u64 {
 /// request's header in its first read.
 #[test]
 fn large_collective_data_is_read_straight_into_its_buffers() {
-    let nodes = common::linked_nodes(
-        N,
-        "max_payload = 16777216\n[metrics]\nlisten = \"127.0.0.1:0\"\n\
-         [collectives]\nsegment_bytes = 1048576\n[pool]\nbuffers = 8\nbuffer_bytes = 16777216\n\
-         [selector]\nslot_queue_bytes = 16777216",
-    );
+    let nodes = common::linked_nodes(N, LARGE);
     let count = 2u32 << 20; // 8 MiB of i32
     let ranks: Vec<_> = (0..N)
         .map(|r| spawn_ring_call(&nodes[r], r, 9, count, 30_000))
@@ -594,12 +594,7 @@ fn a_broadcasts_root_sends_its_named_input_uncopied() {
     use offrac_client::Hop;
     use offrac_collective::{Descriptor, Dtype, Members, Op};
     use offrac_proto::{buffer_param, BufferOp, FN_BUFFER};
-    let nodes = common::linked_nodes(
-        N,
-        "max_payload = 16777216\n[metrics]\nlisten = \"127.0.0.1:0\"\n\
-         [collectives]\nsegment_bytes = 1048576\n[pool]\nbuffers = 8\nbuffer_bytes = 16777216\n\
-         [selector]\nslot_queue_bytes = 16777216",
-    );
+    let nodes = common::linked_nodes(N, LARGE);
     let count = 2u32 << 20; // 8 MiB of i32
     let data: Vec<u8> = input(0, count as usize)
         .iter()
@@ -658,12 +653,7 @@ fn a_collective_repeated_into_a_kept_buffer_reuses_the_replaced_output() {
     use offrac_client::Hop;
     use offrac_collective::{Descriptor, Dtype, Members, Op};
     use offrac_proto::{buffer_param, BufferOp, FN_BUFFER};
-    let nodes = common::linked_nodes(
-        N,
-        "max_payload = 16777216\n[metrics]\nlisten = \"127.0.0.1:0\"\n\
-         [collectives]\nsegment_bytes = 1048576\n[pool]\nbuffers = 8\nbuffer_bytes = 16777216\n\
-         [selector]\nslot_queue_bytes = 16777216",
-    );
+    let nodes = common::linked_nodes(N, LARGE);
     let count = 1u32 << 20; // 4 MiB of i32
     let bytes = 4 * count as u64;
     for round in 0..3u64 {

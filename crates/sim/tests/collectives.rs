@@ -24,6 +24,15 @@ fn cluster(seed: u64, n: usize) -> World {
     })
 }
 
+/// `cluster` once its links are up, with a client connected to each node.
+fn linked(seed: u64, n: usize) -> (World, Vec<usize>) {
+    let mut w = cluster(seed, n);
+    w.run_for(5 * MS); // the links come up
+    let clients: Vec<usize> = (0..n).map(|i| w.connect_to(i)).collect();
+    w.run_for(MS);
+    (w, clients)
+}
+
 /// A client's call: broadcast of `count` i32 from rank 0 of `n` ranks
 /// (`data`: the root's, empty elsewhere).
 fn bcast(id: u64, tag: u64, n: usize, count: usize, data: &[i32]) -> Vec<u8> {
@@ -35,10 +44,7 @@ fn bcast(id: u64, tag: u64, n: usize, count: usize, data: &[i32]) -> Vec<u8> {
 fn a_small_broadcast_reaches_the_waiting_ranks_within_the_roots_writes_and_three_link_latencies() {
     for_seeds(|seed| {
         for n in [2usize, 4] {
-            let mut w = cluster(seed, n);
-            w.run_for(5 * MS); // the links come up
-            let clients: Vec<usize> = (0..n).map(|i| w.connect_to(i)).collect();
-            w.run_for(MS);
+            let (mut w, clients) = linked(seed, n);
             let data: Vec<i32> = (0..256).collect();
             // The other ranks wait first; the root calls later.
             for &c in &clients[1..] {
@@ -211,10 +217,7 @@ fn a_refused_data_message_fails_the_waiting_rank_at_once() {
 fn a_broadcasts_root_shares_what_it_sends() {
     for_seeds(|seed| {
         for n in [2usize, 4] {
-            let mut w = cluster(seed, n);
-            w.run_for(5 * MS); // the links come up
-            let clients: Vec<usize> = (0..n).map(|i| w.connect_to(i)).collect();
-            w.run_for(MS);
+            let (mut w, clients) = linked(seed, n);
             let data: Vec<i32> = (0..65_536).collect();
             let len = 4 * data.len() as u64;
             for &c in &clients[1..] {
