@@ -22,11 +22,12 @@ python-deps:
 
 test: build python-deps test-rust test-python
 
-# What the experiments need beyond the tests (not on the test path, not in CI): mpi4py for the
-# OpenMPI baseline of experiments/collectives (it builds against the system OpenMPI: apt
-# openmpi-bin libopenmpi-dev).
+# What the experiments need beyond the tests (not on the test path, not in CI): matplotlib,
+# pandas and simpy (the package's `experiments` extra), and mpi4py for the OpenMPI baseline
+# of experiments/collectives (it builds against the system OpenMPI: apt openmpi-bin
+# libopenmpi-dev).
 experiment-deps: python-deps
-	$(PYTHON) -m pip install --quiet --disable-pip-version-check -r experiments/requirements.txt
+	$(PYTHON) -m pip install --quiet --disable-pip-version-check -e 'python[test,cnn,experiments]' -r experiments/requirements.txt
 
 test-rust:
 	$(CARGO) test --release --workspace $(RTL_FEATURES)

@@ -12,13 +12,21 @@ through the node, alternating, in one run:
 - ``misses_1client``: the same with one client, so no request waits behind another's (the
   cost of a miss without queueing on the shared cores).
 
+Beside memcached direct and the node, the same clients go through two minimal TCP relays
+(``tcp_relay``, an example of the node crate: each client gets its own backend connection and
+bytes are copied both ways, nothing parsed): ``relay`` sleeps in one epoll loop as the node's
+attach loop does; ``relay_spin`` polls each client's two sockets from a thread of its own
+without ever sleeping. They are the floor of any proxy on this machine: what a miss costs
+through the node beyond ``relay`` is the node's own; what ``relay`` costs beyond direct is the
+extra hop's (two more processes' wake-ups), which only a proxy that never sleeps avoids.
+
 For each: requests/s, p50 and p99 (µs), and the CPU time memcached spends per request (its
 utime + stime from /proc/PID/stat over the run), beside the node's own. Medians over rounds.
 Here the node shares the machine's cores with memcached and the clients, standing in for NICA's
 FPGA NIC. ``--quick`` runs one short round; ``--loops N`` sets the attached address's event
 loops (``loops`` in ``[[attach]]``; the node's default otherwise), ``--spin-us N`` their
 busy-polling (``spin_us``) and ``--backend-spin-us N`` their polling while memcached owes an
-answer (``backend_spin_us``).
+answer (``backend_spin_us``). Needs ``make build`` (the two examples) and ``memcached``.
 """
 
 from __future__ import annotations
@@ -42,6 +50,10 @@ from _bench import REPO, Server, finish, free_port, log, machine, md_table, medi
 from offrac import wait_listening
 
 HERE = Path(__file__).resolve().parent
+if "--help" in sys.argv or "-h" in sys.argv:
+    print(__doc__)
+    print("Writes results.csv, summary.md and plot.png next to this script.")
+    sys.exit(0)
 QUICK = "--quick" in sys.argv
 ROUNDS = 1 if QUICK else 3
 SECONDS = 1.0 if QUICK else 2.0
@@ -54,13 +66,15 @@ BACKEND_SPIN_US = (
     int(sys.argv[sys.argv.index("--backend-spin-us") + 1]) if "--backend-spin-us" in sys.argv else None
 )
 ARGS = (
-    (f" --loops {LOOPS}" if LOOPS is not None else "")
+    (" --quick" if QUICK else "")
+    + (f" --loops {LOOPS}" if LOOPS is not None else "")
     + (f" --spin-us {SPIN_US}" if SPIN_US is not None else "")
     + (f" --backend-spin-us {BACKEND_SPIN_US}" if BACKEND_SPIN_US is not None else "")
 )
-PATHS = ("direct", "node")
-LOAD_DEFAULT = REPO / "target" / "release" / "examples" / "memcached_load"
-LOAD = os.environ.get("OFFRAC_MEMCACHED_LOAD", str(LOAD_DEFAULT))
+PATHS = ("direct", "relay", "relay_spin", "node")
+EXAMPLES = REPO / "target" / "release" / "examples"
+LOAD = os.environ.get("OFFRAC_MEMCACHED_LOAD", str(EXAMPLES / "memcached_load"))
+RELAY = os.environ.get("OFFRAC_TCP_RELAY", str(EXAMPLES / "tcp_relay"))
 FIELDS = [
     "workload",
     "path",
@@ -71,7 +85,7 @@ FIELDS = [
     "p99_us",
     "hit_answers",
     "memcached_cpu_us_per_req",
-    "node_cpu_us_per_req",
+    "proxy_cpu_us_per_req",
 ]
 
 
@@ -99,10 +113,28 @@ def load(addr: str, workload: str, seconds: float, extra: list[str] | None = Non
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
+def start_relay(backend: str, mode: str) -> tuple[subprocess.Popen[str], str]:
+    """A ``tcp_relay`` in front of ``backend``: the process and the address it listens on."""
+    proc = subprocess.Popen(
+        [RELAY, "--listen", "127.0.0.1:0", "--backend", backend, "--mode", mode],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline().split()
+    if line[:1] != ["listening"]:
+        proc.kill()
+        sys.exit(f"tcp_relay did not start: {line}")
+    return proc, line[1]
+
+
 def measure() -> list[dict[str, Any]]:
     memcached = shutil.which("memcached")
     if memcached is None:
         sys.exit("needs memcached (apt-get install memcached)")
+    for tool in (LOAD, RELAY):
+        if not os.access(tool, os.X_OK):
+            sys.exit(f"needs {tool} (make build)")
     mport, aport = free_port(), free_port()
     mc = subprocess.Popen(
         [memcached, "-l", "127.0.0.1", "-p", str(mport), "-t", "2", "-m", "256", "-U", "0", "-u", "nobody"],
@@ -119,18 +151,23 @@ def measure() -> list[dict[str, Any]]:
         + (f"backend_spin_us = {BACKEND_SPIN_US}\n" if BACKEND_SPIN_US is not None else "")
     )
     rows: list[dict[str, Any]] = []
+    relays: dict[str, subprocess.Popen[str]] = {}
     try:
         wait_listening(("127.0.0.1", mport))
         with Server(["serve", "--listen", "127.0.0.1:0", "--config", str(cfg)], "node") as node:
             addr = {"direct": f"127.0.0.1:{mport}", "node": f"127.0.0.1:{aport}"}
+            for path, mode in (("relay", "epoll"), ("relay_spin", "spin")):
+                relays[path], addr[path] = start_relay(addr["direct"], mode)
+            pid = {path: proc.pid for path, proc in relays.items()} | {"node": node.proc.pid}
             # Store every key (through the node), then read each once through it: all cached.
             load(addr["node"], "hits", 0.1, ["--preload", "--warm"])
             for r in range(ROUNDS):
                 for w in WORKLOADS:
                     for path in PATHS if r % 2 == 0 else PATHS[::-1]:
-                        mc0, n0 = cpu_seconds(mc.pid), cpu_seconds(node.proc.pid)
+                        proxy = pid.get(path)
+                        mc0, n0 = cpu_seconds(mc.pid), cpu_seconds(proxy) if proxy else 0.0
                         res = load(addr[path], w, SECONDS)
-                        mc1, n1 = cpu_seconds(mc.pid), cpu_seconds(node.proc.pid)
+                        mc1, n1 = cpu_seconds(mc.pid), cpu_seconds(proxy) if proxy else 0.0
                         ops = max(1, int(res["ops"]))
                         row = {
                             "workload": w,
@@ -144,11 +181,14 @@ def measure() -> list[dict[str, Any]]:
                             # Includes the 0.5 s warm-up's requests in the CPU but not in ops:
                             # the same bias for both paths.
                             "memcached_cpu_us_per_req": round((mc1 - mc0) * 1e6 / ops, 2),
-                            "node_cpu_us_per_req": round((n1 - n0) * 1e6 / ops, 2) if path == "node" else 0.0,
+                            "proxy_cpu_us_per_req": round((n1 - n0) * 1e6 / ops, 2),
                         }
                         log(json.dumps(row))
                         rows.append(row)
     finally:
+        for proc in relays.values():
+            proc.kill()
+            proc.wait()
         mc.kill()
         mc.wait()
         cfg.unlink(missing_ok=True)
@@ -160,12 +200,13 @@ def med(rows: list[dict[str, Any]], w: str, path: str, field: str) -> float:
 
 
 def plot(rows: list[dict[str, Any]]) -> None:
-    fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.5))
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.5))
     x = range(len(WORKLOADS))
+    width = 0.8 / len(PATHS)
     for i, path in enumerate(PATHS):
-        xs = [j + (i - 0.5) * 0.38 for j in x]
-        a.bar(xs, [med(rows, w, path, "rate") / 1e3 for w in WORKLOADS], 0.38, label=path)
-        b.bar(xs, [med(rows, w, path, "memcached_cpu_us_per_req") for w in WORKLOADS], 0.38, label=path)
+        xs = [j + (i - (len(PATHS) - 1) / 2) * width for j in x]
+        a.bar(xs, [med(rows, w, path, "rate") / 1e3 for w in WORKLOADS], width, label=path)
+        b.bar(xs, [med(rows, w, path, "memcached_cpu_us_per_req") for w in WORKLOADS], width, label=path)
     for ax, title in ((a, "requests/s (thousands)"), (b, "memcached CPU per request (µs)")):
         ax.set_xticks(list(x), list(WORKLOADS))
         ax.set_title(title)
@@ -181,38 +222,39 @@ def summarize(rows: list[dict[str, Any]]) -> str:
     table = []
     for w in WORKLOADS:
         d = {f: med(rows, w, "direct", f) for f in FIELDS[4:]}
-        n = {f: med(rows, w, "node", f) for f in FIELDS[4:]}
-        table.append(
-            (
-                w,
-                f"{d['rate']:.0f}",
-                f"{n['rate']:.0f}",
-                f"{n['rate'] / d['rate']:.2f}x",
-                f"{d['p50_us']:.1f} / {d['p99_us']:.1f}",
-                f"{n['p50_us']:.1f} / {n['p99_us']:.1f}",
-                f"{d['memcached_cpu_us_per_req']:.2f}",
-                f"{n['memcached_cpu_us_per_req']:.2f}",
-                f"{n['node_cpu_us_per_req']:.2f}",
-                f"{n['hit_answers']:.3f}",
+        for path in PATHS:
+            p = {f: med(rows, w, path, f) for f in FIELDS[4:]}
+            table.append(
+                (
+                    w,
+                    path,
+                    f"{p['rate']:.0f}",
+                    f"{p['rate'] / d['rate']:.2f}x",
+                    f"{p['p50_us']:.1f} / {p['p99_us']:.1f}",
+                    f"{p['p50_us'] - d['p50_us']:+.1f}",
+                    f"{p['memcached_cpu_us_per_req']:.2f}",
+                    f"{p['proxy_cpu_us_per_req']:.2f}" if path != "direct" else "",
+                    f"{p['hit_answers']:.3f}",
+                )
             )
-        )
     header = (
         "workload",
-        "direct req/s",
-        "node req/s",
-        "node/direct",
-        "direct p50/p99 µs",
-        "node p50/p99 µs",
-        "memcached CPU µs/req direct",
-        "memcached CPU µs/req node",
-        "node CPU µs/req",
-        "answers with a value (node)",
+        "path",
+        "req/s",
+        "/ direct",
+        "p50 / p99 µs",
+        "p50 - direct µs",
+        "memcached CPU µs/req",
+        "proxy CPU µs/req",
+        "answers with a value",
     )
     return (
-        f"# NICA look-through cache: through the node vs memcached direct\n\n"
-        f"Machine: {machine()}. {CLIENTS} closed-loop clients (one request in flight each), "
-        f"{KEYS} keys, 16 B keys and values, memcached -t 2; medians of {ROUNDS} rounds of "
-        f"{SECONDS:g} s per workload and path, alternating; the node's attach loops: "
+        f"# NICA look-through cache: through the node vs memcached direct and minimal relays\n\n"
+        f"Machine: {machine()}. {CLIENTS} closed-loop clients (one request in flight each; "
+        f"one for `misses_1client`), {KEYS} keys, 16 B keys and values, memcached -t 2; medians "
+        f"of {ROUNDS} rounds of {SECONDS:g} s per workload and path, the paths' order reversed "
+        f"every other round; `relay` and `relay_spin` are `tcp_relay` (no cache: every request "
+        f"goes to memcached) in its epoll and spin modes; the node's attach loops: "
         f"{LOOPS if LOOPS is not None else 'default'}, "
         f"spin_us: {SPIN_US if SPIN_US is not None else 'default'}, "
         f"backend_spin_us: {BACKEND_SPIN_US if BACKEND_SPIN_US is not None else 'default'}; "
