@@ -26,7 +26,8 @@ Here the node shares the machine's cores with memcached and the clients, standin
 FPGA NIC. ``--quick`` runs one short round; ``--loops N`` sets the attached address's event
 loops (``loops`` in ``[[attach]]``; the node's default otherwise), ``--spin-us N`` their
 busy-polling (``spin_us``) and ``--backend-spin-us N`` their polling while memcached owes an
-answer (``backend_spin_us``). Needs ``make build`` (the two examples) and ``memcached``.
+answer (``backend_spin_us``); ``--rounds N`` and ``--workloads a,b`` narrow or lengthen a run.
+Needs ``make build`` (the two examples) and ``memcached``.
 """
 
 from __future__ import annotations
@@ -55,18 +56,27 @@ if "--help" in sys.argv or "-h" in sys.argv:
     print("Writes results.csv, summary.md and plot.png next to this script.")
     sys.exit(0)
 QUICK = "--quick" in sys.argv
-ROUNDS = 1 if QUICK else 3
+
+
+def flag(name: str) -> str | None:
+    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else None
+
+
+ROUNDS = int(flag("--rounds") or (1 if QUICK else 3))
 SECONDS = 1.0 if QUICK else 2.0
 KEYS = 100_000
 CLIENTS = 4
-WORKLOADS = ("hits", "zipf", "misses", "misses_1client")
-LOOPS = int(sys.argv[sys.argv.index("--loops") + 1]) if "--loops" in sys.argv else None
-SPIN_US = int(sys.argv[sys.argv.index("--spin-us") + 1]) if "--spin-us" in sys.argv else None
-BACKEND_SPIN_US = (
-    int(sys.argv[sys.argv.index("--backend-spin-us") + 1]) if "--backend-spin-us" in sys.argv else None
-)
+ALL_WORKLOADS = ("hits", "zipf", "misses", "misses_1client")
+WORKLOADS = tuple((flag("--workloads") or ",".join(ALL_WORKLOADS)).split(","))
+if not set(WORKLOADS) <= set(ALL_WORKLOADS):
+    sys.exit(f"--workloads: a comma-separated subset of {','.join(ALL_WORKLOADS)}")
+LOOPS = int(v) if (v := flag("--loops")) is not None else None
+SPIN_US = int(v) if (v := flag("--spin-us")) is not None else None
+BACKEND_SPIN_US = int(v) if (v := flag("--backend-spin-us")) is not None else None
 ARGS = (
     (" --quick" if QUICK else "")
+    + (f" --rounds {ROUNDS}" if flag("--rounds") else "")
+    + (f" --workloads {','.join(WORKLOADS)}" if flag("--workloads") else "")
     + (f" --loops {LOOPS}" if LOOPS is not None else "")
     + (f" --spin-us {SPIN_US}" if SPIN_US is not None else "")
     + (f" --backend-spin-us {BACKEND_SPIN_US}" if BACKEND_SPIN_US is not None else "")
