@@ -35,7 +35,8 @@ pub struct Args {
     json: bool,
 }
 
-/// The demo mix: every built-in at the sizes of OffRAC's and seed 001's evaluations.
+/// The demo mix: every built-in at the sizes of OffRAC's and seed 001's evaluations
+/// (but `spin`, a synthetic load for experiments).
 fn default_mix() -> Vec<MixItem> {
     vec![
         MixItem::new(FunctionId::Echo, 0, 1024),
@@ -61,6 +62,9 @@ fn default_mix() -> Vec<MixItem> {
         // OffRAC's CNN (its accelerator A4): one 64×64×3 uint16 image (24,576
         // bytes, six 4 KiB fragments), milliseconds of work beside the rest.
         MixItem::new(FunctionId::Cnn, 0, 64 * 64 * 3 * 2),
+        // The distributed multiply's kernel (ACCL+ §6, `experiments/gemv`):
+        // a 64×64 float32 matrix and its vector, `param` = 64 columns.
+        MixItem::new(FunctionId::Gemv, 64, (64 * 64 + 64) * 4),
     ]
 }
 
