@@ -269,7 +269,9 @@ def algorithm_of(lines: list[dict[str, object]], nbytes: int) -> str:
     return a.removeprefix("Algorithm.").lower()
 
 
-VARIANTS = ["payload", "buffers"]
+VARIANTS = ["payload", "buffers", "chain"]
+# Variants that run only some collectives (worker.py: chain is all-reduces in one chain).
+ONLY = {"chain": {"allreduce"}}
 # The ranks' clients poll this long for an answer before blocking (--poll-us; 0: block at once).
 POLL_US = 0
 
@@ -344,6 +346,8 @@ def main() -> None:
                     for op in a.ops.split(","):
                         got: dict[str, list[dict[str, object]]] = {}
                         for v in variants:
+                            if op not in ONLY.get(v, {op}):
+                                continue
                             runs += 1
                             if v == "mpi":
                                 got[v] = run_mpi(hosts, n, op, reps, sizes, tmp)
@@ -355,8 +359,9 @@ def main() -> None:
                             row: dict[str, object] = {"op": op, "ranks": n, "bytes": s}
                             for v, lines in got.items():
                                 row[v] = latency(lines, s)
-                            if "payload" in got or "buffers" in got:
-                                row["algorithm"] = algorithm_of(got.get("payload") or got["buffers"], s)
+                            ours = [v for v in VARIANTS if v in got]
+                            if ours:
+                                row["algorithm"] = algorithm_of(got[ours[0]], s)
                             rows.append(row)
                             print(summary(row), flush=True)
                 except BaseException as e:
@@ -397,10 +402,12 @@ def table(rows: list[dict[str, object]], variants: list[str]) -> str:
     out.append("|---|---:|---:|" + "---:|" * (len(cols) - 1) + "---|")
     for r in rows:
         s = int(r["bytes"])  # type: ignore[call-overload]
-        t = {v: float(r[v]) for v in [*ours, *(["mpi"] if mpi else [])]}  # type: ignore[arg-type]
-        cells = [f"{t[v] * 1e6:.0f}" for v in ours] + ([f"{t['mpi'] * 1e6:.0f}"] if mpi else [])
-        cells += [f"{t[v] / t['mpi']:.2f}" for v in ours if mpi]
-        cells += [f"{s / t[v] / 1e6:.1f}" for v in t]
+        # A variant that does not run this collective (ONLY) leaves its cells empty.
+        t = {v: float(r[v]) for v in [*ours, *(["mpi"] if mpi else [])] if v in r}  # type: ignore[arg-type]
+        cells = [f"{t[v] * 1e6:.0f}" if v in t else "" for v in ours]
+        cells += [f"{t['mpi'] * 1e6:.0f}"] if mpi else []
+        cells += [f"{t[v] / t['mpi']:.2f}" if v in t else "" for v in ours if mpi]
+        cells += [f"{s / t[v] / 1e6:.1f}" if v in t else "" for v in [*ours, *(["mpi"] if mpi else [])]]
         cells.append(str(r.get("algorithm", "")))
         out.append(f"| {r['op']} | {r['ranks']} | {human(s)} | " + " | ".join(cells) + " |")
     return "\n".join(out)

@@ -4,8 +4,12 @@
 with the data in the call and the output in the answer (``--variant payload``: the data
 crosses the client's loopback hop both ways) or with the input already kept at the node in a
 named buffer and the output kept in another (``--variant buffers``, descriptor byte 7: the
-call and its answer carry no data). ``mpi``: the same collective with mpi4py over OpenMPI
-(TCP), the data in the rank's own memory.
+call and its answer carry no data), or (``--variant chain``, all-reduce only) as
+``CHAIN`` all-reduces in a row inside one chain per rank (``docs/collectives.md``,
+"Collectives in a chain": ``load`` of the kept input, the all-reduce hops, ``keep`` of the
+output): the nodes start every all-reduce but the first without a client in the loop, and
+the time printed is the chain's divided by ``CHAIN`` (per all-reduce). ``mpi``: the same
+collective with mpi4py over OpenMPI (TCP), the data in the rank's own memory.
 
 ``size`` is the bytes per rank (MPI's count * 4): the block each rank sends (gather) or gets
 (scatter), the vector each rank reduces or gets (broadcast). Before every iteration the ranks
@@ -25,8 +29,10 @@ import numpy as np
 import numpy.typing as npt
 
 OPS = ["bcast", "scatter", "gather", "reduce", "allreduce"]
-IN_BUF = 0x4F460001  # the named buffers of the ``buffers`` variant
+IN_BUF = 0x4F460001  # the named buffers of the ``buffers`` and ``chain`` variants
 OUT_BUF = 0x4F460002
+# All-reduces per chain: a chain has at most 8 hops, and ``load`` and ``keep`` take two.
+CHAIN = 6
 
 
 def reps_for(a: argparse.Namespace, nbytes: int) -> int:
@@ -56,6 +62,12 @@ def expected(op: str, count: int, rank: int, size: int) -> npt.NDArray[np.float3
     return np.full(count, size * (size + 1) / 2, dtype=np.float32)
 
 
+def expected_chain(count: int, size: int) -> npt.NDArray[np.float32]:
+    """After ``CHAIN`` sums over ``size`` ranks: each all-reduce after the first multiplies by
+    ``size`` (exact in float32 up to 8 ranks: 36 * 8**5 < 2**24)."""
+    return np.full(count, size * (size + 1) / 2 * size ** (CHAIN - 1), dtype=np.float32)
+
+
 def check(op: str, got: npt.NDArray[Any] | None, want: npt.NDArray[np.float32] | None) -> None:
     if want is None:
         return
@@ -68,11 +80,14 @@ def line(rank: int, nbytes: int, times: list[float], **extra: object) -> None:
 
 
 def run_offrac(a: argparse.Namespace) -> None:
-    from offrac.buffers import drop_buffer, get_buffer, put_buffer
+    from offrac.buffers import drop_buffer, get_buffer, keep, load, put_buffer
     from offrac.collectives import Communicator
 
     members = [int(m) for m in a.members.split(",")]
     op: str = a.op
+    if a.variant == "chain" and op != "allreduce":
+        sys.exit("--variant chain is for --op allreduce only (its output is the next hop's input)")
+    kept = a.variant in ("buffers", "chain")
     with Communicator(
         a.addr, members, device=a.device, timeout=120, first_tag=a.first_tag, poll_us=a.poll_us
     ) as comm:
@@ -82,22 +97,27 @@ def run_offrac(a: argparse.Namespace) -> None:
             count = nbytes // 4
             x = operand(op, count, rank, size)
             mine = has_input(op, rank)
-            if a.variant == "buffers" and mine:
+            if kept and mine:
                 put_buffer(comm.client, IN_BUF, x)
             times: list[float] = []
             out: npt.NDArray[Any] | None = None
             for i in range(a.warmup + reps_for(a, nbytes)):
                 comm.allreduce(one)  # line the ranks up (not timed)
                 t0 = time.perf_counter()
-                if a.variant == "buffers":
+                if a.variant == "chain":
+                    hops = [comm.hop(op, dtype=np.float32, count=count) for _ in range(CHAIN)]
+                    comm.client.call_chain([load(IN_BUF), *hops, keep(OUT_BUF)], b"")
+                elif a.variant == "buffers":
                     comm.run(op, dtype=np.float32, count=count, source=IN_BUF if mine else None, keep=OUT_BUF)
                 else:
                     out = comm.run(op, dtype=np.float32, count=count, data=x if mine else None)
                 dt = time.perf_counter() - t0
+                if a.variant == "chain":
+                    dt /= CHAIN
                 if i >= a.warmup:
                     times.append(dt)
-            want = expected(op, count, rank, size)
-            if a.variant == "buffers":
+            want = expected_chain(count, size) if a.variant == "chain" else expected(op, count, rank, size)
+            if kept:
                 if want is not None:
                     out = np.frombuffer(get_buffer(comm.client, OUT_BUF), dtype=np.float32)
                 drop_buffer(comm.client, OUT_BUF)
@@ -147,7 +167,7 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("mode", choices=["offrac", "mpi"])
     p.add_argument("--op", choices=OPS, default="allreduce")
-    p.add_argument("--variant", choices=["payload", "buffers"], default="payload")
+    p.add_argument("--variant", choices=["payload", "buffers", "chain"], default="payload")
     p.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",")], required=True)
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=2)

@@ -5,6 +5,7 @@ plain processes stand in for the nodes and ranks."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -93,3 +94,34 @@ def test_io_config_is_the_nodes_io_section_and_refuses_unknown_modes() -> None:
         assert got == {"io": {"mode": mode, "spin_us": 250}}, got
     with pytest.raises(ValueError, match="busy"):
         collectives_run.io_config("busy", 100)
+
+
+def test_table_leaves_the_cells_of_a_variant_that_skips_a_collective_empty() -> None:
+    """``chain`` runs all-reduces only: a broadcast row has no chain figure, and its cells stay
+    empty instead of failing the table (or borrowing another variant's figure)."""
+    rows: list[dict[str, object]] = [
+        {"op": "bcast", "ranks": 2, "bytes": 1024, "buffers": 200e-6, "mpi": 100e-6, "algorithm": "1"},
+        {"op": "allreduce", "ranks": 2, "bytes": 1024, "buffers": 400e-6, "chain": 100e-6, "mpi": 200e-6},
+    ]
+    lines = collectives_run.table(rows, ["buffers", "chain", "mpi"]).splitlines()
+    head = [c.strip() for c in lines[0].strip("|").split("|")]
+    bcast = dict(zip(head, [c.strip() for c in lines[2].strip("|").split("|")], strict=True))
+    allreduce = dict(zip(head, [c.strip() for c in lines[3].strip("|").split("|")], strict=True))
+    assert bcast["chain µs"] == "" and bcast["chain / MPI"] == "" and bcast["chain MB/s"] == ""
+    assert bcast["buffers / MPI"] == "2.00"
+    assert allreduce["chain µs"] == "100" and allreduce["chain / MPI"] == "0.50"
+    assert allreduce["buffers / MPI"] == "2.00"
+
+
+def test_the_chain_variant_refuses_a_collective_whose_output_cannot_feed_the_next() -> None:
+    worker = str(REPO / "experiments" / "collectives" / "worker.py")
+    args = ["--op", "bcast", "--variant", "chain", "--sizes", "1024", "--addr", "127.0.0.1:1"]
+    out = subprocess.run(
+        [sys.executable, worker, "offrac", *args, "--members", "0,1", "--device", "0"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO / "python")},
+        timeout=60,
+    )
+    assert out.returncode != 0
+    assert "--variant chain is for --op allreduce only" in out.stderr
