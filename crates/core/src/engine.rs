@@ -1658,11 +1658,14 @@ impl Engine {
                     .put(tenant, name, data, budget)
                     .map(|()| Vec::new())
             }
-            BufferOp::Tee => self
-                .buffers
-                .put(tenant, name, job.payload.clone(), budget)
-                .map(|()| std::mem::take(&mut job.payload)),
+            BufferOp::Tee => {
+                self.stats.buffer_bytes_copied += job.payload.len() as u64;
+                self.buffers
+                    .put(tenant, name, job.payload.clone(), budget)
+                    .map(|()| std::mem::take(&mut job.payload))
+            }
             BufferOp::Get => self.buffers.get(tenant, name).map(|kept| {
+                self.stats.buffer_bytes_copied += kept.len() as u64;
                 let mut out = Vec::with_capacity(kept.len() + job.payload.len());
                 out.extend_from_slice(kept);
                 out.extend_from_slice(&job.payload);

@@ -84,6 +84,7 @@ struct EngineSnapshot {
     hops: u64,
     payload_bytes_copied: u64,
     payload_bytes_direct: u64,
+    buffer_bytes_copied: u64,
     /// The collectives machine's counters.
     collectives: offrac_collective::Stats,
     links: crate::LinkStats,
@@ -232,6 +233,7 @@ impl Metrics {
             hops: st.hops,
             payload_bytes_copied: st.payload_bytes_copied,
             payload_bytes_direct: st.payload_bytes_direct,
+            buffer_bytes_copied: st.buffer_bytes_copied,
             collectives: driver.collective_stats().1,
             links: driver.link_stats(),
             link_up: driver
@@ -337,6 +339,11 @@ impl Metrics {
                 "offrac_payload_bytes_direct_total",
                 "Payload bytes of admitted requests read straight into their reassembly buffer (not copied).",
                 e.payload_bytes_direct,
+            ),
+            (
+                "offrac_buffer_bytes_copied_total",
+                "Bytes of kept named buffers copied into requests' payloads by load hops, and payload bytes copied into buffers by tee hops.",
+                e.buffer_bytes_copied,
             ),
             (
                 "offrac_chain_hops_total",
