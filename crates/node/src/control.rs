@@ -667,11 +667,12 @@ impl ControlPlane {
         in_use: impl Fn(&Digest) -> bool,
         owner_of: impl Fn(u8) -> Option<u16>,
     ) -> Handled {
-        let env = match Envelope::decode(&job.payload) {
+        let payload = job.payload.bytes();
+        let env = match Envelope::decode(&payload) {
             Ok(e) => e,
             Err(e) => return Handled::Answer(Status::Malformed, 0, err_json(&e.to_string())),
         };
-        if let Err(e) = self.auth.verify(now_ms, &env, &job.payload) {
+        if let Err(e) = self.auth.verify(now_ms, &env, &payload) {
             tracing::warn!(tenant = env.tenant, error = %e, "control request refused");
             return Handled::Answer(Status::Unauthorized, 0, err_json(&e.to_string()));
         }

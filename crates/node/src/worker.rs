@@ -128,7 +128,10 @@ impl Executor {
         let scratch = &mut self.scratch;
         // A panicking function must not take the slot (or the I/O thread) down with it.
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            accel.run(hop.param, &job.payload, scratch)
+            // A load hop's kept buffer comes apart from the request's own
+            // bytes: the function reads it in place (or joins the two).
+            let (head, tail) = job.payload.parts();
+            accel.run_parts(hop.param, head, tail, scratch)
         }))
         .unwrap_or_else(|_| {
             tracing::error!(
@@ -156,7 +159,8 @@ impl Executor {
             );
             self.record_overhead(began, exec_ns);
             let output = std::mem::take(&mut self.scratch);
-            self.scratch = job.advance(output, self.clock.now(), queue_ns, exec_ns, self.device);
+            let input = job.advance(output, self.clock.now(), queue_ns, exec_ns, self.device);
+            self.scratch = input.into_spare();
             return Some(job);
         }
         let (status, payload): (Status, &[u8]) = match &result {
