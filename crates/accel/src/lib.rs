@@ -106,6 +106,18 @@ pub trait Accelerator: Send {
     }
 }
 
+thread_local! {
+    static JOINED: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+    static JOINED_BYTES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Bytes of kept parts [`run_joined`] has copied on this thread so far: a
+/// slot's thread reads it around a run to count the copies its function
+/// did not avoid.
+pub fn bytes_joined_on_this_thread() -> u64 {
+    JOINED_BYTES.get()
+}
+
 /// [`Accelerator::run`] on `head` then `tail`, joined (when both have
 /// bytes) in a buffer kept per thread: a slot's thread reuses it call after
 /// call instead of allocating the joined input each time.
@@ -122,11 +134,9 @@ pub fn run_joined<A: Accelerator + ?Sized>(
     if tail.is_empty() {
         return accel.run(param, head, out);
     }
-    thread_local! {
-        static JOINED: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
-    }
     // Taken out while in use: a function that itself joins parts gets a fresh one.
     let mut joined = JOINED.take();
+    JOINED_BYTES.set(JOINED_BYTES.get() + head.len() as u64);
     joined.clear();
     joined.extend_from_slice(head);
     joined.extend_from_slice(tail);

@@ -98,6 +98,21 @@ impl Accelerator for SwapCell {
             }),
         }
     }
+
+    /// A native function reads the parts itself (gemv a kept matrix in
+    /// place); a module gets them joined.
+    fn run_parts(
+        &mut self,
+        param: u64,
+        head: &[u8],
+        tail: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<(), AccelError> {
+        if let Current::Native(a) = &mut *lock(&self.current) {
+            return a.run_parts(param, head, tail, out);
+        }
+        offrac_accel::run_joined(self, param, head, tail, out)
+    }
 }
 
 /// How the shell answers a control request.

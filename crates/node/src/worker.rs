@@ -126,6 +126,7 @@ impl Executor {
         let started = Instant::now();
         let accel = &mut self.accel;
         let scratch = &mut self.scratch;
+        let joined_before = offrac_accel::bytes_joined_on_this_thread();
         // A panicking function must not take the slot (or the I/O thread) down with it.
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             // A load hop's kept buffer comes apart from the request's own
@@ -146,6 +147,8 @@ impl Executor {
             )))
         });
         let exec_ns = started.elapsed().as_nanos() as u64;
+        let joined = offrac_accel::bytes_joined_on_this_thread() - joined_before;
+        self.metrics.record_joined(self.slot, joined);
         let queue_ns = offrac_core::nanos(started_at.saturating_since(job.complete_at));
         if result.is_ok() && !job.is_last_hop() {
             let in_bytes = job.payload.len();

@@ -303,6 +303,25 @@ fn metric(node: &NodeHandle, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {name} in /metrics:\n{body}"))
 }
 
+/// Bytes `node`'s slots joined (the sum over its slots' series).
+fn slots_joined(node: &NodeHandle) -> u64 {
+    use std::io::{Read, Write};
+    let name = "offrac_slot_input_bytes_joined_total{";
+    let at = node.metrics_addr.expect("metrics on");
+    let mut s = std::net::TcpStream::connect(at).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).unwrap();
+    let series: Vec<u64> = body
+        .lines()
+        .filter(|l| l.starts_with(name))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse().ok())
+        .collect();
+    assert!(!series.is_empty(), "no {name} in /metrics:\n{body}");
+    series.iter().sum()
+}
+
 /// `node`'s published counters once its chain hops reach `hops`.
 fn copied_after(node: &NodeHandle, hops: u64) -> u64 {
     let t = std::time::Instant::now();
@@ -349,6 +368,7 @@ fn a_loaded_matrix_reaches_the_local_gemv_uncopied() {
         0,
         "a local load copied its buffer"
     );
+    assert_eq!(slots_joined(&nodes[0]), 0, "the gemv slot joined its input");
 
     // The multiply on the peer: the load's output is sent, so joined once.
     let r = c
