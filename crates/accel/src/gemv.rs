@@ -52,28 +52,57 @@ impl Accelerator for Gemv {
     }
 
     fn run(&mut self, param: u64, input: &[u8], out: &mut Vec<u8>) -> Result<(), AccelError> {
-        let bad = |m: String| Err(AccelError::BadInput(m));
-        if param == 0 {
-            return bad("cols must be at least 1".into());
+        let (a, x) = input.split_at(matrix_bytes(param, input.len())?);
+        self.multiply(a, x, out)
+    }
+
+    /// A kept matrix then the vector (a load hop's output): `A` is read in
+    /// place from `head`. Split anywhere else, the parts are joined.
+    fn run_parts(
+        &mut self,
+        param: u64,
+        head: &[u8],
+        tail: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<(), AccelError> {
+        if matrix_bytes(param, head.len() + tail.len())? == head.len() {
+            return self.multiply(head, tail, out);
         }
-        let words = input.len() / ELEM;
-        if !input.len().is_multiple_of(ELEM) {
-            return bad(format!(
-                "input of {} bytes is not a whole number of float32",
-                input.len()
-            ));
-        }
-        let n = usize::try_from(param).unwrap_or(usize::MAX);
-        if n >= words || !(words - n).is_multiple_of(n) {
-            return bad(format!(
-                "{words} float32 are not an m×{n} matrix (m ≥ 1) followed by a {n}-vector"
-            ));
-        }
-        let (a, x) = input.split_at((words - n) * ELEM);
+        crate::run_joined(self, param, head, tail, out)
+    }
+}
+
+impl Gemv {
+    /// `A·x` of the matrix bytes `a` and the vector bytes `x` (their
+    /// sizes checked by [`matrix_bytes`]).
+    fn multiply(&mut self, a: &[u8], x: &[u8], out: &mut Vec<u8>) -> Result<(), AccelError> {
         decode_f32_into(x, &mut self.x)?;
         gemv_bytes(a, &self.x, out);
         Ok(())
     }
+}
+
+/// The bytes of `A` in an input of `len` bytes for `param` columns, or why
+/// that input is refused (checked on the length alone, so a split input
+/// gets the joined one's refusal).
+fn matrix_bytes(param: u64, len: usize) -> Result<usize, AccelError> {
+    let bad = |m: String| Err(AccelError::BadInput(m));
+    if param == 0 {
+        return bad("cols must be at least 1".into());
+    }
+    let words = len / ELEM;
+    if !len.is_multiple_of(ELEM) {
+        return bad(format!(
+            "input of {len} bytes is not a whole number of float32"
+        ));
+    }
+    let n = usize::try_from(param).unwrap_or(usize::MAX);
+    if n >= words || !(words - n).is_multiple_of(n) {
+        return bad(format!(
+            "{words} float32 are not an m×{n} matrix (m ≥ 1) followed by a {n}-vector"
+        ));
+    }
+    Ok((words - n) * ELEM)
 }
 
 /// Appends `A·x` to `out` as little-endian float32, `A` the row-major
@@ -196,13 +225,23 @@ mod tests {
             .collect()
     }
 
+    /// `A·x` through `run`, checked bit for bit against `run_parts` with
+    /// `A` kept apart (read in place) and split elsewhere (joined).
     fn gemv(a: &[f32], x: &[f32]) -> Vec<f32> {
         let mut input = a.to_vec();
         input.extend_from_slice(x);
+        let input = bytes(&input);
         let mut out = Vec::new();
-        Gemv::new()
-            .run(x.len() as u64, &bytes(&input), &mut out)
-            .unwrap();
+        let n = x.len() as u64;
+        Gemv::new().run(n, &input, &mut out).unwrap();
+        let a_len = 4 * a.len();
+        for at in [a_len, 0, input.len(), a_len / 2 + 1, a_len + 4] {
+            let at = at.min(input.len());
+            let (head, tail) = input.split_at(at);
+            let mut parts = Vec::new();
+            Gemv::new().run_parts(n, head, tail, &mut parts).unwrap();
+            assert_eq!(parts, out, "split at {at}");
+        }
         floats(&out)
     }
 
@@ -299,9 +338,15 @@ mod tests {
             (3, vec![0; 7], "not a whole number"),
             (u64::MAX, six, "not an m×"),
         ] {
-            match g.run(param, &input, &mut out) {
+            let joined = g.run(param, &input, &mut out);
+            match &joined {
                 Err(AccelError::BadInput(m)) => assert!(m.contains(why), "{m}"),
                 r => panic!("param {param}: {r:?}"),
+            }
+            // Split anywhere (the matrix kept apart): the same refusal.
+            for at in 0..=input.len() {
+                let (head, tail) = input.split_at(at);
+                assert_eq!(g.run_parts(param, head, tail, &mut out), joined);
             }
         }
     }

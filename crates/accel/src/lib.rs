@@ -83,6 +83,20 @@ pub trait Accelerator: Send {
     /// Run on one complete request. `out` arrives empty (capacity reused
     /// between calls) and receives the whole result payload.
     fn run(&mut self, param: u64, input: &[u8], out: &mut Vec<u8>) -> Result<(), AccelError>;
+    /// Run on the input `head` then `tail` (a kept named buffer, then the
+    /// request's own bytes: a load hop's output, not joined by the node).
+    /// The same answer as [`Accelerator::run`] on the joined bytes; by
+    /// default it joins them (into a reused buffer) and calls it. A function
+    /// that can read the two parts in place overrides it to skip the copy.
+    fn run_parts(
+        &mut self,
+        param: u64,
+        head: &[u8],
+        tail: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<(), AccelError> {
+        run_joined(self, param, head, tail, out)
+    }
     /// Largest input (bytes) whose run is short enough — a few microseconds —
     /// for the node to execute it on its I/O thread rather than hand it to the
     /// slot's own thread (a hand-off costs a thread wake-up, often more than
@@ -90,6 +104,45 @@ pub trait Accelerator: Send {
     fn inline_max_bytes(&self) -> usize {
         0
     }
+}
+
+thread_local! {
+    static JOINED: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+    static JOINED_BYTES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Bytes of kept parts [`run_joined`] has copied on this thread so far: a
+/// slot's thread reads it around a run to count the copies its function
+/// did not avoid.
+pub fn bytes_joined_on_this_thread() -> u64 {
+    JOINED_BYTES.get()
+}
+
+/// [`Accelerator::run`] on `head` then `tail`, joined (when both have
+/// bytes) in a buffer kept per thread: a slot's thread reuses it call after
+/// call instead of allocating the joined input each time.
+pub fn run_joined<A: Accelerator + ?Sized>(
+    accel: &mut A,
+    param: u64,
+    head: &[u8],
+    tail: &[u8],
+    out: &mut Vec<u8>,
+) -> Result<(), AccelError> {
+    if head.is_empty() {
+        return accel.run(param, tail, out);
+    }
+    if tail.is_empty() {
+        return accel.run(param, head, out);
+    }
+    // Taken out while in use: a function that itself joins parts gets a fresh one.
+    let mut joined = JOINED.take();
+    JOINED_BYTES.set(JOINED_BYTES.get() + head.len() as u64);
+    joined.clear();
+    joined.extend_from_slice(head);
+    joined.extend_from_slice(tail);
+    let r = accel.run(param, &joined, out);
+    JOINED.set(joined);
+    r
 }
 
 /// A fresh instance of a built-in function with the built-in state (the
@@ -131,6 +184,28 @@ pub fn builtin_with(f: FunctionId, state: &FunctionState) -> Box<dyn Accelerator
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every built-in gives the same answer on a payload split anywhere
+    /// into a kept part and the request's own as on the joined bytes.
+    fn split_like_joined(
+        f: FunctionId,
+        param: u64,
+        input: &[u8],
+        at: usize,
+    ) -> Result<(), proptest::test_runner::TestCaseError> {
+        let param = if f == FunctionId::Spin {
+            param % 50
+        } else {
+            param
+        };
+        let (head, tail) = input.split_at(at.min(input.len()));
+        let (mut joined, mut split) = (Vec::new(), Vec::new());
+        let a = builtin(f).run(param, input, &mut joined);
+        let b = builtin(f).run_parts(param, head, tail, &mut split);
+        proptest::prop_assert_eq!(&a, &b, "{:?} split at {}", f, head.len());
+        proptest::prop_assert_eq!(joined, split, "{:?} split at {}", f, head.len());
+        Ok(())
+    }
 
     #[test]
     fn builtin_reports_its_function() {
@@ -198,6 +273,17 @@ mod tests {
             for f in FunctionId::ALL {
                 hostile(f, param, &input)?;
                 hostile(f, small, &input)?;
+            }
+        }
+
+        #[test]
+        fn parts_answer_as_the_joined_input(
+            input in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..600),
+            at in 0usize..600,
+            small in 0u64..40,
+        ) {
+            for f in FunctionId::ALL {
+                split_like_joined(f, small, &input, at)?;
             }
         }
 

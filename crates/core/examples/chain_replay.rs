@@ -215,7 +215,7 @@ fn replay(cfg: &Config, hop: &Value) -> Result<Value, String> {
                     "port": "next",
                     "header": hex::encode(&w[..job.header.wire_len()]),
                     "header_payload_len": job.header.payload_len,
-                    "payload": hex::encode(&job.payload),
+                    "payload": hex::encode(job.payload.bytes()),
                     "times": [job.reassembly_ns(), job.earlier_queue_ns, job.earlier_exec_ns],
                 })
             }
@@ -261,7 +261,7 @@ fn forward(cfg: &Config, now: Instant, engine: &Engine, conn: u64, job: Job) -> 
         "port": "net",
         "dest": device,
         "header": hex::encode(&w[..header.wire_len()]),
-        "payload": hex::encode(&job.payload),
+        "payload": hex::encode(job.payload.bytes()),
     })
 }
 

@@ -93,7 +93,7 @@ fn forward(job: Job) -> Value {
     let header = job.header.for_link(1, job.payload.len() as u32); // the link's first id
     let w = header.encode_wire();
     json!({"net": [job.conn, device, hex::encode(&w[..header.wire_len()]),
-                   hex::encode(&job.payload), caller]})
+                   hex::encode(job.payload.bytes()), caller]})
 }
 
 /// A dispatched hop run to its end as the worker runs it: the answer, or the advanced job
@@ -110,7 +110,8 @@ fn run_hop(
     let f = FunctionId::from_id(hop.function)
         .ok_or_else(|| format!("function {} dispatched", hop.function))?;
     let mut out = Vec::new();
-    let result = builtin_with(f, fs).run(hop.param, &job.payload, &mut out);
+    let (head, tail) = job.payload.parts();
+    let result = builtin_with(f, fs).run_parts(hop.param, head, tail, &mut out);
     if result.is_ok() && !job.is_last_hop() {
         job.advance(out, now, 0, 0, device);
         engine.handle_hop_done(now, slot, job);

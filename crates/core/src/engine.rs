@@ -4,8 +4,8 @@
 
 use crate::connection::{Connection, Peek, Rx, COLLECTIVE_HEAD_LEN};
 use crate::{
-    Buffers, EngineConfig, EngineStats, Instant, Job, ReassemblyPool, Selector, SlotId, SlotQueue,
-    Tenancy, TenantKey, TenantUsage,
+    Buffers, EngineConfig, EngineStats, Instant, Job, Payload, ReassemblyPool, Selector, SlotId,
+    SlotQueue, Tenancy, TenantKey, TenantUsage,
 };
 use offrac_proto::{
     decode_buffer_param, BufferOp, HeaderError, RequestHeader, ResponseHeader, Status, DEVICE_SELF,
@@ -1151,7 +1151,8 @@ impl Engine {
 
     /// Hand `job` to the driver for its hop's device; the engine's part of
     /// its answer is done.
-    fn forward(&mut self, job: Job) {
+    fn forward(&mut self, mut job: Job) {
+        self.flatten(&mut job);
         self.settle(job.conn, job.tenant);
         self.stats.forwarded += 1;
         self.actions.push_back(Action::Forward { job });
@@ -1159,8 +1160,9 @@ impl Engine {
 
     /// A complete request the slots do not run: forwarded, or a control
     /// request for the driver.
-    fn leave(&mut self, job: Job) {
+    fn leave(&mut self, mut job: Job) {
         if node_function(job.function()) && self.runs_here(&job) {
+            self.flatten(&mut job);
             self.settle(job.conn, job.tenant);
             self.actions.push_back(Action::Control { job });
         } else {
@@ -1653,27 +1655,35 @@ impl Engine {
         let budget = self.tenancy.policy(tenant).max_buffer_bytes;
         let output = match op {
             BufferOp::Put => {
-                let data = std::mem::take(&mut job.payload);
+                let data = self.take_flat(&mut job);
                 self.buffers
                     .put(tenant, name, data, budget)
-                    .map(|()| Vec::new())
+                    .map(|()| Payload::default())
             }
-            BufferOp::Tee => self
+            BufferOp::Tee => {
+                let data = self.take_flat(&mut job);
+                self.stats.buffer_bytes_copied += data.len() as u64;
+                self.buffers
+                    .put(tenant, name, data.clone(), budget)
+                    .map(|()| Payload::from(data))
+            }
+            // The kept buffer is shared, not copied: a local slot's function
+            // reads it in place; any other next step joins it once.
+            BufferOp::Get => {
+                let own = self.take_flat(&mut job);
+                self.buffers
+                    .get_shared(tenant, name)
+                    .map(|kept| Payload::joined(kept, own))
+            }
+            BufferOp::Drop => self
                 .buffers
-                .put(tenant, name, job.payload.clone(), budget)
-                .map(|()| std::mem::take(&mut job.payload)),
-            BufferOp::Get => self.buffers.get(tenant, name).map(|kept| {
-                let mut out = Vec::with_capacity(kept.len() + job.payload.len());
-                out.extend_from_slice(kept);
-                out.extend_from_slice(&job.payload);
-                out
-            }),
-            BufferOp::Drop => self.buffers.remove(tenant, name).map(|_| Vec::new()),
+                .remove(tenant, name)
+                .map(|_| Payload::default()),
             BufferOp::Create => {
-                let data = std::mem::take(&mut job.payload);
+                let data = self.take_flat(&mut job);
                 self.buffers
                     .create(tenant, name, data, budget)
-                    .map(|()| Vec::new())
+                    .map(|()| Payload::default())
             }
         };
         self.stats.buffer_hops += 1;
@@ -1692,7 +1702,27 @@ impl Engine {
             self.requeued = true;
             return self.route(job);
         }
+        let output = self.flat(output);
         self.answer_result(job, output, queue_ns, 0);
+    }
+
+    /// `payload`'s bytes as one `Vec`, counting the kept bytes joined.
+    fn flat(&mut self, payload: Payload) -> Vec<u8> {
+        self.stats.buffer_bytes_copied += payload.shared_len() as u64;
+        payload.into_flat()
+    }
+
+    /// Take `job`'s payload as one `Vec` (joined if need be, counted).
+    fn take_flat(&mut self, job: &mut Job) -> Vec<u8> {
+        let payload = std::mem::take(&mut job.payload);
+        self.flat(payload)
+    }
+
+    /// Make `job`'s payload flat in place for a step other than a local
+    /// slot's run (counted when that joins a kept buffer).
+    fn flatten(&mut self, job: &mut Job) {
+        self.stats.buffer_bytes_copied += job.payload.shared_len() as u64;
+        job.payload.flatten();
     }
 
     /// The chain's last hop, run by the engine or the driver (a buffer's or
@@ -1732,6 +1762,7 @@ impl Engine {
         if job.expired(now) {
             return self.expire(job);
         }
+        self.flatten(&mut job);
         job.dispatched_at = Some(now);
         self.stats.collective_hops += 1;
         self.actions.push_back(Action::CollectiveHop { job });

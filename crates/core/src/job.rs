@@ -1,4 +1,4 @@
-use crate::{nanos, ConnId, Instant};
+use crate::{nanos, ConnId, Instant, Payload};
 use offrac_proto::{HopTime, RequestHeader, ResponseHeader, MAX_HOPS};
 use std::time::Duration;
 
@@ -9,7 +9,9 @@ pub struct Job {
     /// The tenant it is charged to: its connection's at admission.
     pub tenant: crate::TenantKey,
     pub header: RequestHeader,
-    pub payload: Vec<u8>,
+    /// Flat, except while a local slot's function is to read a kept
+    /// buffer in place (after a load hop).
+    pub payload: Payload,
     /// When the first byte of the header arrived.
     pub first_byte_at: Instant,
     /// When the current hop became ready to queue: the last byte's arrival
@@ -46,7 +48,7 @@ impl Job {
             conn,
             tenant: None,
             header,
-            payload,
+            payload: payload.into(),
             first_byte_at,
             complete_at,
             reassembled_at: complete_at,
@@ -70,12 +72,12 @@ impl Job {
     /// payload so the caller can reuse its allocation.
     pub fn advance(
         &mut self,
-        output: Vec<u8>,
+        output: impl Into<Payload>,
         now: Instant,
         queue_ns: u64,
         exec_ns: u64,
         device: u8,
-    ) -> Vec<u8> {
+    ) -> Payload {
         self.times[self.header.hop_index as usize % MAX_HOPS] = HopTime {
             device,
             ran: true,
@@ -87,7 +89,7 @@ impl Job {
         self.earlier_exec_ns = self.earlier_exec_ns.saturating_add(exec_ns);
         self.complete_at = now;
         self.dispatched_at = None;
-        std::mem::replace(&mut self.payload, output)
+        std::mem::replace(&mut self.payload, output.into())
     }
 
     /// Its budget has run out at `now`.

@@ -195,8 +195,8 @@ impl Harness {
                         panic!("dispatched {id:#x}, never sent");
                     };
                     assert_eq!(
-                        job.payload,
-                        payload_of(id, sent.len),
+                        job.payload.bytes()[..],
+                        payload_of(id, sent.len)[..],
                         "payload of {id} altered"
                     );
                     assert_eq!(

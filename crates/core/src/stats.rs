@@ -38,6 +38,10 @@ pub struct EngineStats {
     /// Payload bytes the shell read straight into the reassembly buffer
     /// ([`crate::Engine::payload_room`]): not copied in user space.
     pub payload_bytes_direct: u64,
+    /// Bytes of kept named buffers the engine copied into jobs' payloads
+    /// (a load's kept buffer joined with the job's own bytes), and payload
+    /// bytes a tee copied into a buffer.
+    pub buffer_bytes_copied: u64,
     /// Replies the engine produced itself, indexed by status code. With
     /// `completed`, every answer a parsed request got.
     pub refusals: [u64; Status::ALL.len()],

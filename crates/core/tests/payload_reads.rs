@@ -91,7 +91,7 @@ fn feed(
 fn jobs(e: &mut Engine) -> Vec<(u64, Vec<u8>)> {
     std::iter::from_fn(|| e.poll_action())
         .filter_map(|a| match a {
-            Action::Control { job } => Some((job.header.request_id, job.payload)),
+            Action::Control { job } => Some((job.header.request_id, job.payload.into_flat())),
             _ => None,
         })
         .collect()

@@ -98,6 +98,21 @@ impl Accelerator for SwapCell {
             }),
         }
     }
+
+    /// A native function reads the parts itself (gemv a kept matrix in
+    /// place); a module gets them joined.
+    fn run_parts(
+        &mut self,
+        param: u64,
+        head: &[u8],
+        tail: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<(), AccelError> {
+        if let Current::Native(a) = &mut *lock(&self.current) {
+            return a.run_parts(param, head, tail, out);
+        }
+        offrac_accel::run_joined(self, param, head, tail, out)
+    }
 }
 
 /// How the shell answers a control request.
@@ -667,11 +682,12 @@ impl ControlPlane {
         in_use: impl Fn(&Digest) -> bool,
         owner_of: impl Fn(u8) -> Option<u16>,
     ) -> Handled {
-        let env = match Envelope::decode(&job.payload) {
+        let payload = job.payload.bytes();
+        let env = match Envelope::decode(&payload) {
             Ok(e) => e,
             Err(e) => return Handled::Answer(Status::Malformed, 0, err_json(&e.to_string())),
         };
-        if let Err(e) = self.auth.verify(now_ms, &env, &job.payload) {
+        if let Err(e) = self.auth.verify(now_ms, &env, &payload) {
             tracing::warn!(tenant = env.tenant, error = %e, "control request refused");
             return Handled::Answer(Status::Unauthorized, 0, err_json(&e.to_string()));
         }

@@ -57,6 +57,9 @@ struct SlotMetrics {
     errors: AtomicU64,
     busy_ns: AtomicU64,
     queue_depth: AtomicU64,
+    /// Bytes of kept buffers the slot's function got joined with the
+    /// request's own (it does not read the two parts in place).
+    joined_bytes: AtomicU64,
 }
 
 #[derive(Default)]
@@ -84,6 +87,7 @@ struct EngineSnapshot {
     hops: u64,
     payload_bytes_copied: u64,
     payload_bytes_direct: u64,
+    buffer_bytes_copied: u64,
     /// The collectives machine's counters.
     collectives: offrac_collective::Stats,
     links: crate::LinkStats,
@@ -114,6 +118,13 @@ impl Metrics {
             functions: (0..256).map(|_| FunctionMetrics::default()).collect(),
             engine: Mutex::new(EngineSnapshot::default()),
             attach: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// A slot's run joined `bytes` of a kept buffer to its request's bytes.
+    pub fn record_joined(&self, slot: usize, bytes: u64) {
+        if bytes > 0 {
+            self.slots[slot].joined_bytes.fetch_add(bytes, Relaxed);
         }
     }
 
@@ -232,6 +243,7 @@ impl Metrics {
             hops: st.hops,
             payload_bytes_copied: st.payload_bytes_copied,
             payload_bytes_direct: st.payload_bytes_direct,
+            buffer_bytes_copied: st.buffer_bytes_copied,
             collectives: driver.collective_stats().1,
             links: driver.link_stats(),
             link_up: driver
@@ -254,7 +266,7 @@ impl Metrics {
             let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}");
         };
         type SlotValue = fn(&SlotMetrics) -> f64;
-        let per_slot: [(&str, &str, &str, SlotValue); 5] = [
+        let per_slot: [(&str, &str, &str, SlotValue); 6] = [
             (
                 "offrac_slot_completions_total",
                 "Requests a slot finished (any status).",
@@ -278,6 +290,12 @@ impl Metrics {
                 "Time a slot spent executing.",
                 "counter",
                 |s| s.busy_ns.load(Relaxed) as f64 / 1e9,
+            ),
+            (
+                "offrac_slot_input_bytes_joined_total",
+                "Bytes of kept buffers a slot copied to join them with its requests' own bytes (its function does not read the two in place).",
+                "counter",
+                |s| s.joined_bytes.load(Relaxed) as f64,
             ),
             (
                 "offrac_slot_queue_depth",
@@ -337,6 +355,11 @@ impl Metrics {
                 "offrac_payload_bytes_direct_total",
                 "Payload bytes of admitted requests read straight into their reassembly buffer (not copied).",
                 e.payload_bytes_direct,
+            ),
+            (
+                "offrac_buffer_bytes_copied_total",
+                "Bytes of kept named buffers copied into requests' payloads by load hops, and payload bytes copied into buffers by tee hops.",
+                e.buffer_bytes_copied,
             ),
             (
                 "offrac_chain_hops_total",

@@ -126,9 +126,13 @@ impl Executor {
         let started = Instant::now();
         let accel = &mut self.accel;
         let scratch = &mut self.scratch;
+        let joined_before = offrac_accel::bytes_joined_on_this_thread();
         // A panicking function must not take the slot (or the I/O thread) down with it.
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            accel.run(hop.param, &job.payload, scratch)
+            // A load hop's kept buffer comes apart from the request's own
+            // bytes: the function reads it in place (or joins the two).
+            let (head, tail) = job.payload.parts();
+            accel.run_parts(hop.param, head, tail, scratch)
         }))
         .unwrap_or_else(|_| {
             tracing::error!(
@@ -143,6 +147,8 @@ impl Executor {
             )))
         });
         let exec_ns = started.elapsed().as_nanos() as u64;
+        let joined = offrac_accel::bytes_joined_on_this_thread() - joined_before;
+        self.metrics.record_joined(self.slot, joined);
         let queue_ns = offrac_core::nanos(started_at.saturating_since(job.complete_at));
         if result.is_ok() && !job.is_last_hop() {
             let in_bytes = job.payload.len();
@@ -156,7 +162,8 @@ impl Executor {
             );
             self.record_overhead(began, exec_ns);
             let output = std::mem::take(&mut self.scratch);
-            self.scratch = job.advance(output, self.clock.now(), queue_ns, exec_ns, self.device);
+            let input = job.advance(output, self.clock.now(), queue_ns, exec_ns, self.device);
+            self.scratch = input.into_spare();
             return Some(job);
         }
         let (status, payload): (Status, &[u8]) = match &result {

@@ -288,3 +288,111 @@ fn a_collectives_output_stays_on_every_rank_and_feeds_the_next_call() {
     assert_eq!(status, Status::BadInput, "{msg}");
     assert!(msg.contains("byte 7"), "{msg}");
 }
+
+/// A counter of `node`'s /metrics (published when its I/O thread goes idle).
+fn metric(node: &NodeHandle, name: &str) -> u64 {
+    use std::io::{Read, Write};
+    let at = node.metrics_addr.expect("metrics on");
+    let mut s = std::net::TcpStream::connect(at).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).unwrap();
+    body.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in /metrics:\n{body}"))
+}
+
+/// Bytes `node`'s slots joined (the sum over its slots' series).
+fn slots_joined(node: &NodeHandle) -> u64 {
+    use std::io::{Read, Write};
+    let name = "offrac_slot_input_bytes_joined_total{";
+    let at = node.metrics_addr.expect("metrics on");
+    let mut s = std::net::TcpStream::connect(at).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).unwrap();
+    let series: Vec<u64> = body
+        .lines()
+        .filter(|l| l.starts_with(name))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse().ok())
+        .collect();
+    assert!(!series.is_empty(), "no {name} in /metrics:\n{body}");
+    series.iter().sum()
+}
+
+/// `node`'s published counters once its chain hops reach `hops`.
+fn copied_after(node: &NodeHandle, hops: u64) -> u64 {
+    let t = std::time::Instant::now();
+    while metric(node, "offrac_chain_hops_total") < hops {
+        assert!(t.elapsed() < Duration::from_secs(5), "hops not published");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    metric(node, "offrac_buffer_bytes_copied_total")
+}
+
+/// A load hop's kept matrix reaches the local gemv slot as the kept buffer
+/// itself, not copied into the job (issue #16): the result is the flat
+/// call's bit for bit, bad input gets the flat call's error, and the node
+/// counts no bytes copied. Where the load's output leaves the node (the
+/// multiply on a peer) or is the answer, it is joined once, as before.
+#[test]
+fn a_loaded_matrix_reaches_the_local_gemv_uncopied() {
+    let nodes = common::linked_nodes(
+        2,
+        "[metrics]\nlisten = \"127.0.0.1:0\"\n[[slots]]\nfunction = \"gemv\"\n[[slots]]\nfunction = \"echo\"",
+    );
+    let mut c = client(&nodes[0].addr.to_string());
+    // Rows past a multiple of 4, columns past a multiple of 8.
+    let (m, n) = (67usize, 35usize);
+    let a: Vec<f32> = (0..m * n)
+        .map(|i| ((i * 37) % 101) as f32 / 7.0 - 6.0)
+        .collect();
+    let x: Vec<f32> = (0..n).map(|i| ((i * 13) % 17) as f32 / 3.0 - 2.5).collect();
+    c.call_chain(&[buf(BufferOp::Put, 5)], &f32s(&a)).unwrap();
+    let whole = f32s(&[a.clone(), x.clone()].concat());
+    let flat = c.call_chain(&[Hop::local(GEMV, n as u64)], &whole).unwrap();
+    let gemv = [buf(BufferOp::Get, 5), Hop::local(GEMV, n as u64)];
+    for _ in 0..3 {
+        let r = c.call_chain(&gemv, &f32s(&x)).unwrap();
+        assert_eq!(r.payload, flat.payload);
+    }
+    // A vector one element short: the flat call's error, at the gemv hop.
+    let short = f32s(&x[..n - 1]);
+    let flat_bad = refusal(c.call_chain(&[Hop::local(GEMV, n as u64)], &whole[..whole.len() - 4]));
+    let (status, _, hop, msg) = refusal(c.call_chain(&gemv, &short));
+    assert_eq!((status, hop, &msg), (flat_bad.0, 1, &flat_bad.3));
+    assert_eq!(
+        copied_after(&nodes[0], 4),
+        0,
+        "a local load copied its buffer"
+    );
+    assert_eq!(slots_joined(&nodes[0]), 0, "the gemv slot joined its input");
+
+    // The multiply on the peer: the load's output is sent, so joined once.
+    let r = c
+        .call_chain(
+            &[buf(BufferOp::Get, 5), on(1, Hop::local(GEMV, n as u64))],
+            &f32s(&x),
+        )
+        .unwrap();
+    assert_eq!(r.payload, flat.payload);
+    let kept = (4 * m * n) as u64;
+    assert_eq!(copied_after(&nodes[0], 5), kept);
+    // A load that is the answer: the kept bytes then the payload's.
+    let r = c.call_chain(&[buf(BufferOp::Get, 5)], &f32s(&x)).unwrap();
+    assert_eq!(r.payload, whole);
+    let t = std::time::Instant::now();
+    while metric(&nodes[0], "offrac_buffer_bytes_copied_total") < 2 * kept {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "the answer's join not counted"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(
+        metric(&nodes[0], "offrac_buffer_bytes_copied_total"),
+        2 * kept
+    );
+}

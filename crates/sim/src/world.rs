@@ -690,9 +690,10 @@ impl World {
         use offrac_control::{Envelope, Op};
         let now = self.instant();
         let wall = self.wall_ms();
-        let verdict = match Envelope::decode(&job.payload) {
+        let payload = job.payload.bytes();
+        let verdict = match Envelope::decode(&payload) {
             Err(e) => Err((Status::Malformed, e.to_string())),
-            Ok(env) => match self.nodes[node].auth.verify(wall, &env, &job.payload) {
+            Ok(env) => match self.nodes[node].auth.verify(wall, &env, &payload) {
                 Err(e) => Err((Status::Unauthorized, e.to_string())),
                 Ok(()) => match env.op {
                     Op::Hello
@@ -940,7 +941,7 @@ impl World {
             let next = if job.is_last_hop() {
                 Vec::new()
             } else {
-                job.payload.clone()
+                job.payload.bytes().into_owned()
             };
             return (Status::Ok, next);
         }
@@ -948,7 +949,14 @@ impl World {
             return (Status::Internal, b"no such function".to_vec());
         };
         let mut out = Vec::new();
-        match offrac_accel::builtin(f).run(job.header.current_hop().param, &job.payload, &mut out) {
+        // As a node's slot runs it: a load hop's kept buffer apart.
+        let (head, tail) = job.payload.parts();
+        match offrac_accel::builtin(f).run_parts(
+            job.header.current_hop().param,
+            head,
+            tail,
+            &mut out,
+        ) {
             Ok(()) => (Status::Ok, out),
             Err(e) => (e.status(), e.message().as_bytes().to_vec()),
         }

@@ -295,3 +295,58 @@ fn a_hop_not_started_within_the_budget_is_not_run() {
         assert_eq!(w.node(0).busy_ns[5], 20 * MS);
     });
 }
+
+/// A load hop hands its kept matrix to the local gemv slot as the kept
+/// buffer itself, not copied into the job (issue #16): the result is the
+/// flat call's bit for bit, a bad vector gets the flat call's error, and
+/// the engine copies no kept bytes. A load that is the answer joins them
+/// once, as before.
+#[test]
+fn a_loaded_matrix_reaches_the_gemv_slot_uncopied() {
+    use offrac_proto::{buffer_param, BufferOp, FunctionId, FN_BUFFER};
+    const GEMV: u8 = FunctionId::Gemv as u8;
+    let req = |id: u64, hops: &[Hop], payload: &[u8]| {
+        let h = RequestHeader::chain(id, hops, payload.len() as u32).expect("1..=8 hops");
+        let mut b = h.encode_wire()[..h.wire_len()].to_vec();
+        b.extend_from_slice(payload);
+        b
+    };
+    let buf = |op, name| Hop::local(FN_BUFFER, buffer_param(op, name));
+    for_seeds(|seed| {
+        let mut w = world(seed, |_| {});
+        let c = w.connect();
+        let (m, n) = (5 + seed as usize % 7, 3 + seed as usize % 13);
+        let a = floats(seed * 2, m * n);
+        let x = floats(seed * 2 + 1, n);
+        w.send(c, &req(1, &[buf(BufferOp::Put, 3)], &a));
+        let gemv = [buf(BufferOp::Get, 3), Hop::local(GEMV, n as u64)];
+        for id in 2..5 {
+            w.send(c, &req(id, &gemv, &x));
+        }
+        w.send(c, &req(5, &gemv, &x[..x.len() - 4]));
+        w.run_for(20 * MS);
+        let whole = [a.clone(), x.clone()].concat();
+        let want = one_by_one(&[(GEMV, n as u64)], &whole);
+        for id in 2..5 {
+            let r = w.answers_to(c, id);
+            assert_eq!(r.len(), 1, "request {id}");
+            assert_eq!((r[0].header.status, &r[0].payload), (Status::Ok, &want));
+        }
+        let mut flat_err = Vec::new();
+        let e = offrac_accel::builtin(FunctionId::Gemv)
+            .run(n as u64, &whole[..whole.len() - 4], &mut flat_err)
+            .expect_err("a short vector");
+        let r = w.answers_to(c, 5);
+        assert_eq!(r.len(), 1);
+        assert_eq!(
+            (r[0].header.status, r[0].header.hop_index, &r[0].payload[..]),
+            (e.status(), 1, e.message().as_bytes())
+        );
+        assert_eq!(w.driver().engine().stats().buffer_bytes_copied, 0);
+        w.send(c, &req(6, &[buf(BufferOp::Get, 3)], &x));
+        w.run_for(5 * MS);
+        assert_eq!(w.answers_to(c, 6)[0].payload, whole);
+        let copied = w.driver().engine().stats().buffer_bytes_copied;
+        assert_eq!(copied, a.len() as u64);
+    });
+}

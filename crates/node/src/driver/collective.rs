@@ -71,8 +71,9 @@ impl Driver {
         if !self.conns.contains_key(&job.conn) {
             return;
         }
-        if job.payload.first() == Some(&(Kind::Call as u8)) {
-            let mut payload = job.payload;
+        // Flat already (the engine joins a kept buffer before handing it on).
+        let mut payload = job.payload.into_flat();
+        if payload.first() == Some(&(Kind::Call as u8)) {
             let mut keep = None;
             // The input from a named buffer: read where it is kept.
             let mut from_buffer = None;
@@ -162,7 +163,6 @@ impl Driver {
             // or when its sender asked (byte 7 bit 0, `MSG_ANSWER`: every
             // `ack_window`-th message of a link, so that the sender can
             // forget what it sent before; `docs/protocol.md`, "Collectives").
-            let mut payload = job.payload;
             let (status, msg, answer) = match take_message_flags(&mut payload) {
                 Err(e) => (Status::BadInput, e.to_string(), true),
                 // Handed over: a message that comes before its step is kept as it is.

@@ -44,10 +44,13 @@ impl Driver {
         let link_of = &self.link_of;
         // The hop's input is the job's payload, read in place (copied once,
         // into the work buffer).
-        self.collectives
-            .handle_call_with_input(now, call, &desc, Some(&job.payload), |d| {
-                link_of[d as usize].is_some()
-            });
+        self.collectives.handle_call_with_input(
+            now,
+            call,
+            &desc,
+            Some(&job.payload.bytes()),
+            |d| link_of[d as usize].is_some(),
+        );
         self.calls.hops.insert(call, job);
         self.collective_outs(now);
     }

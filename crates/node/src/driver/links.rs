@@ -463,16 +463,17 @@ impl Driver {
         self.forward_deadlines.push(Reverse((f.deadline, link, id)));
         l.forwarded.insert(id, f);
         self.link_stats.forwarded += 1;
+        // Flat already (the engine joins a kept buffer before a forward).
+        let payload = job.payload.into_flat();
         if l.state == LinkState::Up {
             self.out.push_back(Io::SendLink {
                 link,
                 header,
-                payload: job.payload,
+                payload,
                 tail: bytes::Bytes::new(),
             });
         } else {
-            l.waiting
-                .push_back((header, job.payload, bytes::Bytes::new()));
+            l.waiting.push_back((header, payload, bytes::Bytes::new()));
         }
     }
 
