@@ -16,7 +16,7 @@
 //! `Abort` to every other member, so no rank waits for one that gave up.
 
 use crate::plan::{self, Combine, Plan, Thresholds};
-use crate::reduce::combine;
+use crate::reduce::{combine, combine_into};
 use crate::wire::{Algorithm, Descriptor, Kind, Members, WireError};
 use bytes::Bytes;
 use offrac_core::Instant;
@@ -178,6 +178,9 @@ struct Running {
     /// Per send of step 0: its messages, built from the input when the call
     /// started (`Plan::sends_from_input`), until they may go.
     prebuilt: Vec<Option<Vec<Segment>>>,
+    /// A shared input read in place where the work buffer has not been
+    /// written yet, instead of copied into it first (`InputReads`).
+    reads: Option<InputReads>,
     /// `Ready` seen from (rank, step).
     ready: FxHashSet<(usize, u32)>,
     /// Messages for later steps.
@@ -204,6 +207,33 @@ struct Kept {
 impl Kept {
     fn body(&self) -> &[u8] {
         &self.buf[self.at..]
+    }
+}
+
+/// A shared input (a named buffer) that fills the work buffer, read where
+/// it is rather than copied in when the call starts: the work buffer starts
+/// zeroed, a receive that is the first write of its bytes reduces the
+/// input and the message into it (or copies the message, in a copy step),
+/// and a send of bytes no receive has written yet goes as a slice of the
+/// input. Only for plans whose receives together write every byte of the
+/// work buffer (`input_reads`): the ring and recursive-doubling
+/// all-reduces, a tree reduce's inner ranks.
+#[derive(Debug)]
+struct InputReads {
+    input: Bytes,
+    /// Per step, per receive: no earlier receive wrote its bytes.
+    fresh: Vec<Vec<bool>>,
+    /// Per step, per send: no earlier receive wrote its bytes.
+    sends: Vec<Vec<bool>>,
+}
+
+impl InputReads {
+    fn fresh(&self, step: usize, i: usize) -> bool {
+        self.fresh.get(step).and_then(|f| f.get(i)).copied() == Some(true)
+    }
+
+    fn send(&self, step: usize, i: usize) -> bool {
+        self.sends.get(step).and_then(|f| f.get(i)).copied() == Some(true)
     }
 }
 
@@ -387,6 +417,19 @@ impl Collectives {
                 self.spare = spare;
                 None
             }
+        }
+    }
+
+    /// A zeroed buffer of `len` bytes (counted): the spare if it fits, else new.
+    fn zeroed_work_buffer(&mut self, len: usize) -> Vec<u8> {
+        self.stats.zeroed_bytes += len as u64;
+        match self.take_spare(len) {
+            Some(mut b) => {
+                b.resize(len, 0);
+                b
+            }
+            // Fresh zeroed memory (pages untouched until written).
+            None => vec![0u8; len],
         }
     }
 
@@ -634,6 +677,7 @@ impl Collectives {
             ms => Duration::from_millis(ms as u64).min(self.cfg.max_timeout),
         };
         let mut prebuilt = Vec::new();
+        let mut reads = None;
         let mut ahead = None;
         let mut shared_work = None;
         let final_from = p
@@ -693,11 +737,20 @@ impl Collectives {
             work
         } else if !ignored && in_work(&p, &p.input) == (0..p.work_len) {
             // The input fills the work buffer: no zeroing first; a shared
-            // input that no step writes over is the work buffer itself.
+            // input that no step writes over is the work buffer itself; one
+            // the receives overwrite everywhere is read in place.
+            let in_place = match &shared {
+                Some(b) if final_from != 0 => input_reads(&p, b),
+                _ => None,
+            };
             match &shared {
                 Some(b) if final_from == 0 => {
                     shared_work = Some(b.clone());
                     Vec::new()
+                }
+                _ if in_place.is_some() => {
+                    reads = in_place;
+                    self.zeroed_work_buffer(p.work_len)
                 }
                 _ => {
                     self.stats.copied_bytes += input.len() as u64;
@@ -707,15 +760,7 @@ impl Collectives {
                 }
             }
         } else {
-            self.stats.zeroed_bytes += p.work_len as u64;
-            let mut work = match self.take_spare(p.work_len) {
-                Some(mut b) => {
-                    b.resize(p.work_len, 0);
-                    b
-                }
-                // Fresh zeroed memory (pages untouched until written).
-                None => vec![0u8; p.work_len],
-            };
+            let mut work = self.zeroed_work_buffer(p.work_len);
             if !ignored {
                 self.stats.copied_bytes += input.len() as u64;
                 work[in_work(&p, &p.input)].copy_from_slice(input);
@@ -737,6 +782,7 @@ impl Collectives {
             sent: Vec::new(),
             held: Vec::new(),
             prebuilt,
+            reads,
             ready: FxHashSet::default(),
             stash: Vec::new(),
             ahead,
@@ -1115,6 +1161,77 @@ impl Collectives {
     }
 }
 
+/// Whether a shared input that fills the work buffer can be read in place
+/// ([`InputReads`]), and where: every receive is either the first write of
+/// all its bytes (no earlier receive, nor another of its step, touches
+/// them) or rewrites bytes earlier steps wrote; every send reads either
+/// bytes no earlier step wrote (the input's) or bytes earlier steps wrote;
+/// and the receives together write the whole buffer, so that none of its
+/// zeroes is ever read or answered. `None`: the input is copied in.
+fn input_reads(p: &Plan, input: &Bytes) -> Option<InputReads> {
+    use std::ops::Range;
+    if p.sends_from_input || p.work_base != 0 || p.input != (0..p.work_len) {
+        return None;
+    }
+    if input.len() != p.work_len {
+        return None;
+    }
+    let overlap = |a: &Range<usize>, b: &Range<usize>| a.start < b.end && b.start < a.end;
+    // Whether `r` lies within the union of `ws`.
+    let covered = |r: &Range<usize>, ws: &[Range<usize>]| {
+        let mut at = r.start;
+        while at < r.end {
+            match ws
+                .iter()
+                .filter(|w| w.start <= at && at < w.end)
+                .map(|w| w.end)
+                .max()
+            {
+                Some(end) => at = end,
+                None => return false,
+            }
+        }
+        true
+    };
+    let mut written: Vec<Range<usize>> = Vec::new();
+    let (mut fresh, mut sends) = (Vec::new(), Vec::new());
+    for step in &p.steps {
+        let mut f = Vec::with_capacity(step.recvs.len());
+        for (i, t) in step.recvs.iter().enumerate() {
+            let alone = step
+                .recvs
+                .iter()
+                .enumerate()
+                .all(|(j, q)| j == i || !overlap(&q.range, &t.range));
+            if alone && !written.iter().any(|w| overlap(w, &t.range)) {
+                f.push(true);
+            } else if covered(&t.range, &written) {
+                f.push(false);
+            } else {
+                return None;
+            }
+        }
+        let mut s = Vec::with_capacity(step.sends.len());
+        for t in &step.sends {
+            if !written.iter().any(|w| overlap(w, &t.range)) {
+                s.push(true);
+            } else if covered(&t.range, &written) {
+                s.push(false);
+            } else {
+                return None;
+            }
+        }
+        written.extend(step.recvs.iter().map(|t| t.range.clone()));
+        fresh.push(f);
+        sends.push(s);
+    }
+    covered(&(0..p.work_len), &written).then(|| InputReads {
+        input: input.clone(),
+        fresh,
+        sends,
+    })
+}
+
 /// Whether the work buffer may be filled in order instead of zeroed first:
 /// one step, no send reading the buffer, and the receives (copied, not
 /// reduced) and the input tile it (a gather's root, a scatter's non-root,
@@ -1276,6 +1393,9 @@ fn enter(
             if r.step == 0 && r.prebuilt.get(i).is_some_and(Option::is_some) {
                 return None; // its messages are built already
             }
+            if r.reads.as_ref().is_some_and(|x| x.send(r.step, i)) {
+                return None; // it goes from the input, which nothing writes
+            }
             let waits = t.range.len() > cfg.eager_max_bytes;
             let overwritten = step
                 .recvs
@@ -1337,8 +1457,15 @@ fn try_sends(r: &mut Running, cfg: &Config, out: &mut VecDeque<Out>, stats: &mut
         }
         r.sent[i] = true;
         let seg = cfg.segment_bytes.max(4);
+        let from_input = r.reads.as_ref().filter(|x| x.send(r.step, i));
         let messages = match r.prebuilt.get_mut(i).and_then(Option::take) {
             Some(m) if r.step == 0 => m,
+            _ if from_input.is_some() => {
+                let input = &from_input.expect("checked").input;
+                let body = input.slice(t.range.clone());
+                stats.shared_bytes += body.len() as u64;
+                shared_segments(&r.desc, r.rank, r.step, t.range.start, &body, seg)
+            }
             _ => match r.held[i].take() {
                 Some(h) => {
                     stats.copied_bytes += h.len() as u64;
@@ -1508,9 +1635,16 @@ fn apply(
             }
             let work = work_mut(&mut r.work, &mut r.shared, stats);
             stats.copied_bytes += body.len() as u64;
-            match combine_now {
-                Combine::Copy => work[into].copy_from_slice(body),
-                Combine::Reduce => combine(r.desc.dtype, r.desc.redop, &mut work[into], body),
+            let input = r.reads.as_ref().filter(|x| x.fresh(r.step, i));
+            let (dtype, redop) = (r.desc.dtype, r.desc.redop);
+            match (combine_now, input) {
+                (Combine::Copy, _) => work[into].copy_from_slice(body),
+                // The first write of these bytes: the input is still where it came.
+                (Combine::Reduce, Some(x)) => {
+                    let mine = &x.input[into.clone()];
+                    combine_into(dtype, redop, &mut work[into], mine, body);
+                }
+                (Combine::Reduce, None) => combine(dtype, redop, &mut work[into], body),
             }
             Ok(())
         }

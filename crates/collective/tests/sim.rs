@@ -299,6 +299,8 @@ fn results_match_the_reference_seed_by_seed() {
         let n = 1 + rng.below(6) as usize;
         let cfg = random_config(&mut rng);
         let mut w = World::new(n, &cfg, &mut rng);
+        // Odd seeds: every input shared, as from a named buffer.
+        w.shared_inputs = seed % 2 == 1;
         let c = random_call(&mut rng, n);
         let inputs: Vec<Vec<u8>> = (0..n).map(|r| input_of(&c, n, r, &mut rng)).collect();
         let tag = rng.next();
@@ -688,6 +690,62 @@ fn data_that_comes_before_its_step_is_kept_uncopied() {
         assert_eq!(copied, n as u64 * len + 2 * sent, "seed {seed} n={n}");
     }
     assert!(stashed > 0, "no data came before its step in any seed");
+}
+
+/// An all-reduce whose input is shared (a named buffer) reads it in place
+/// instead of copying it into the work buffer first: the first receive of
+/// each range reduces the input and the message into the (zeroed) work
+/// buffer, and step 0's sends (input no receive has written yet) go as
+/// slices of the input. Seeded ring all-reduces of 2–6 ranks and
+/// recursive-doubling ones of 2, random delivery order, segment sizes and thresholds: results
+/// against the reference; summed over the ranks, each received byte is
+/// copied (or reduced) once and each byte sent after step 0 once, and
+/// nothing else (the machine before copied every rank's input and every
+/// sent byte: `n · len + 2 · sent`).
+#[test]
+fn an_allreduce_reads_a_shared_input_in_place() {
+    for seed in 0..120u64 {
+        let (mut rng, n, mut w) = seeded_world(31_000 + seed);
+        w.shared_inputs = true;
+        // Recursive doubling on 2 ranks only: on 4, a step-1 send that its
+        // step's receive overwrites is held (copied) while it waits for `Ready`.
+        let doubling = n == 2 && seed % 2 == 1;
+        let c = Call {
+            op: Op::AllReduce,
+            dtype: [Dtype::F32, Dtype::I32][rng.below(2) as usize],
+            redop: [RedOp::Sum, RedOp::Max][rng.below(2) as usize],
+            root: 0,
+            count: 1 + rng.below(4000) as u32,
+            algorithm: if doubling {
+                Algorithm::RecursiveDoubling
+            } else {
+                Algorithm::Ring
+            },
+        };
+        let len = c.count as u64 * 4;
+        let inputs: Vec<Vec<u8>> = (0..n).map(|r| input_of(&c, n, r, &mut rng)).collect();
+        let mut calls = calls_at_random(&mut rng, &c, 6, &w.devices, &inputs);
+        w.run(&mut rng, &mut calls, u64::MAX);
+        let (mut copied, mut sent, mut shared, mut zeroed) = (0, 0, 0, 0);
+        for r in 0..n {
+            let (_, res) = w.done[r].take().expect("answered");
+            let out = res.unwrap_or_else(|f| panic!("seed {seed} rank {r}: {f:?}"));
+            assert!(out == reference(&c, &inputs, r), "seed {seed} rank {r}");
+            let st = w.ranks[r].stats();
+            copied += st.copied_bytes;
+            sent += st.sent_bytes;
+            shared += st.shared_bytes;
+            zeroed += st.zeroed_bytes;
+        }
+        let why = format!("seed {seed} n={n} doubling {doubling}");
+        // Step 0 sends the input: the ring each rank's chunk (the chunks
+        // tile it once), recursive doubling all of it from every rank.
+        let first = if doubling { n as u64 * len } else { len };
+        assert_eq!(shared, first, "{why}");
+        // Every byte sent is received once, into the work buffer.
+        assert_eq!(copied, 2 * sent - shared, "{why}");
+        assert_eq!(zeroed, n as u64 * len, "{why}");
+    }
 }
 
 /// Rendezvous one step ahead: a rank entering step s of a ring all-reduce

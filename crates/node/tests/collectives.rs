@@ -705,3 +705,76 @@ fn a_collective_repeated_into_a_kept_buffer_reuses_the_replaced_output() {
         assert_eq!(reused, bytes, "node {i}: bytes reused");
     }
 }
+
+/// A ring all-reduce whose input sits in a named buffer reads it in place
+/// (`docs/collectives.md`, "Large messages"): an 8 MiB all-reduce across
+/// two nodes in 1 MiB segments, each rank's input in buffer 5 and output
+/// kept in buffer 6. Each node reduces the 4 MiB it receives in step 0
+/// with its input straight into the work buffer, sends its step-0 half as
+/// slices of the input, and copies only what it receives in step 1 and
+/// the reduced half it sends then: 12 MiB copied, 4 MiB shared. (The
+/// machine that copied the input into the work buffer first copied 24 MiB:
+/// the input, both halves it sent and both it received.)
+#[test]
+fn an_allreduce_reads_its_named_input_in_place() {
+    use offrac_client::Hop;
+    use offrac_collective::{Descriptor, Dtype, Members, Op};
+    use offrac_proto::{buffer_param, BufferOp, FN_BUFFER};
+    const RANKS: usize = 2;
+    let nodes = common::linked_nodes(RANKS, LARGE);
+    let count = 2u32 << 20; // 8 MiB of i32
+    let bytes = 4 * count as u64;
+    let data = |r: usize| -> Vec<u8> {
+        input(r, count as usize)
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect()
+    };
+    for (r, node) in nodes.iter().enumerate() {
+        let mut c = Client::connect(&node.addr.to_string()).unwrap();
+        c.set_retry_policy(RetryPolicy::NONE);
+        let put = Hop::local(FN_BUFFER, buffer_param(BufferOp::Put, 5));
+        c.call_chain(&[put], &data(r)).expect("input kept");
+    }
+    let outs: Vec<_> = (0..RANKS)
+        .map(|r| {
+            let addr = nodes[r].addr.to_string();
+            std::thread::spawn(move || {
+                let d = Descriptor {
+                    algorithm: Algorithm::Ring,
+                    tag: 14,
+                    timeout_ms: 30_000,
+                    ..Descriptor::call(Op::AllReduce, Dtype::I32, count, Members::of(&[0, 1]))
+                };
+                let mut p = d.encode().to_vec();
+                p[7] = 3; // the input from buffer 5, the output kept in buffer 6
+                let mut c = Client::connect(&addr).unwrap();
+                c.set_retry_policy(RetryPolicy::NONE);
+                c.call(FN_COLLECTIVE, 6 << 32 | 5, &p).map(|a| a.payload)
+            })
+        })
+        .collect();
+    for o in outs {
+        assert!(o.join().unwrap().expect("all-reduce kept").is_empty());
+    }
+    let inputs: Vec<Vec<i32>> = (0..RANKS).map(|r| input(r, count as usize)).collect();
+    let want: Vec<u8> = (0..count as usize)
+        .map(|i| inputs.iter().map(|x| x[i]).sum::<i32>())
+        .flat_map(|x| x.to_le_bytes())
+        .collect();
+    for node in &nodes {
+        let mut c = Client::connect(&node.addr.to_string()).unwrap();
+        let get = Hop::local(FN_BUFFER, buffer_param(BufferOp::Get, 6));
+        assert!(c.call_chain(&[get], b"").unwrap().payload == want);
+    }
+    std::thread::sleep(Duration::from_millis(200)); // the nodes publish their metrics
+    for (i, node) in nodes.iter().enumerate() {
+        let copied = metric(node, "offrac_collective_bytes_copied_total");
+        let shared = metric(node, "offrac_collective_bytes_shared_total");
+        assert_eq!(
+            (copied, shared),
+            (3 * bytes / 2, bytes / 2),
+            "node {i}: (copied, shared)"
+        );
+    }
+}
