@@ -5,6 +5,7 @@
 mod common;
 
 use common::memcached::{memcached, memcached_on, memcached_stat, memcached_udp};
+use common::metrics::metric;
 use common::{attach_node, attach_node_with_metrics, free_port};
 use offrac_node::NodeHandle;
 use std::io::{BufRead, BufReader, Write};
@@ -336,19 +337,6 @@ fn at_the_cap_and_on_retransmission_datagrams_are_dropped() {
     assert_eq!(other.receive(3), b"SERVER_ERROR backend unavailable\r\n");
     drop(silent);
     node.shutdown().unwrap();
-}
-
-/// One sample of the node's /metrics (`name{labels}` as written there).
-fn metric(node: &NodeHandle, sample: &str) -> u64 {
-    let at = node.metrics_addr.expect("metrics on");
-    let mut s = TcpStream::connect(at).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
-    let mut body = String::new();
-    std::io::Read::read_to_string(&mut s, &mut body).unwrap();
-    body.lines()
-        .find_map(|l| l.strip_prefix(sample)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or_else(|| panic!("no {sample} in /metrics:\n{body}"))
 }
 
 fn node_with_metrics(backend: u16, extra: &str) -> (NodeHandle, SocketAddr) {

@@ -10,6 +10,7 @@ mod common;
 use common::control::envelope;
 
 use common::collective::allreduce_payload;
+use common::metrics::{metric, metrics_body};
 use offrac_client::{Client, ClientError, Hop, RetryPolicy, Status};
 use offrac_collective::Algorithm;
 use offrac_control::Op as ControlOp;
@@ -289,30 +290,10 @@ fn a_collectives_output_stays_on_every_rank_and_feeds_the_next_call() {
     assert!(msg.contains("byte 7"), "{msg}");
 }
 
-/// A counter of `node`'s /metrics (published when its I/O thread goes idle).
-fn metric(node: &NodeHandle, name: &str) -> u64 {
-    use std::io::{Read, Write};
-    let at = node.metrics_addr.expect("metrics on");
-    let mut s = std::net::TcpStream::connect(at).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
-    let mut body = String::new();
-    s.read_to_string(&mut body).unwrap();
-    body.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or_else(|| panic!("no {name} in /metrics:\n{body}"))
-}
-
 /// Bytes `node`'s slots joined (the sum over its slots' series).
 fn slots_joined(node: &NodeHandle) -> u64 {
-    use std::io::{Read, Write};
     let name = "offrac_slot_input_bytes_joined_total{";
-    let at = node.metrics_addr.expect("metrics on");
-    let mut s = std::net::TcpStream::connect(at).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
-    let mut body = String::new();
-    s.read_to_string(&mut body).unwrap();
+    let body = metrics_body(node);
     let series: Vec<u64> = body
         .lines()
         .filter(|l| l.starts_with(name))

@@ -5,6 +5,7 @@
 mod common;
 
 use common::collective::allreduce_payload;
+use common::metrics::metric;
 use offrac_client::{Client, ClientError, RetryPolicy, Status};
 use offrac_collective::{Algorithm, Kind};
 use offrac_node::NodeHandle;
@@ -526,17 +527,27 @@ fn a_ring_rank_says_ready_one_step_ahead() {
     node.shutdown().unwrap();
 }
 
-/// One sample of a node's /metrics.
-fn metric(node: &NodeHandle, name: &str) -> u64 {
-    let at = node.metrics_addr.expect("metrics on");
-    let mut s = std::net::TcpStream::connect(at).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
-    let mut body = String::new();
-    s.read_to_string(&mut body).unwrap();
-    body.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or_else(|| panic!("no {name} in /metrics:\n{body}"))
+/// The element-wise sum of the ranks' [`input`]s, as the nodes keep it.
+fn summed_inputs(ranks: usize, count: usize) -> Vec<u8> {
+    let inputs: Vec<Vec<i32>> = (0..ranks).map(|r| input(r, count)).collect();
+    (0..count)
+        .map(|i| inputs.iter().map(|x| x[i]).sum::<i32>())
+        .flat_map(|x| x.to_le_bytes())
+        .collect()
+}
+
+/// Every node keeps exactly `want` in its buffer `name`.
+fn assert_each_keeps(nodes: &[NodeHandle], name: u32, want: &[u8]) {
+    use offrac_client::Hop;
+    use offrac_proto::{buffer_param, BufferOp, FN_BUFFER};
+    for (i, node) in nodes.iter().enumerate() {
+        let mut c = Client::connect(&node.addr.to_string()).unwrap();
+        let get = Hop::local(FN_BUFFER, buffer_param(BufferOp::Get, name));
+        assert!(
+            c.call_chain(&[get], b"").unwrap().payload == want,
+            "node {i}: buffer {name}"
+        );
+    }
 }
 
 /// Nodes for 8 MiB collectives in 1 MiB segments, with metrics.
@@ -626,11 +637,7 @@ fn a_broadcasts_root_sends_its_named_input_uncopied() {
     for o in outs {
         assert!(o.join().unwrap().expect("broadcast kept").is_empty());
     }
-    for node in &nodes {
-        let mut c = Client::connect(&node.addr.to_string()).unwrap();
-        let get = Hop::local(FN_BUFFER, buffer_param(BufferOp::Get, 6));
-        assert!(c.call_chain(&[get], b"").unwrap().payload == data);
-    }
+    assert_each_keeps(&nodes, 6, &data);
     std::thread::sleep(Duration::from_millis(200)); // the nodes publish their metrics
     let bytes = 4 * count as u64;
     for (i, node) in nodes.iter().enumerate() {
@@ -650,9 +657,7 @@ fn a_broadcasts_root_sends_its_named_input_uncopied() {
 /// and the kept result is right.
 #[test]
 fn a_collective_repeated_into_a_kept_buffer_reuses_the_replaced_output() {
-    use offrac_client::Hop;
     use offrac_collective::{Descriptor, Dtype, Members, Op};
-    use offrac_proto::{buffer_param, BufferOp, FN_BUFFER};
     let nodes = common::linked_nodes(N, LARGE);
     let count = 1u32 << 20; // 4 MiB of i32
     let bytes = 4 * count as u64;
@@ -689,16 +694,7 @@ fn a_collective_repeated_into_a_kept_buffer_reuses_the_replaced_output() {
             assert!(o.join().unwrap().expect("all-reduce kept").is_empty());
         }
     }
-    let inputs: Vec<Vec<i32>> = (0..N).map(|r| input(r, count as usize)).collect();
-    let want: Vec<u8> = (0..count as usize)
-        .map(|i| inputs.iter().map(|x| x[i]).sum::<i32>())
-        .flat_map(|x| x.to_le_bytes())
-        .collect();
-    for node in &nodes {
-        let mut c = Client::connect(&node.addr.to_string()).unwrap();
-        let get = Hop::local(FN_BUFFER, buffer_param(BufferOp::Get, 8));
-        assert!(c.call_chain(&[get], b"").unwrap().payload == want);
-    }
+    assert_each_keeps(&nodes, 8, &summed_inputs(N, count as usize));
     std::thread::sleep(Duration::from_millis(200)); // the nodes publish their metrics
     for (i, node) in nodes.iter().enumerate() {
         let reused = metric(node, "offrac_collective_bytes_reused_total");
@@ -757,16 +753,7 @@ fn an_allreduce_reads_its_named_input_in_place() {
     for o in outs {
         assert!(o.join().unwrap().expect("all-reduce kept").is_empty());
     }
-    let inputs: Vec<Vec<i32>> = (0..RANKS).map(|r| input(r, count as usize)).collect();
-    let want: Vec<u8> = (0..count as usize)
-        .map(|i| inputs.iter().map(|x| x[i]).sum::<i32>())
-        .flat_map(|x| x.to_le_bytes())
-        .collect();
-    for node in &nodes {
-        let mut c = Client::connect(&node.addr.to_string()).unwrap();
-        let get = Hop::local(FN_BUFFER, buffer_param(BufferOp::Get, 6));
-        assert!(c.call_chain(&[get], b"").unwrap().payload == want);
-    }
+    assert_each_keeps(&nodes, 6, &summed_inputs(RANKS, count as usize));
     std::thread::sleep(Duration::from_millis(200)); // the nodes publish their metrics
     for (i, node) in nodes.iter().enumerate() {
         let copied = metric(node, "offrac_collective_bytes_copied_total");

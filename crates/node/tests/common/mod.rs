@@ -7,6 +7,7 @@
 pub mod collective;
 pub mod control;
 pub mod memcached;
+pub mod metrics;
 
 use offrac_client::Client;
 use offrac_node::{start, NodeConfig, NodeHandle};
