@@ -52,7 +52,7 @@ impl Payload {
         if self.head.is_empty() {
             Cow::Borrowed(&self.tail)
         } else {
-            Cow::Owned(self.clone().into_flat())
+            Cow::Owned(join(&self.head, &self.tail))
         }
     }
 
@@ -61,10 +61,7 @@ impl Payload {
         if self.head.is_empty() {
             return self.tail;
         }
-        let mut out = Vec::with_capacity(self.len());
-        out.extend_from_slice(&self.head);
-        out.extend_from_slice(&self.tail);
-        out
+        join(&self.head, &self.tail)
     }
 
     /// An empty `Vec` with the allocation of the job's own bytes, for
@@ -78,11 +75,18 @@ impl Payload {
     /// Make it flat in place (one copy when it is not) and give its bytes.
     pub fn flatten(&mut self) -> &mut Vec<u8> {
         if !self.head.is_empty() {
-            let tail = std::mem::take(&mut self.tail);
-            self.tail = Payload::joined(std::mem::take(&mut self.head), tail).into_flat();
+            self.tail = join(&std::mem::take(&mut self.head), &self.tail);
         }
         &mut self.tail
     }
+}
+
+/// `head` then `tail` in one new `Vec` (the one copy a joined payload costs).
+fn join(head: &[u8], tail: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(head.len() + tail.len());
+    out.extend_from_slice(head);
+    out.extend_from_slice(tail);
+    out
 }
 
 impl From<Vec<u8>> for Payload {
