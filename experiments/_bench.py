@@ -70,6 +70,18 @@ def pinned(cpus: str | None) -> list[str]:
     return ["taskset", "-c", cpus] if cpus else []
 
 
+def parse_cpus(spec: str) -> set[int]:
+    """The CPUs of a taskset-style list (``0``, ``0,1``, ``0-3,6``)."""
+    cpus: set[int] = set()
+    for part in spec.split(","):
+        lo, _, hi = part.partition("-")
+        first, last = int(lo), int(hi or lo)
+        if first < 0 or last < first:
+            raise ValueError(f"bad CPU range {part!r}")
+        cpus.update(range(first, last + 1))
+    return cpus
+
+
 def node(config: Path, name: str = "node", listen: str = "127.0.0.1:0", cpus: str | None = None) -> Server:
     return Server(["serve", "--listen", listen, "--config", str(config)], name, cpus)
 

@@ -27,6 +27,15 @@ FPGA NIC. ``--quick`` runs one short round; ``--loops N`` sets the attached addr
 loops (``loops`` in ``[[attach]]``; the node's default otherwise), ``--spin-us N`` their
 busy-polling (``spin_us``) and ``--backend-spin-us N`` their polling while memcached owes an
 answer (``backend_spin_us``); ``--rounds N`` and ``--workloads a,b`` narrow or lengthen a run.
+``--cpus LIST`` (as taskset takes it: ``0``, ``0,1``, ``0-1``) runs every process of the run
+(memcached, the node, the relays and the clients) on those CPUs only. With ``--cpus 0`` every
+hand-off is a switch on one CPU, none a wake-up of another CPU, so what a path costs beyond
+another is its own work, apart from where the scheduler happens to place the woken threads
+(docs/results.md, "Where the scheduler puts a wake-up"). A spinning relay on one CPU only
+takes time from the client and memcached, so expect ``relay_spin`` to be slow there.
+``IPIs/req`` counts the machine's rescheduling and function-call interrupts over a client run
+(its 0.5 s warm-up included, as in the CPU columns) per measured request: each wakes a sleeping
+CPU to run a thread woken from the other, the costly kind of hand-off on this VM.
 Needs ``make build`` (the two examples) and ``memcached``.
 """
 
@@ -46,7 +55,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-from _bench import REPO, Server, finish, free_port, log, machine, md_table, median
+from _bench import REPO, Server, finish, free_port, log, machine, md_table, median, parse_cpus
 
 from offrac import wait_listening
 
@@ -73,6 +82,13 @@ if not set(WORKLOADS) <= set(ALL_WORKLOADS):
 LOOPS = int(v) if (v := flag("--loops")) is not None else None
 SPIN_US = int(v) if (v := flag("--spin-us")) is not None else None
 BACKEND_SPIN_US = int(v) if (v := flag("--backend-spin-us")) is not None else None
+CPUS = flag("--cpus")
+if CPUS is not None:
+    # Children inherit the affinity: memcached, the node, the relays and every client.
+    try:
+        os.sched_setaffinity(0, parse_cpus(CPUS))
+    except (ValueError, OSError) as e:
+        sys.exit(f"--cpus {CPUS}: {e} (a list such as 0 or 0,1 or 0-1 of this machine's CPUs)")
 ARGS = (
     (" --quick" if QUICK else "")
     + (f" --rounds {ROUNDS}" if flag("--rounds") else "")
@@ -80,6 +96,7 @@ ARGS = (
     + (f" --loops {LOOPS}" if LOOPS is not None else "")
     + (f" --spin-us {SPIN_US}" if SPIN_US is not None else "")
     + (f" --backend-spin-us {BACKEND_SPIN_US}" if BACKEND_SPIN_US is not None else "")
+    + (f" --cpus {CPUS}" if CPUS is not None else "")
 )
 PATHS = ("direct", "relay", "relay_spin", "node")
 EXAMPLES = REPO / "target" / "release" / "examples"
@@ -96,6 +113,7 @@ FIELDS = [
     "hit_answers",
     "memcached_cpu_us_per_req",
     "proxy_cpu_us_per_req",
+    "ipis_per_req",
 ]
 
 
@@ -105,6 +123,17 @@ def cpu_seconds(pid: int) -> float:
     fields = stat[stat.rindex(")") + 2 :].split()
     ticks = int(fields[11]) + int(fields[12])  # utime, stime: fields 14 and 15 of proc(5)
     return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def ipis() -> int:
+    """Rescheduling and function-call interrupts so far, all CPUs: one wakes a sleeping CPU to
+    run a thread woken from another (on a VM each costs an exit; /proc/interrupts RES, CAL)."""
+    total = 0
+    for line in Path("/proc/interrupts").read_text().splitlines():
+        name, _, rest = line.strip().partition(":")
+        if name in ("RES", "CAL"):
+            total += sum(int(x) for x in rest.split() if x.isdigit())
+    return total
 
 
 def load(addr: str, workload: str, seconds: float, extra: list[str] | None = None) -> dict[str, Any]:
@@ -176,7 +205,9 @@ def measure() -> list[dict[str, Any]]:
                     for path in PATHS if r % 2 == 0 else PATHS[::-1]:
                         proxy = pid.get(path)
                         mc0, n0 = cpu_seconds(mc.pid), cpu_seconds(proxy) if proxy else 0.0
+                        i0 = ipis()
                         res = load(addr[path], w, SECONDS)
+                        i1 = ipis()
                         mc1, n1 = cpu_seconds(mc.pid), cpu_seconds(proxy) if proxy else 0.0
                         ops = max(1, int(res["ops"]))
                         row = {
@@ -192,6 +223,7 @@ def measure() -> list[dict[str, Any]]:
                             # the same bias for both paths.
                             "memcached_cpu_us_per_req": round((mc1 - mc0) * 1e6 / ops, 2),
                             "proxy_cpu_us_per_req": round((n1 - n0) * 1e6 / ops, 2),
+                            "ipis_per_req": round((i1 - i0) / ops, 2),
                         }
                         log(json.dumps(row))
                         rows.append(row)
@@ -245,6 +277,7 @@ def summarize(rows: list[dict[str, Any]]) -> str:
                     f"{p['memcached_cpu_us_per_req']:.2f}",
                     f"{p['proxy_cpu_us_per_req']:.2f}" if path != "direct" else "",
                     f"{p['hit_answers']:.3f}",
+                    f"{p['ipis_per_req']:.2f}",
                 )
             )
     header = (
@@ -257,6 +290,7 @@ def summarize(rows: list[dict[str, Any]]) -> str:
         "memcached CPU µs/req",
         "proxy CPU µs/req",
         "answers with a value",
+        "IPIs/req",
     )
     return (
         f"# NICA look-through cache: through the node vs memcached direct and minimal relays\n\n"
@@ -268,7 +302,8 @@ def summarize(rows: list[dict[str, Any]]) -> str:
         f"{LOOPS if LOOPS is not None else 'default'}, "
         f"spin_us: {SPIN_US if SPIN_US is not None else 'default'}, "
         f"backend_spin_us: {BACKEND_SPIN_US if BACKEND_SPIN_US is not None else 'default'}; "
-        f"load average {LOAD_BEFORE[0]:.1f} before, "
+        + (f"every process on CPUs {CPUS} only; " if CPUS is not None else "")
+        + f"load average {LOAD_BEFORE[0]:.1f} before, "
         f"{os.getloadavg()[0]:.1f} after. Command: "
         f"`python3 experiments/nica_cache/run.py{ARGS}`.\n\n" + md_table(header, table) + "\n"
     )

@@ -19,6 +19,7 @@ sys.path.insert(0, str(REPO / "experiments"))
 sys.path.insert(0, str(REPO / "experiments" / "collectives"))
 
 import _netns_nodes
+from _bench import parse_cpus
 import run as collectives_run
 
 
@@ -94,6 +95,29 @@ def test_io_config_is_the_nodes_io_section_and_refuses_unknown_modes() -> None:
         assert got == {"io": {"mode": mode, "spin_us": 250}}, got
     with pytest.raises(ValueError, match="busy"):
         collectives_run.io_config("busy", 100)
+
+
+def test_cpu_lists_are_read_as_taskset_reads_them() -> None:
+    """``--cpus`` of the cache experiment: single CPUs, lists and ranges; nonsense refused."""
+    assert parse_cpus("0") == {0}
+    assert parse_cpus("1,0") == {0, 1}
+    assert parse_cpus("0-2,5") == {0, 1, 2, 5}
+    for bad in ("3-1", "x", "", "-1", "0,,1"):
+        with pytest.raises(ValueError):
+            parse_cpus(bad)
+
+
+def test_a_cpu_list_the_machine_lacks_is_refused_before_anything_starts() -> None:
+    """The cache experiment exits with the reason, before it starts memcached or a node."""
+    out = subprocess.run(
+        [sys.executable, str(REPO / "experiments" / "nica_cache" / "run.py"), "--cpus", "4096"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(REPO / "python")},
+    )
+    assert out.returncode != 0
+    assert "--cpus 4096" in out.stderr and "CPUs" in out.stderr, out.stderr
 
 
 def test_table_leaves_the_cells_of_a_variant_that_skips_a_collective_empty() -> None:
