@@ -189,6 +189,10 @@ def _send_gather(sock: socket.socket, header: bytes, payload: bytes | memoryview
 
 #: The payload of an answer read straight into its request's ``out`` array.
 _IN_OUT = bytearray()
+# An answer at least this long is read from the socket into a bytearray of its own (the
+# payload the caller gets), not through the read buffer: no copy of it in between, and the
+# read buffer stays at its first size instead of growing to the largest answer.
+DIRECT_READ_MIN: Final = 1 << 16
 
 #: Output layouts an ``out=`` array can take, by numpy dtype.
 _OUT_DTYPES: Final = {"int32[]": np.int32, "uint32[]": np.uint32, "float32[]": np.float32}
@@ -2055,17 +2059,24 @@ class Client:
             raise _StreamEnd(f"protocol error from the node: {e}") from None
         extra = 64 if header.has_hop_times else 0
         out = self._out_for(header) if self._outs else None
-        if out is not None:
-            # Straight into the caller's array: no copy of the payload in between. Once it
-            # has begun the read finishes (the stream must stay whole), past the deadline too.
+        if out is not None or header.payload_len >= DIRECT_READ_MIN:
+            # Straight into the caller's array, or into the payload's own bytearray: no copy
+            # of the payload in between. Once it has begun the read finishes (the stream must
+            # stay whole), past the deadline too.
             if not self._fill(HEADER_LEN + extra, deadline):
                 return None
             self._rstart += HEADER_LEN
             if extra:
                 header = dataclasses.replace(header, hop_times=HopTime.decode_block(self._take(64)))
-            self._read_into(memoryview(out).cast("B"))
+            if out is not None:
+                self._read_into(memoryview(out).cast("B"))
+                self.direct_reads += 1
+                self.last_response = header
+                return header, _IN_OUT
+            payload = bytearray(header.payload_len)
+            self._read_into(memoryview(payload))
             self.last_response = header
-            return header, _IN_OUT
+            return header, payload
         if not self._fill(HEADER_LEN + extra + header.payload_len, deadline):
             return None
         self._rstart += HEADER_LEN
@@ -2101,7 +2112,6 @@ class Client:
             if not k:
                 raise _StreamEnd("the node closed the connection mid-response")
             have += k
-        self.direct_reads += 1
 
     def _closing_reason(self, message: str) -> ConnectionClosedError:
         with self._lock:

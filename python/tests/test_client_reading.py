@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from offrac import Client, ConnectionClosedError, Step
+from offrac.client import DIRECT_READ_MIN
 
 from conftest import Node
 
@@ -83,11 +84,27 @@ def test_a_call_that_times_out_leaves_the_stream_readable(node: Node) -> None:
         assert c.call("topk", np.arange(10, dtype=np.int32), k=3).tolist() == [9, 8, 7]
 
 
-def test_large_answers_grow_the_buffer(node: Node) -> None:
+def test_large_answers_are_read_into_their_own_bytes(node: Node) -> None:
+    """An answer of ``DIRECT_READ_MIN`` bytes or more goes from the socket into the payload
+    the caller gets, not through the read buffer, which stays near its first size; sizes on both
+    sides of the threshold in flight at once come back whole, in the calling thread and the
+    reader thread, with and without a deadline."""
+    rng = np.random.default_rng(2)
     with node.client() as c:
-        big = np.random.default_rng(2).integers(0, 255, 1_500_000, dtype=np.uint8).tobytes()
+        first = len(c._rbuf)
+        big = rng.integers(0, 255, 1_500_000, dtype=np.uint8).tobytes()
         assert c.call("echo", big) == big
         assert c.call("echo", b"small") == b"small"
+        assert c.call("echo", big, timeout=10) == big
+        sizes = [DIRECT_READ_MIN - 1, DIRECT_READ_MIN, first + 1, 10, 1_000_000, 3 * first]
+        payloads = [rng.integers(0, 255, n, dtype=np.uint8).tobytes() for n in sizes]
+        futs = [c.submit("echo", x) for x in payloads]
+        for f, x in zip(futs, payloads, strict=True):
+            assert f.result(timeout=10) == x
+        got = c.call("minmax", np.arange(1 << 18, dtype=np.float32))
+        assert got.shape == (1 << 18,) and got[0] == 0.0 and got[-1] == 1.0
+        # It holds at most a header, hop times and an answer below the threshold.
+        assert len(c._rbuf) <= max(first, DIRECT_READ_MIN + 128)
 
 
 def test_close_ends_a_call_blocked_reading(node: Node) -> None:

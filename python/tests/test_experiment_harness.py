@@ -19,8 +19,8 @@ sys.path.insert(0, str(REPO / "experiments"))
 sys.path.insert(0, str(REPO / "experiments" / "collectives"))
 
 import _netns_nodes
-from _bench import parse_cpus
 import run as collectives_run
+from _bench import parse_cpus
 
 
 def spawn(code: str, log: Path) -> subprocess.Popen[str]:

@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""Large answers through the Python client: read straight into the payload's own bytearray
+(answers of at least ``offrac.client.DIRECT_READ_MIN`` bytes, the default) against the old
+path through the client's read buffer (grown to fit, then the payload copied out of it).
+
+One node (an echo slot, ``max_payload``, the pool's buffers and the slot queue raised to 32 MiB); in
+this process, ``Client.call("echo", x)`` for x of 1, 4 and 16 MiB, the two read paths
+alternating call by call, each on a connection of its own (the old path is
+``DIRECT_READ_MIN`` set above any answer). Prints the median call time of each path, the
+ratio direct / old per size, and the largest size each connection's read buffer reached.
+``--quick`` makes fewer calls.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from _bench import Server, log, machine, md_table, median
+
+import offrac.client as client_module
+from offrac import Client
+
+CALLS = 10 if "--quick" in sys.argv else 60
+SIZES = (1 << 20, 4 << 20, 16 << 20)
+HERE = Path(__file__).resolve().parent
+OLD = 1 << 62  # no answer is that long: every answer goes through the read buffer
+
+
+def main() -> None:
+    direct_min = client_module.DIRECT_READ_MIN
+    rows = []
+    cfg = HERE / "large_answers.toml"
+    big = 32 << 20
+    cfg.write_text(
+        f"max_payload = {big}\n[pool]\nbuffers = 4\nbuffer_bytes = {big}\n"
+        f'[selector]\nslot_queue_bytes = {big}\n[[slots]]\nfunction = "echo"\n'
+    )
+    with Server(["serve", "--listen", "127.0.0.1:0", "--config", str(cfg)], "node") as node:
+        clients = {"old": Client(node.addr), "direct": Client(node.addr)}
+        for size in SIZES:
+            x = bytes(range(256)) * (size // 256)
+            times: dict[str, list[float]] = {"old": [], "direct": []}
+            buf: dict[str, int] = {"old": 0, "direct": 0}
+            for i in range(2 * CALLS):
+                path = ("old", "direct")[(i + i // 2) % 2]  # old, direct, direct, old, ...
+                client_module.DIRECT_READ_MIN = OLD if path == "old" else direct_min  # type: ignore[misc]
+                c = clients[path]
+                t = time.perf_counter()
+                got = c.call("echo", x)
+                times[path].append(time.perf_counter() - t)
+                if got != x:
+                    sys.exit(f"echo of {size} bytes came back different")
+                buf[path] = max(buf[path], len(c._rbuf))
+            old, new = median(times["old"]) * 1e3, median(times["direct"]) * 1e3
+            cells = (f"{old:.2f}", f"{new:.2f}", f"{new / old:.2f}", buf["old"], buf["direct"])
+            rows.append((f"{size >> 20} MiB", *cells))
+            log(f"{size >> 20} MiB: old {old:.2f} ms, direct {new:.2f} ms")
+        for c in clients.values():
+            c.close()
+    cfg.unlink(missing_ok=True)
+    client_module.DIRECT_READ_MIN = direct_min  # type: ignore[misc]
+    print(f"Machine: {machine()}; {CALLS} calls per path and size, alternating; medians.\n")
+    header = ("echo answer", "old ms", "direct ms", "direct / old", "read buffer, old", "read buffer, direct")
+    print(md_table(header, rows))
+
+
+if __name__ == "__main__":
+    main()
