@@ -56,10 +56,12 @@ pub enum Action {
     Control { job: Job },
     /// Send this answer (header, then `payload`) on `conn`: the result of a
     /// chain whose last hop the engine ran itself (a named buffer's hop).
+    /// A load's answer is the kept buffer, shared, then the job's own bytes:
+    /// the driver writes both parts as they are (no join).
     Result {
         conn: ConnId,
         header: ResponseHeader,
-        payload: Vec<u8>,
+        payload: Payload,
     },
     /// The engine refused a collective request (function [`FN_COLLECTIVE`]
     /// for this node) before the driver saw it — beyond `max_payload`, over
@@ -1702,7 +1704,6 @@ impl Engine {
             self.requeued = true;
             return self.route(job);
         }
-        let output = self.flat(output);
         self.answer_result(job, output, queue_ns, 0);
     }
 
@@ -1727,7 +1728,7 @@ impl Engine {
 
     /// The chain's last hop, run by the engine or the driver (a buffer's or
     /// a collective's), returned `output`: that is the answer.
-    fn answer_result(&mut self, job: Job, output: Vec<u8>, queue_ns: u64, exec_ns: u64) {
+    fn answer_result(&mut self, job: Job, output: Payload, queue_ns: u64, exec_ns: u64) {
         let device = self.cfg.device_id;
         let mut header =
             ResponseHeader::answer(&job.header, Status::Ok, device, output.len() as u32);
@@ -1795,7 +1796,7 @@ impl Engine {
                 self.stats.hops += 1;
                 self.route(job);
             }
-            Ok(output) => self.answer_result(job, output, queue_ns, exec_ns),
+            Ok(output) => self.answer_result(job, Payload::from(output), queue_ns, exec_ns),
         }
         self.drain(now);
     }

@@ -41,6 +41,12 @@ impl Payload {
         (&self.head, &self.tail)
     }
 
+    /// The kept buffer's bytes (shared) and the job's own, taken apart: to
+    /// write them one after the other without joining.
+    pub fn into_parts(self) -> (Bytes, Vec<u8>) {
+        (self.head, self.tail)
+    }
+
     /// The kept buffer part (empty when flat).
     pub fn head(&self) -> &Bytes {
         &self.head

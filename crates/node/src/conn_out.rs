@@ -69,6 +69,30 @@ impl OutState {
     }
 }
 
+/// A part of a message's payload: given away by its owner, or a slice of a
+/// buffer that stays shared. Either is kept as it is if the socket does not
+/// take it at once (moved into a `Bytes`, not copied).
+enum Part {
+    Owned(Vec<u8>),
+    Shared(Bytes),
+}
+
+impl Part {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Part::Owned(v) => v,
+            Part::Shared(b) => b,
+        }
+    }
+
+    fn into_bytes(self) -> Bytes {
+        match self {
+            Part::Owned(v) => Bytes::from(v),
+            Part::Shared(b) => b,
+        }
+    }
+}
+
 impl ConnOut {
     pub fn new(stream: TcpStream) -> ConnOut {
         ConnOut {
@@ -105,21 +129,34 @@ impl ConnOut {
     /// written with the rest in one vectored write, and what the socket
     /// does not take at once is kept as a slice, not copied.
     pub fn send_owned_with_tail(&self, header: &[u8], payload: Vec<u8>, tail: Bytes) {
+        self.send_parts(header, [Part::Owned(payload), Part::Shared(tail)]);
+    }
+
+    /// A message whose payload starts with `head`, a shared buffer's bytes
+    /// (a kept named buffer an answer is made of), then `payload`: written
+    /// from the buffer itself, and what the socket does not take at once is
+    /// kept as a slice of it, not copied.
+    pub fn send_shared_head(&self, header: &[u8], head: Bytes, payload: Vec<u8>) {
+        self.send_parts(header, [Part::Shared(head), Part::Owned(payload)]);
+    }
+
+    fn send_parts(&self, header: &[u8], parts: [Part; 2]) {
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(mut skip) = self.write_first(&mut st, &[header, &payload, &tail]) else {
+        let Some(mut skip) =
+            self.write_first(&mut st, &[header, parts[0].bytes(), parts[1].bytes()])
+        else {
             return;
         };
         if skip < header.len() {
             st.push(Bytes::copy_from_slice(&header[skip..]));
         }
         skip = skip.saturating_sub(header.len());
-        let len = payload.len();
-        if skip < len {
-            st.push(Bytes::from(payload).slice(skip..));
-        }
-        skip = skip.saturating_sub(len);
-        if skip < tail.len() {
-            st.push(tail.slice(skip..));
+        for part in parts {
+            let len = part.bytes().len();
+            if skip < len {
+                st.push(part.into_bytes().slice(skip..));
+            }
+            skip = skip.saturating_sub(len);
         }
     }
 
@@ -241,8 +278,8 @@ mod tests {
     use std::io::Read;
     use std::net::{TcpListener, TcpStream as StdStream};
 
-    /// Messages larger than the socket takes at once, given away, borrowed
-    /// and with a shared tail, interleaved with flushes while the reader drains: the
+    /// Messages larger than the socket takes at once, given away, borrowed,
+    /// with a shared tail and with a shared head, interleaved with flushes while the reader drains: the
     /// reader gets every byte once, in order, and the backlog ends at 0.
     #[test]
     fn large_messages_arrive_whole_and_in_order() {
@@ -252,27 +289,34 @@ mod tests {
         server.set_nonblocking(true).expect("nonblocking");
         let out = ConnOut::new(TcpStream::from_std(server));
         let mut want = Vec::new();
-        for i in 0..6u8 {
+        for i in 0..8u8 {
             let header = [i; 8];
             let payload: Vec<u8> = (0..(3 << 20) + usize::from(i))
                 .map(|k| (k % 251) as u8 ^ i)
                 .collect();
             want.extend_from_slice(&header);
             want.extend_from_slice(&payload);
-            match i % 3 {
+            match i % 4 {
                 0 => out.send_owned(&header, payload),
                 1 => out.send(&header, &payload),
-                _ => {
+                2 => {
                     // A descriptor, then a slice of a shared buffer.
                     let shared = Bytes::from(payload);
                     let head = shared[..64].to_vec();
                     out.send_owned_with_tail(&header, head, shared.slice(64..));
                 }
+                _ => {
+                    // A kept buffer's bytes, then the job's own.
+                    let split = payload.len() - 100;
+                    let shared = Bytes::from(payload);
+                    let own = shared[split..].to_vec();
+                    out.send_shared_head(&header, shared.slice(..split), own);
+                }
             }
         }
         assert!(
             out.backlog() > 0,
-            "the socket cannot have taken 18 MiB at once"
+            "the socket cannot have taken 24 MiB at once"
         );
         let total = want.len();
         let reader = std::thread::spawn(move || {

@@ -25,7 +25,7 @@ pub use autoscale::{AutoscaleSettings, AutoscaleStats};
 pub use links::{LinkId, LinkState, LinkStats, PeerConfig, LINK_HELLO_ID};
 
 use links::Link;
-use offrac_core::{Action, ConnId, Engine, EngineConfig, Instant, Job, Route, SlotId};
+use offrac_core::{Action, ConnId, Engine, EngineConfig, Instant, Job, Payload, Route, SlotId};
 use offrac_proto::{RequestHeader, ResponseHeader};
 use rustc_hash::FxHashMap;
 use std::cmp::Reverse;
@@ -168,6 +168,14 @@ pub enum Io {
         conn: ConnId,
         header: ResponseHeader,
         payload: Vec<u8>,
+    },
+    /// [`Io::Send`] of an answer whose payload starts with a kept buffer's
+    /// bytes (a load as a chain's last hop): written from the buffer itself,
+    /// then the job's own bytes, not joined first.
+    SendShared {
+        conn: ConnId,
+        header: ResponseHeader,
+        payload: Payload,
     },
     /// Half-close `conn` once its queued output is written; go on reading
     /// (and discarding) until the peer closes or the linger ends.
@@ -773,10 +781,18 @@ impl Driver {
                     payload,
                 } => {
                     if self.conns.contains_key(&conn) {
-                        self.out.push_back(Io::Send {
-                            conn,
-                            header,
-                            payload,
+                        self.out.push_back(if payload.shared_len() == 0 {
+                            Io::Send {
+                                conn,
+                                header,
+                                payload: payload.into_flat(),
+                            }
+                        } else {
+                            Io::SendShared {
+                                conn,
+                                header,
+                                payload,
+                            }
                         });
                     }
                 }

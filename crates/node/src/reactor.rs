@@ -840,6 +840,17 @@ impl Reactor {
                         self.report_backlog(conn);
                     }
                 }
+                Io::SendShared {
+                    conn,
+                    header,
+                    payload,
+                } => {
+                    if let Some(out) = self.out_of(conn) {
+                        let (head, own) = payload.into_parts();
+                        out.send_shared_head(&header.encode_wire()[..header.wire_len()], head, own);
+                        self.report_backlog(conn);
+                    }
+                }
                 Io::ShutWrite { conn } => {
                     if let Some(out) = self.out_of(conn) {
                         out.shut_write_when_flushed();

@@ -786,6 +786,12 @@ impl World {
                     header,
                     payload,
                 } => self.write(node, conn, &header, &payload),
+                // The simulated wire carries bytes: the parts are sent in order.
+                Io::SendShared {
+                    conn,
+                    header,
+                    payload,
+                } => self.write(node, conn, &header, &payload.bytes()),
                 Io::ShutWrite { conn } => {
                     if let Some(&c) = self.nodes[node].by_conn.get(&conn) {
                         let t = self.delivery_time(c, 0);
