@@ -48,7 +48,8 @@ pub enum Action {
     /// Send `job` to the device of its current hop ([`Job::function`]'s
     /// device, one of the configured peers). The engine no longer holds it:
     /// its answer — the one relayed back, or an error if the hop cannot be
-    /// reached — is the driver's to give.
+    /// reached — is the driver's to give. A load's output is still two parts
+    /// (the kept buffer, shared, then the job's own bytes), not joined.
     Forward { job: Job },
     /// A complete control request (function [`FN_CONTROL`]) or collective
     /// (function [`FN_COLLECTIVE`]): the driver's control plane or its
@@ -1153,8 +1154,9 @@ impl Engine {
 
     /// Hand `job` to the driver for its hop's device; the engine's part of
     /// its answer is done.
-    fn forward(&mut self, mut job: Job) {
-        self.flatten(&mut job);
+    fn forward(&mut self, job: Job) {
+        // A load's output stays two parts: the driver writes the kept buffer
+        // as it is.
         self.settle(job.conn, job.tenant);
         self.stats.forwarded += 1;
         self.actions.push_back(Action::Forward { job });

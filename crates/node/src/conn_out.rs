@@ -42,6 +42,15 @@ impl OutState {
         }
     }
 
+    /// Keep what of `part` the socket did not take, `skip` being the bytes
+    /// it took from this part on; `skip` then counts from the next part.
+    fn keep_unsent(&mut self, skip: &mut usize, part: Bytes) {
+        if *skip < part.len() {
+            self.push(part.slice(*skip..));
+        }
+        *skip = skip.saturating_sub(part.len());
+    }
+
     /// The socket took `n` more bytes.
     fn consume(&mut self, mut n: usize) {
         while n > 0 {
@@ -66,30 +75,6 @@ impl OutState {
         self.pending = VecDeque::new();
         self.sent = 0;
         self.queued = 0;
-    }
-}
-
-/// A part of a message's payload: given away by its owner, or a slice of a
-/// buffer that stays shared. Either is kept as it is if the socket does not
-/// take it at once (moved into a `Bytes`, not copied).
-enum Part {
-    Owned(Vec<u8>),
-    Shared(Bytes),
-}
-
-impl Part {
-    fn bytes(&self) -> &[u8] {
-        match self {
-            Part::Owned(v) => v,
-            Part::Shared(b) => b,
-        }
-    }
-
-    fn into_bytes(self) -> Bytes {
-        match self {
-            Part::Owned(v) => Bytes::from(v),
-            Part::Shared(b) => b,
-        }
     }
 }
 
@@ -121,43 +106,32 @@ impl ConnOut {
     /// does not take at once is kept as it is, not copied (a large answer or
     /// a collective's segment is written from its own buffer).
     pub fn send_owned(&self, header: &[u8], payload: Vec<u8>) {
-        self.send_owned_with_tail(header, payload, Bytes::new());
+        self.send_parts(header, Bytes::new(), payload, Bytes::new());
     }
 
-    /// [`ConnOut::send_owned`] of a message whose last bytes are `tail`, a
-    /// slice of a shared buffer (a collective's segment of its work buffer):
-    /// written with the rest in one vectored write, and what the socket
-    /// does not take at once is kept as a slice, not copied.
-    pub fn send_owned_with_tail(&self, header: &[u8], payload: Vec<u8>, tail: Bytes) {
-        self.send_parts(header, [Part::Owned(payload), Part::Shared(tail)]);
-    }
-
-    /// A message whose payload starts with `head`, a shared buffer's bytes
-    /// (a kept named buffer an answer is made of), then `payload`: written
-    /// from the buffer itself, and what the socket does not take at once is
-    /// kept as a slice of it, not copied.
-    pub fn send_shared_head(&self, header: &[u8], head: Bytes, payload: Vec<u8>) {
-        self.send_parts(header, [Part::Shared(head), Part::Owned(payload)]);
-    }
-
-    fn send_parts(&self, header: &[u8], parts: [Part; 2]) {
+    /// One message of up to three payload parts, in order: `head`, a slice
+    /// of a shared buffer (a kept named buffer an answer or a forwarded hop
+    /// starts with), `payload`, given away, and `tail`, another shared slice
+    /// (a collective's segment of its work buffer); any may be empty. All go
+    /// in one vectored write, and what the socket does not take at once is
+    /// kept as it is (slices of the shared buffers, the payload moved), not
+    /// copied.
+    pub fn send_parts(&self, header: &[u8], head: Bytes, payload: Vec<u8>, tail: Bytes) {
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(mut skip) =
-            self.write_first(&mut st, &[header, parts[0].bytes(), parts[1].bytes()])
-        else {
+        let Some(mut skip) = self.write_first(&mut st, &[header, &head, &payload, &tail]) else {
             return;
         };
         if skip < header.len() {
             st.push(Bytes::copy_from_slice(&header[skip..]));
         }
         skip = skip.saturating_sub(header.len());
-        for part in parts {
-            let len = part.bytes().len();
-            if skip < len {
-                st.push(part.into_bytes().slice(skip..));
-            }
-            skip = skip.saturating_sub(len);
+        st.keep_unsent(&mut skip, head);
+        let len = payload.len();
+        if skip < len {
+            st.push(Bytes::from(payload).slice(skip..));
         }
+        skip = skip.saturating_sub(len);
+        st.keep_unsent(&mut skip, tail);
     }
 
     /// Write what the socket takes now if nothing is pending before it:
@@ -303,14 +277,14 @@ mod tests {
                     // A descriptor, then a slice of a shared buffer.
                     let shared = Bytes::from(payload);
                     let head = shared[..64].to_vec();
-                    out.send_owned_with_tail(&header, head, shared.slice(64..));
+                    out.send_parts(&header, Bytes::new(), head, shared.slice(64..));
                 }
                 _ => {
                     // A kept buffer's bytes, then the job's own.
                     let split = payload.len() - 100;
                     let shared = Bytes::from(payload);
                     let own = shared[split..].to_vec();
-                    out.send_shared_head(&header, shared.slice(..split), own);
+                    out.send_parts(&header, shared.slice(..split), own, Bytes::new());
                 }
             }
         }

@@ -196,13 +196,15 @@ pub enum Io {
     /// [`Driver::handle_link_bytes`]'s; nothing else is sent on the link
     /// before an `OK` one.
     LinkHello { link: LinkId },
-    /// Write this request (header, then payload, then tail) on `link`.
-    /// `tail`: bytes shared with a buffer that stays (a collective's
-    /// segment of its work buffer), written from where they are; empty for
-    /// most requests.
+    /// Write this request (header, then head, payload and tail) on `link`.
+    /// `head` and `tail`: bytes shared with a buffer that stays (the kept
+    /// buffer a load hop's output starts with; a collective's segment of
+    /// its work buffer), written from where they are; empty for most
+    /// requests.
     SendLink {
         link: LinkId,
         header: RequestHeader,
+        head: bytes::Bytes,
         payload: Vec<u8>,
         tail: bytes::Bytes,
     },

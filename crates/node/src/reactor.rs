@@ -847,7 +847,8 @@ impl Reactor {
                 } => {
                     if let Some(out) = self.out_of(conn) {
                         let (head, own) = payload.into_parts();
-                        out.send_shared_head(&header.encode_wire()[..header.wire_len()], head, own);
+                        let wire = header.encode_wire();
+                        out.send_parts(&wire[..header.wire_len()], head, own, bytes::Bytes::new());
                         self.report_backlog(conn);
                     }
                 }
@@ -897,13 +898,14 @@ impl Reactor {
                 Io::SendLink {
                     link,
                     header,
+                    head,
                     payload,
                     tail,
                 } => {
                     if let Some(Some(l)) = self.links.get(link) {
                         let wire = header.encode_wire();
                         l.out
-                            .send_owned_with_tail(&wire[..header.wire_len()], payload, tail);
+                            .send_parts(&wire[..header.wire_len()], head, payload, tail);
                     }
                 }
                 Io::CloseLink { link } => {

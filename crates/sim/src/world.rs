@@ -870,11 +870,13 @@ impl World {
                 Io::SendLink {
                     link,
                     header,
+                    head,
                     payload,
                     tail,
                 } => {
                     if let Some(&c) = self.link_clients.get(&(node, link)) {
                         let mut bytes = header.encode_wire()[..header.wire_len()].to_vec();
+                        bytes.extend_from_slice(&head);
                         bytes.extend_from_slice(&payload);
                         bytes.extend_from_slice(&tail);
                         let from = self.write_done(node);

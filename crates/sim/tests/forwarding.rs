@@ -809,3 +809,35 @@ fn a_traced_chain_answers_with_each_hops_device_and_times() {
         );
     });
 }
+
+/// A load hop's output forwarded to a peer goes as the kept buffer itself,
+/// then the job's own bytes (issue #16): the peer's function gets both, in
+/// order, and the node that loaded copies no kept byte (it used to join
+/// them once for the forward).
+#[test]
+fn a_loaded_buffer_is_forwarded_without_a_join() {
+    use offrac_proto::{buffer_param, BufferOp, FN_BUFFER};
+    let buf = |op, name| (FN_BUFFER, 0u8, buffer_param(op, name));
+    for_seeds(|seed| {
+        let mut w = cluster(seed, 2, |_, _| {});
+        let c = w.connect();
+        w.run_for(MS); // links up
+        let kept = floats(seed * 3, 1000 + 37 * seed as usize);
+        let own = floats(seed * 3 + 1, 1 + seed as usize % 50);
+        w.send(c, &chain(1, &[buf(BufferOp::Put, 4)], &kept));
+        w.run_for(5 * MS);
+        assert_eq!(only_answer(&w, c, 1).header.status, Status::Ok);
+        let hops = [buf(BufferOp::Get, 4), (ECHO, 1, 0), (MINMAX, 1, 0)];
+        w.send(c, &chain(2, &hops, &own));
+        w.send(c, &chain(3, &[buf(BufferOp::Get, 4), (ECHO, 1, 0)], &[]));
+        w.run_for(20 * MS);
+        let whole = [kept.clone(), own.clone()].concat();
+        let a = only_answer(&w, c, 2);
+        assert_eq!(a.header.status, Status::Ok);
+        assert_eq!(a.payload, one_by_one(&[(MINMAX, 0)], &whole));
+        let a = only_answer(&w, c, 3);
+        assert_eq!((a.header.status, &a.payload), (Status::Ok, &kept));
+        assert_eq!(w.node(0).driver().link_stats().forwarded, 2);
+        assert_eq!(w.node(0).driver().engine().stats().buffer_bytes_copied, 0);
+    });
+}

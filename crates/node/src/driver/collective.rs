@@ -358,11 +358,13 @@ impl Driver {
             self.out.push_back(Io::SendLink {
                 link,
                 header,
+                head: bytes::Bytes::new(),
                 payload: message,
                 tail,
             });
         } else {
-            l.waiting.push_back((header, message, tail));
+            l.waiting
+                .push_back((header, bytes::Bytes::new(), message, tail));
         }
     }
 }

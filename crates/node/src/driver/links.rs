@@ -78,7 +78,7 @@ pub(super) struct Link {
     /// Collective messages sent since the last one that asked for an answer.
     pub(super) unasked: usize,
     /// Forwarded while connecting: written when the link comes up.
-    pub(super) waiting: VecDeque<(RequestHeader, Vec<u8>, bytes::Bytes)>,
+    pub(super) waiting: VecDeque<(RequestHeader, bytes::Bytes, Vec<u8>, bytes::Bytes)>,
     /// Payload bytes of the forwarded requests not answered yet.
     bytes: usize,
     /// Response bytes not yet parsed.
@@ -256,10 +256,11 @@ impl Driver {
     fn link_greeted(&mut self, link: LinkId) {
         let l = &mut self.links[link];
         l.state = LinkState::Up;
-        for (header, payload, tail) in l.waiting.drain(..) {
+        for (header, head, payload, tail) in l.waiting.drain(..) {
             self.out.push_back(Io::SendLink {
                 link,
                 header,
+                head,
                 payload,
                 tail,
             });
@@ -463,17 +464,20 @@ impl Driver {
         self.forward_deadlines.push(Reverse((f.deadline, link, id)));
         l.forwarded.insert(id, f);
         self.link_stats.forwarded += 1;
-        // Flat already (the engine joins a kept buffer before a forward).
-        let payload = job.payload.into_flat();
+        // A load's output goes as the kept buffer itself, then the job's own
+        // bytes: written from where they are, not joined.
+        let (head, payload) = job.payload.into_parts();
         if l.state == LinkState::Up {
             self.out.push_back(Io::SendLink {
                 link,
                 header,
+                head,
                 payload,
                 tail: bytes::Bytes::new(),
             });
         } else {
-            l.waiting.push_back((header, payload, bytes::Bytes::new()));
+            l.waiting
+                .push_back((header, head, payload, bytes::Bytes::new()));
         }
     }
 
@@ -489,7 +493,7 @@ impl Driver {
                 continue; // answered already
             };
             l.bytes -= f.bytes;
-            l.waiting.retain(|(h, _, _)| h.request_id != id);
+            l.waiting.retain(|(h, ..)| h.request_id != id);
             let device = l.device;
             let msg = format!(
                 "no answer from device {device} within the forward timeout of {} ms",
@@ -534,7 +538,7 @@ impl Driver {
     pub(super) fn abort_waiting_links(&mut self, now: Instant) {
         let mut lost = Vec::new();
         for l in &mut self.links {
-            for (h, _, _) in l.waiting.drain(..) {
+            for (h, ..) in l.waiting.drain(..) {
                 if let Some(f) = l.forwarded.remove(&h.request_id) {
                     l.bytes -= f.bytes;
                     lost.push(f);
