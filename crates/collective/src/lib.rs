@@ -7,7 +7,7 @@ pub mod plan;
 pub mod reduce;
 pub mod wire;
 
-pub use machine::{CallId, Collectives, Config, FailKind, Failure, Key, Out, Stats};
+pub use machine::{CallId, Collectives, Config, FailKind, Failure, Key, Out, PostId, Stats};
 pub use plan::Thresholds;
 pub use wire::{
     take_message_flags, Algorithm, Descriptor, Dtype, Kind, Members, Op, RedOp, WireError,

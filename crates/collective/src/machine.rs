@@ -17,9 +17,10 @@
 
 use crate::plan::{self, Combine, Plan, Thresholds};
 use crate::reduce::{combine, combine_into};
-use crate::wire::{Algorithm, Descriptor, Kind, Members, WireError};
+use crate::wire::{take_message_flags, Algorithm, Descriptor, Kind, Members, WireError};
+use crate::DESCRIPTOR_LEN;
 use bytes::Bytes;
-use offrac_core::Instant;
+use offrac_core::{Instant, Room};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
@@ -29,6 +30,10 @@ pub type CallId = u64;
 
 /// A collective: its tag within its communicator.
 pub type Key = (u64, Members);
+
+/// A posted receive: a data segment read straight into its place in the
+/// work buffer ([`Collectives::post`]).
+pub type PostId = u64;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
@@ -185,6 +190,8 @@ struct Running {
     ready: FxHashSet<(usize, u32)>,
     /// Messages for later steps.
     stash: Vec<(Descriptor, Kept)>,
+    /// Segments of the current step being read straight into place.
+    posts: Vec<Post>,
     /// The work buffer is filled in order, not zeroed first (`fills_in_order`):
     /// its bytes so far are `work`, the data that came ahead of them wait
     /// here (keyed by where they go in the work buffer), moved or copied as
@@ -192,6 +199,23 @@ struct Running {
     ahead: Option<BTreeMap<usize, Kept>>,
     deadline: Instant,
     timeout: Duration,
+}
+
+/// A segment of the current step read straight into its place in the work
+/// buffer while its message arrives ([`Collectives::post`]). Its bytes are
+/// reserved: another message that writes any of them fails the collective.
+#[derive(Debug)]
+struct Post {
+    id: PostId,
+    /// The receive of the step it is part of.
+    recv: usize,
+    /// Its bytes in the work buffer.
+    range: std::ops::Range<usize>,
+    /// Bytes of it in place so far.
+    done: usize,
+    /// Appended to a work buffer filled in order (its end is where the
+    /// segment is up to), rather than written over zeroes or the input.
+    append: bool,
 }
 
 /// A message's body kept for later: the message as it came when the
@@ -335,6 +359,10 @@ pub struct Stats {
     /// Bytes of work buffers that reused the memory of a buffer given back
     /// ([`Collectives::recycle`]) instead of fresh memory.
     pub reused_bytes: u64,
+    /// Bytes of received segments read straight into their place in the
+    /// work buffer (posted receives), not copied: the bytes of a posted
+    /// segment that came with its descriptor are copied (`copied_bytes`).
+    pub posted_bytes: u64,
 }
 
 /// A work buffer smaller than this is not worth keeping for reuse: the
@@ -358,6 +386,9 @@ pub struct Collectives {
     stats: Stats,
     /// A buffer given back for reuse, and until when it is kept.
     spare: Option<(Vec<u8>, Instant)>,
+    /// Open posted receives, and whose they are.
+    posts: FxHashMap<PostId, Key>,
+    next_post: PostId,
 }
 
 impl Collectives {
@@ -373,6 +404,8 @@ impl Collectives {
             out: VecDeque::new(),
             stats: Stats::default(),
             spare: None,
+            posts: FxHashMap::default(),
+            next_post: 0,
         }
     }
 
@@ -785,6 +818,7 @@ impl Collectives {
             reads,
             ready: FxHashSet::default(),
             stash: Vec::new(),
+            posts: Vec::new(),
             ahead,
             deadline: now + timeout,
             timeout,
@@ -823,6 +857,190 @@ impl Collectives {
         payload: Vec<u8>,
     ) -> Result<(), WireError> {
         self.message(now, Msg::Owned(payload))
+    }
+
+    /// A data message has begun to arrive: `head` is its payload so far
+    /// (its descriptor, then the first bytes of its body), and its body is
+    /// `body_len` bytes in all. If it is a segment this rank copies (not
+    /// reduces) into its work buffer in the step it is in now, the rest of
+    /// the body can be read straight into its place there — a posted
+    /// receive: the body bytes in `head` are copied there now, the rest goes
+    /// into [`Collectives::posted_room`] read by read
+    /// ([`Collectives::posted_read`]), and the whole message, as the
+    /// payload it has then (`head`), to [`Collectives::handle_message_posted`];
+    /// if its bytes stop coming, [`Collectives::cancel_post`]. `None`: hand
+    /// the message over whole, as usual. Nothing fails here: a message that
+    /// is not posted is judged when it is whole.
+    pub fn post(&mut self, head: &[u8], body_len: usize) -> Option<PostId> {
+        let mut desc: [u8; DESCRIPTOR_LEN] = head.get(..DESCRIPTOR_LEN)?.try_into().ok()?;
+        take_message_flags(&mut desc).ok()?;
+        let (d, _) = Descriptor::decode(&desc).ok()?;
+        let early = &head[DESCRIPTOR_LEN..];
+        if d.kind != Kind::Data || early.len() >= body_len {
+            return None;
+        }
+        let key = (d.tag, d.members);
+        let r = self.running.get_mut(&key)?;
+        if matches(r, &d).is_err() || !r.entered || d.step as usize != r.step {
+            return None;
+        }
+        if r.plan.combine == Combine::Reduce && r.step < r.plan.copy_from {
+            return None; // reduced, not copied: it needs the bytes where they are
+        }
+        let (src, at) = (d.src as usize, d.offset as usize);
+        let end = at.checked_add(body_len)?;
+        let recvs = &r.plan.steps[r.step].recvs;
+        let i = recvs
+            .iter()
+            .position(|t| t.peer == src && t.range.start <= at && end <= t.range.end)?;
+        if r.got[i] + body_len > recvs[i].range.len() {
+            return None;
+        }
+        let into = in_work(&r.plan, &(at..end));
+        if r.posts.iter().any(|p| overlap(&p.range, &into)) {
+            return None;
+        }
+        let work = work_mut(&mut r.work, &mut r.shared, &mut self.stats);
+        let append = match &r.ahead {
+            // Filled in order: only the segment that is next, and none
+            // waiting ahead within it.
+            Some(ahead) => {
+                if into.start != work.len() || ahead.range(..into.end).next().is_some() {
+                    return None;
+                }
+                work.reserve(body_len);
+                work.extend_from_slice(early);
+                true
+            }
+            None => {
+                work[into.start..into.start + early.len()].copy_from_slice(early);
+                false
+            }
+        };
+        self.stats.copied_bytes += early.len() as u64;
+        let id = self.next_post;
+        self.next_post += 1;
+        r.posts.push(Post {
+            id,
+            recv: i,
+            range: into,
+            done: early.len(),
+            append,
+        });
+        self.posts.insert(id, key);
+        Some(id)
+    }
+
+    /// Where the next bytes of posted receive `id` go: appended to the work
+    /// buffer, or over their place in it. `None`: the post is gone (its
+    /// collective ended): the rest of its message has nowhere to go.
+    pub fn posted_room(&mut self, id: PostId) -> Option<Room<'_>> {
+        let key = self.posts.get(&id)?;
+        let r = self.running.get_mut(key)?;
+        let p = r.posts.iter().find(|p| p.id == id)?;
+        let left = p.range.len() - p.done;
+        if p.append {
+            debug_assert_eq!(r.work.len(), p.range.start + p.done);
+            Some(Room::Spare(&mut r.work, left))
+        } else {
+            Some(Room::Slice(
+                &mut r.work[p.range.start + p.done..p.range.end],
+            ))
+        }
+    }
+
+    /// `n` bytes were read into [`Collectives::posted_room`] of `id` (a
+    /// spare room's vector already grown by them).
+    pub fn posted_read(&mut self, id: PostId, n: usize) {
+        let Some(key) = self.posts.get(&id) else {
+            return;
+        };
+        let Some(p) = self
+            .running
+            .get_mut(key)
+            .and_then(|r| r.posts.iter_mut().find(|p| p.id == id))
+        else {
+            return;
+        };
+        let n = n.min(p.range.len() - p.done);
+        p.done += n;
+        self.stats.posted_bytes += n as u64;
+    }
+
+    /// The message of posted receive `id` is whole: `payload` is what came
+    /// apart from its posted bytes (its descriptor, flags cleared, and the
+    /// body bytes [`Collectives::post`] was given). Its segment counts as
+    /// received; a post whose collective ended meanwhile is dropped.
+    pub fn handle_message_posted(
+        &mut self,
+        now: Instant,
+        payload: &[u8],
+        id: PostId,
+    ) -> Result<(), WireError> {
+        let (d, _) = Descriptor::decode(payload)?;
+        let Some(key) = self.posts.remove(&id) else {
+            return Ok(()); // its collective ended here
+        };
+        let Some(r) = self.running.get_mut(&key) else {
+            return Ok(());
+        };
+        let Some(i) = r.posts.iter().position(|p| p.id == id) else {
+            return Ok(());
+        };
+        let p = r.posts.swap_remove(i);
+        let src = d.src as usize;
+        let whole = p.done == p.range.len() && d.step as usize == r.step;
+        r.got[p.recv] += p.range.len();
+        let res = if !whole || r.got[p.recv] > r.plan.steps[r.step].recvs[p.recv].range.len() {
+            Err(Failure::new(
+                FailKind::BadInput,
+                r.devices.get(src).copied(),
+                format!(
+                    "rank {src}'s segment at {} in step {} did not fill its place",
+                    d.offset, r.step
+                ),
+            ))
+        } else if let (true, Some(ahead)) = (p.append, &mut r.ahead) {
+            // What waited for these bytes follows them.
+            follow(&mut r.work, ahead, &mut self.stats).map_err(|()| {
+                Failure::new(
+                    FailKind::BadInput,
+                    r.devices.get(src).copied(),
+                    format!("data that overlap rank {src}'s segment at {}", d.offset),
+                )
+            })
+        } else {
+            Ok(())
+        };
+        match res {
+            Ok(()) => self.progress(now, key),
+            Err(f) => self.fail(now, key, f, true),
+        }
+        Ok(())
+    }
+
+    /// The message of posted receive `id` will not be whole (the connection
+    /// it came on closed part-way, or its request was given up): its
+    /// collective fails here (`UNREACHABLE`, naming the sender) and the
+    /// other members are told, rather than waiting for the deadline.
+    pub fn cancel_post(&mut self, now: Instant, id: PostId, why: &str) {
+        let Some(key) = self.posts.remove(&id) else {
+            return;
+        };
+        let Some(r) = self.running.get(&key) else {
+            return;
+        };
+        let Some(p) = r.posts.iter().find(|p| p.id == id) else {
+            return;
+        };
+        let peer = r.plan.steps[r.step].recvs[p.recv].peer;
+        let device = r.devices[peer];
+        let f = Failure::new(
+            FailKind::Unreachable,
+            Some(device),
+            format!("rank {peer} (device {device}) stopped part-way through a segment: {why}"),
+        );
+        self.fail(now, key, f, true);
     }
 
     fn message(&mut self, now: Instant, msg: Msg<'_>) -> Result<(), WireError> {
@@ -1127,6 +1345,9 @@ impl Collectives {
         let Some(r) = self.running.remove(&key) else {
             return;
         };
+        for p in &r.posts {
+            self.posts.remove(&p.id);
+        }
         if tell {
             self.abort_others(&r, &f);
         }
@@ -1288,6 +1509,16 @@ fn fill(
     }
     stats.copied_bytes += len as u64;
     work.extend_from_slice(msg.bytes());
+    follow(work, ahead, stats)
+}
+
+/// The data waiting in `ahead` that are next in a work buffer filled in
+/// order, appended. `Err`: some overlap bytes that came already.
+fn follow(
+    work: &mut Vec<u8>,
+    ahead: &mut BTreeMap<usize, Kept>,
+    stats: &mut Stats,
+) -> Result<(), ()> {
     while let Some(e) = ahead.first_entry() {
         if *e.key() > work.len() {
             break;
@@ -1300,6 +1531,10 @@ fn fill(
         work.extend_from_slice(k.body());
     }
     Ok(())
+}
+
+fn overlap(a: &std::ops::Range<usize>, b: &std::ops::Range<usize>) -> bool {
+    a.start < b.end && b.start < a.end
 }
 
 /// Where `range` (of the collective's layout) sits in the work buffer. The
@@ -1612,6 +1847,16 @@ fn apply(
                 r.plan.combine
             };
             let into = in_work(&r.plan, &(at..end));
+            if r.posts.iter().any(|p| overlap(&p.range, &into)) {
+                return Err(Failure::new(
+                    FailKind::BadInput,
+                    r.devices.get(src).copied(),
+                    format!(
+                        "rank {src} sent bytes {at}..{end} in step {}, which overlap a segment being received",
+                        r.step
+                    ),
+                ));
+            }
             r.got[i] += body.len();
             if r.got[i] > step.recvs[i].range.len() {
                 return Err(Failure::new(

@@ -26,6 +26,10 @@ pub(crate) enum Rx {
         first_byte_at: Instant,
         /// Charged to this tenant (its connection's at admission).
         tenant: TenantKey,
+        /// Payload bytes the driver read straight into a place of its own
+        /// (a collective's posted receive, [`crate::Engine::handle_diverted_read`]):
+        /// they follow `payload` and are not in it.
+        diverted: usize,
     },
     /// Skipping the payload of a refused request.
     Discard { remaining: u64 },

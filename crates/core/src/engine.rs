@@ -361,13 +361,88 @@ impl Engine {
     pub fn payload_room(&mut self, conn: ConnId) -> Option<(&mut Vec<u8>, usize)> {
         match self.conns.get_mut(&conn).map(|c| &mut c.rx) {
             Some(Rx::Payload {
-                header, payload, ..
+                header,
+                payload,
+                diverted: 0,
+                ..
             }) => {
                 let need = (header.payload_len as usize).saturating_sub(payload.len());
                 (need > 0).then_some((payload, need))
             }
             _ => None,
         }
+    }
+
+    /// The request `conn` is reading the payload of, while it still needs
+    /// bytes: its header, the payload bytes in so far, and how many bytes
+    /// followed them elsewhere ([`Engine::handle_diverted_read`]). For a
+    /// driver that decides from a payload's first bytes (a collective's
+    /// descriptor) where the rest goes.
+    pub fn payload_in(&self, conn: ConnId) -> Option<(&RequestHeader, &[u8], usize)> {
+        match self.conns.get(&conn).map(|c| &c.rx) {
+            Some(Rx::Payload {
+                header,
+                payload,
+                diverted,
+                ..
+            }) if payload.len() + diverted < header.payload_len as usize => {
+                Some((header, payload.as_slice(), *diverted))
+            }
+            _ => None,
+        }
+    }
+
+    /// `n` more bytes of the payload `conn` is reading arrived at `now`,
+    /// read by the driver straight into a place of its own (a collective's
+    /// posted receive) rather than into the payload: counted, not kept.
+    /// From the first such read on, every byte of the payload goes there
+    /// ([`Engine::payload_room`] says `None`); the request completes as
+    /// usual, its [`Job::diverted`] saying how many bytes went elsewhere.
+    pub fn handle_diverted_read(&mut self, now: Instant, conn: ConnId, n: usize) {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        let Rx::Payload {
+            header,
+            payload,
+            diverted,
+            ..
+        } = &mut c.rx
+        else {
+            return;
+        };
+        let n = n.min((header.payload_len as usize).saturating_sub(payload.len() + *diverted));
+        if n == 0 {
+            return;
+        }
+        *diverted += n;
+        c.last_progress = now;
+        self.stats.payload_bytes_direct += n as u64;
+        self.stats.payload_bytes_diverted += n as u64;
+        let rx = std::mem::replace(&mut c.rx, Rx::Closed);
+        let rx = self.feed(now, conn, rx, &mut &[][..]);
+        self.fed(now, conn, rx);
+    }
+
+    /// The rest of the payload `conn` is reading has nowhere to go (the
+    /// driver's place for it went away, e.g. its collective ended): the
+    /// request is dropped unanswered and the rest of its payload skipped.
+    pub fn discard_payload(&mut self, now: Instant, conn: ConnId) {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        let Rx::Payload {
+            header,
+            payload,
+            diverted,
+            ..
+        } = &c.rx
+        else {
+            return;
+        };
+        let remaining = header.payload_len as u64 - (payload.len() + diverted) as u64;
+        let rx = std::mem::replace(&mut c.rx, discard(remaining, now));
+        self.collect(rx);
     }
 
     /// `n` bytes arrived on `conn` at `now`, appended by the shell to the
@@ -527,11 +602,13 @@ impl Engine {
                 first_byte_at,
                 header,
                 payload,
+                diverted,
                 ..
             } = &c.rx
             {
-                if reassembly_deadline(&self.cfg, *first_byte_at, payload.len()) <= now {
-                    let remaining = header.payload_len as u64 - payload.len() as u64;
+                let received = payload.len() + diverted;
+                if reassembly_deadline(&self.cfg, *first_byte_at, received) <= now {
+                    let remaining = header.payload_len as u64 - received as u64;
                     let rx = std::mem::replace(&mut c.rx, Rx::Discard { remaining });
                     match due(&self.cfg, c) {
                         Some(due) => self.timers.push(Reverse((due, conn))),
@@ -586,9 +663,12 @@ impl Engine {
             };
             match &c.rx {
                 Rx::Payload {
-                    header, payload, ..
+                    header,
+                    payload,
+                    diverted,
+                    ..
                 } => {
-                    let remaining = header.payload_len as u64 - payload.len() as u64;
+                    let remaining = header.payload_len as u64 - (payload.len() + diverted) as u64;
                     let rx = std::mem::replace(&mut c.rx, Rx::Discard { remaining });
                     if let Rx::Payload { header, .. } = &rx {
                         let h = *header;
@@ -731,8 +811,24 @@ impl Engine {
                 buffer,
                 first_byte_at,
                 tenant,
+                diverted,
             } => {
-                let need = header.payload_len as usize - payload.len();
+                let need = header.payload_len as usize - payload.len() - diverted;
+                if diverted > 0 && !data.is_empty() {
+                    // After a diversion every byte goes to the driver's
+                    // place: bytes handed here lost theirs, and the request
+                    // its body. Dropped; the rest is skipped.
+                    let rx = Rx::Payload {
+                        header,
+                        payload,
+                        buffer,
+                        first_byte_at,
+                        tenant,
+                        diverted,
+                    };
+                    self.collect(rx);
+                    return discard(need as u64, now);
+                }
                 let n = need.min(data.len());
                 payload.extend_from_slice(&data[..n]);
                 self.stats.payload_bytes_copied += n as u64;
@@ -744,10 +840,12 @@ impl Engine {
                         buffer,
                         first_byte_at,
                         tenant,
+                        diverted,
                     };
                 }
                 let mut job = Job::new(conn, header, payload, first_byte_at, now);
                 job.tenant = tenant;
+                job.diverted = diverted as u64;
                 self.pool.finish(buffer, job);
                 self.hold(conn);
                 Rx::idle(now)
@@ -985,6 +1083,7 @@ impl Engine {
             buffer,
             first_byte_at,
             tenant,
+            diverted: 0,
         }
     }
 
@@ -1856,8 +1955,13 @@ fn due(cfg: &EngineConfig, c: &Connection) -> Option<Instant> {
         Rx::Payload {
             first_byte_at,
             payload,
+            diverted,
             ..
-        } => Some(reassembly_deadline(cfg, *first_byte_at, payload.len())),
+        } => Some(reassembly_deadline(
+            cfg,
+            *first_byte_at,
+            payload.len() + diverted,
+        )),
         _ => None,
     };
     match (stall, reassembly) {

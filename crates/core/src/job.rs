@@ -33,6 +33,10 @@ pub struct Job {
     pub deadline: Option<Instant>,
     /// What each hop run so far cost (for answers with per-hop timings).
     pub times: [HopTime; MAX_HOPS],
+    /// Bytes of the request's payload that follow `payload` but are not in
+    /// it: the driver read them straight into a place of its own (a
+    /// collective's posted receive, [`crate::Engine::handle_diverted_read`]).
+    pub diverted: u64,
 }
 
 impl Job {
@@ -58,6 +62,7 @@ impl Job {
             deadline: (header.budget_us > 0)
                 .then(|| first_byte_at + Duration::from_micros(header.budget_us as u64)),
             times: [HopTime::default(); MAX_HOPS],
+            diverted: 0,
         }
     }
 
@@ -118,7 +123,7 @@ impl Job {
 
     /// Bytes this job is charged for in the pool and the queues: its payload.
     pub fn cost(&self) -> u64 {
-        self.payload.len() as u64
+        self.payload.len() as u64 + self.diverted
     }
 
     pub fn function(&self) -> u8 {

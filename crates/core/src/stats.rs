@@ -36,8 +36,12 @@ pub struct EngineStats {
     /// reassembly buffer from the slices given to [`crate::Engine::handle_bytes`].
     pub payload_bytes_copied: u64,
     /// Payload bytes the shell read straight into the reassembly buffer
-    /// ([`crate::Engine::payload_room`]): not copied in user space.
+    /// ([`crate::Engine::payload_room`]) or into the driver's own place for
+    /// them ([`crate::Engine::handle_diverted_read`]): not copied in user space.
     pub payload_bytes_direct: u64,
+    /// Of those, the bytes read into the driver's own place (a collective's
+    /// posted receive): not in the request's payload at all.
+    pub payload_bytes_diverted: u64,
     /// Bytes of kept named buffers the engine copied into jobs' payloads
     /// (a load's kept buffer joined with the job's own bytes), and payload
     /// bytes a tee copied into a buffer.

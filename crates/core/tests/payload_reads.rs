@@ -171,3 +171,61 @@ fn a_large_payload_read_straight_in_is_copied_only_as_far_as_its_headers_read() 
         );
     }
 }
+
+/// A driver may take the rest of a payload into a place of its own (a
+/// collective's posted receive, `Engine::handle_diverted_read`): the
+/// request completes with only the bytes that came before in its payload
+/// and the count of the others (`Job::diverted`), holds its reassembly room
+/// until then and no longer, and the requests after it on the connection
+/// come out whole. A diverted payload whose place went away is dropped
+/// (`Engine::discard_payload`), and so is one whose bytes a driver hands
+/// over as a slice after diverting: never a hole in a payload.
+#[test]
+fn a_payload_read_into_the_drivers_place_completes_with_its_count() {
+    let p1: Vec<u8> = (0..10_000).map(|i| (i % 251) as u8).collect();
+    let p2: Vec<u8> = (0..300).map(|i| (i % 7) as u8).collect();
+    let (bytes, at) = stream(&[p1.clone(), p2.clone(), p1.clone(), p1.clone(), p2.clone()]);
+    let mut e = engine();
+    let now = Instant::default();
+    let c = e.open(now);
+    // Request 1: its header and 1000 bytes, then 9000 bytes elsewhere.
+    e.handle_bytes(now, c, &bytes[..at[0].start + 1000]);
+    let (h, head, diverted) = e.payload_in(c).expect("in a payload");
+    assert_eq!((h.request_id, head, diverted), (1, &p1[..1000], 0));
+    e.handle_diverted_read(now, c, 4000);
+    assert!(
+        e.payload_room(c).is_none(),
+        "no payload room after a diversion"
+    );
+    assert_eq!(e.payload_in(c).unwrap().2, 4000);
+    e.handle_diverted_read(now, c, 5000);
+    assert!(e.payload_in(c).is_none(), "complete");
+    let done: Vec<_> = std::iter::from_fn(|| e.poll_action())
+        .filter_map(|a| match a {
+            Action::Control { job } => Some(job),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(done.len(), 1);
+    assert_eq!((done[0].diverted, done[0].cost()), (9000, 10_000));
+    assert!(done[0].payload.clone().into_flat() == p1[..1000]);
+    assert_eq!(e.usage(None), Default::default(), "its room is free");
+    // Request 2 after it: whole.
+    e.handle_bytes(now, c, &bytes[at[0].end..at[1].end]);
+    assert!(jobs(&mut e) == [(2, p2.clone())]);
+    // Request 3: diverted, then its place goes: dropped, the rest skipped.
+    e.handle_bytes(now, c, &bytes[at[1].end..at[2].start + 10]);
+    e.handle_diverted_read(now, c, 100);
+    e.discard_payload(now, c);
+    e.handle_bytes(now, c, &bytes[at[2].start + 110..at[2].end]);
+    assert!(jobs(&mut e).is_empty());
+    // Request 4: diverted, then handed over as a slice (a driver's
+    // mistake): dropped, not joined with a hole; request 5 whole.
+    e.handle_bytes(now, c, &bytes[at[2].end..at[3].start + 10]);
+    e.handle_diverted_read(now, c, 100);
+    e.handle_bytes(now, c, &bytes[at[3].start + 110..]);
+    assert!(jobs(&mut e) == [(5, p2)]);
+    assert_eq!(e.usage(None), Default::default());
+    let st = e.stats();
+    assert_eq!((st.payload_bytes_diverted, st.collected), (9200, 2));
+}

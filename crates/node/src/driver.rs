@@ -25,7 +25,9 @@ pub use autoscale::{AutoscaleSettings, AutoscaleStats};
 pub use links::{LinkId, LinkState, LinkStats, PeerConfig, LINK_HELLO_ID};
 
 use links::Link;
-use offrac_core::{Action, ConnId, Engine, EngineConfig, Instant, Job, Payload, Route, SlotId};
+use offrac_core::{
+    Action, ConnId, Engine, EngineConfig, Instant, Job, Payload, Room, Route, SlotId,
+};
 use offrac_proto::{RequestHeader, ResponseHeader};
 use rustc_hash::FxHashMap;
 use std::cmp::Reverse;
@@ -475,20 +477,35 @@ impl Driver {
         self.pump(now);
     }
 
-    /// The payload `conn` is reading and how many bytes it still needs, for
-    /// the shell to read straight into (no copy: [`Engine::payload_room`]);
-    /// then [`Driver::handle_payload_read`]. `None`: read into a buffer and
-    /// call [`Driver::handle_bytes`].
-    pub fn payload_room(&mut self, conn: ConnId) -> Option<(&mut Vec<u8>, usize)> {
+    /// Where the next bytes of `conn` go while it is inside a request's
+    /// payload, for the shell to read straight into (no copy): the payload's
+    /// reassembly buffer ([`Engine::payload_room`]), or, for a collective's
+    /// data segment, its place in the work buffer (a posted receive,
+    /// `docs/collectives.md`, "Posted receives"); then
+    /// [`Driver::handle_payload_read`]. `None`: read into a buffer and call
+    /// [`Driver::handle_bytes`].
+    pub fn payload_room(&mut self, now: Instant, conn: ConnId) -> Option<Room<'_>> {
         if self.conns.get(&conn).is_none_or(|c| c.closing) {
             return None;
         }
-        self.engine.payload_room(conn)
+        if let Some(post) = self.collective_post(now, conn) {
+            return self.collectives.posted_room(post);
+        }
+        self.engine
+            .payload_room(conn)
+            .map(|(payload, need)| Room::Spare(payload, need))
     }
 
-    /// `n` bytes of `conn` appended to the payload [`Driver::payload_room`] gave.
+    /// `n` bytes of `conn` read into the room [`Driver::payload_room`] gave
+    /// (a spare room's vector already grown by them).
     pub fn handle_payload_read(&mut self, now: Instant, conn: ConnId, n: usize) {
-        self.engine.handle_payload_read(now, conn, n);
+        match self.open_post(conn) {
+            Some(post) => {
+                self.collectives.posted_read(post, n);
+                self.engine.handle_diverted_read(now, conn, n);
+            }
+            None => self.engine.handle_payload_read(now, conn, n),
+        }
         self.pump(now);
     }
 
@@ -873,6 +890,7 @@ impl Driver {
 
     fn drop_conn(&mut self, now: Instant, conn: ConnId) {
         if self.conns.remove(&conn).is_some() {
+            self.cancel_posts(now, conn, None);
             self.engine.handle_close(now, conn);
             self.out.push_back(Io::Drop { conn });
             self.pump(now);

@@ -412,6 +412,11 @@ impl Metrics {
                 e.collectives.shared_bytes,
             ),
             (
+                "offrac_collective_bytes_posted_total",
+                "Bytes of collectives' received segments read straight into their place in the work buffer (posted receives), not copied.",
+                e.collectives.posted_bytes,
+            ),
+            (
                 "offrac_collective_bytes_reused_total",
                 "Bytes of collectives' work buffers that reused the memory of an output the kept named buffer replaced (no fresh pages).",
                 e.collectives.reused_bytes,

@@ -15,7 +15,7 @@ use crossbeam_channel::Receiver;
 use mio::net::{TcpListener, TcpStream};
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
-use offrac_core::ConnId;
+use offrac_core::{ConnId, Room};
 use offrac_proto::Status;
 use rustc_hash::FxHashMap;
 use slab::Slab;
@@ -977,26 +977,39 @@ fn read_conn(
     stream: &TcpStream,
     buf: &mut [u8],
 ) -> std::io::Result<ReadOf> {
-    if let Some((payload, need)) = driver.payload_room(id) {
-        let spare = payload.spare_capacity_mut();
-        let want = need.min(spare.len());
-        if want > 0 {
-            // SAFETY: `spare` is `want` or more writable bytes of the
-            // payload's allocation; `read` writes at most `want` of them and
-            // says how many, and only those become part of the payload.
-            let rc = unsafe { libc::read(stream.as_raw_fd(), spare.as_mut_ptr().cast(), want) };
-            if rc < 0 {
-                return Err(std::io::Error::last_os_error());
+    match driver.payload_room(clock.now(), id) {
+        Some(Room::Spare(payload, need)) => {
+            let spare = payload.spare_capacity_mut();
+            let want = need.min(spare.len());
+            if want > 0 {
+                // SAFETY: `spare` is `want` or more writable bytes of the
+                // vector's allocation; `read` writes at most `want` of them
+                // and says how many, and only those become part of it.
+                let rc = unsafe { libc::read(stream.as_raw_fd(), spare.as_mut_ptr().cast(), want) };
+                if rc < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                let n = rc as usize;
+                if n == 0 {
+                    return Ok(ReadOf::End);
+                }
+                // SAFETY: the first `n` spare bytes were just written by `read`.
+                unsafe { payload.set_len(payload.len() + n) };
+                driver.handle_payload_read(clock.now(), id, n);
+                return Ok(ReadOf::Bytes { full: n == want });
             }
-            let n = rc as usize;
+        }
+        // A segment's place in a collective's work buffer (a posted receive).
+        Some(Room::Slice(place)) if !place.is_empty() => {
+            let want = place.len();
+            let n = (&*stream).read(place)?;
             if n == 0 {
                 return Ok(ReadOf::End);
             }
-            // SAFETY: the first `n` spare bytes were just written by `read`.
-            unsafe { payload.set_len(payload.len() + n) };
             driver.handle_payload_read(clock.now(), id, n);
             return Ok(ReadOf::Bytes { full: n == want });
         }
+        _ => {}
     }
     let n = (&*stream).read(buf)?;
     if n == 0 {

@@ -597,7 +597,8 @@ fn large_collective_data_is_read_straight_into_its_buffers() {
 /// broadcast across three nodes in 1 MiB segments, the root's input in a
 /// named buffer and every rank's output kept in one. The root copies
 /// nothing in memory and shares the 2 × 8 MiB it sends; each other rank
-/// copies the 8 MiB it receives into its work buffer once. (The machine
+/// takes the 8 MiB it receives into its work buffer once (copied, or read
+/// straight into place: posted). (The machine
 /// that copied each segment out of the work buffer copied 8 MiB into the
 /// work buffer and 16 MiB into messages at the root.)
 #[test]
@@ -643,8 +644,13 @@ fn a_broadcasts_root_sends_its_named_input_uncopied() {
     for (i, node) in nodes.iter().enumerate() {
         let copied = metric(node, "offrac_collective_bytes_copied_total");
         let shared = metric(node, "offrac_collective_bytes_shared_total");
+        let posted = metric(node, "offrac_collective_bytes_posted_total");
         let want = if i == 0 { (0, 2 * bytes) } else { (bytes, 0) };
-        assert_eq!((copied, shared), want, "node {i}: (copied, shared)");
+        assert_eq!(
+            (copied + posted, shared),
+            want,
+            "node {i}: (copied + posted, shared)"
+        );
     }
 }
 
@@ -707,8 +713,9 @@ fn a_collective_repeated_into_a_kept_buffer_reuses_the_replaced_output() {
 /// two nodes in 1 MiB segments, each rank's input in buffer 5 and output
 /// kept in buffer 6. Each node reduces the 4 MiB it receives in step 0
 /// with its input straight into the work buffer, sends its step-0 half as
-/// slices of the input, and copies only what it receives in step 1 and
-/// the reduced half it sends then: 12 MiB copied, 4 MiB shared. (The
+/// slices of the input, and copies only what it receives in step 1 (or
+/// reads it straight into place: posted) and the reduced half it sends
+/// then: 12 MiB copied or posted, 4 MiB shared. (The
 /// machine that copied the input into the work buffer first copied 24 MiB:
 /// the input, both halves it sent and both it received.)
 #[test]
@@ -758,10 +765,161 @@ fn an_allreduce_reads_its_named_input_in_place() {
     for (i, node) in nodes.iter().enumerate() {
         let copied = metric(node, "offrac_collective_bytes_copied_total");
         let shared = metric(node, "offrac_collective_bytes_shared_total");
+        let posted = metric(node, "offrac_collective_bytes_posted_total");
         assert_eq!(
-            (copied, shared),
+            (copied + posted, shared),
             (3 * bytes / 2, bytes / 2),
-            "node {i}: (copied, shared)"
+            "node {i}: (copied + posted, shared)"
         );
+        // The half received in step 1 goes straight into place, but for
+        // what comes in the same read as each segment's header.
+        assert!(posted >= bytes / 4, "node {i}: {posted} bytes posted");
     }
+}
+
+/// A gather's root reads the blocks it receives straight into their place
+/// in its work buffer (posted receives, `docs/collectives.md`, "Posted
+/// receives"), not into a message and then copied: an 8 MiB gather across
+/// two loopback nodes in 1 MiB segments, inputs in named buffers, the
+/// root's output kept. The root takes its own block (copied once) and
+/// rank 1's (posted, but for the bytes that come in the same read as each
+/// segment's header): 16 MiB copied or posted, at least 6 MiB of rank 1's
+/// 8 MiB posted. (Before posted receives: 16 MiB copied, nothing posted.)
+#[test]
+fn a_gathers_root_reads_the_blocks_straight_into_place() {
+    use offrac_client::Hop;
+    use offrac_collective::{Descriptor, Dtype, Members, Op};
+    use offrac_proto::{buffer_param, BufferOp, FN_BUFFER};
+    const RANKS: usize = 2;
+    let nodes = common::linked_nodes(RANKS, LARGE);
+    let count = 2u32 << 20; // 8 MiB of i32 per rank
+    let bytes = 4 * count as u64;
+    let data = |r: usize| -> Vec<u8> {
+        input(r, count as usize)
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect()
+    };
+    for (r, node) in nodes.iter().enumerate() {
+        let mut c = Client::connect(&node.addr.to_string()).unwrap();
+        c.set_retry_policy(RetryPolicy::NONE);
+        let put = Hop::local(FN_BUFFER, buffer_param(BufferOp::Put, 5));
+        c.call_chain(&[put], &data(r)).expect("input kept");
+    }
+    let outs: Vec<_> = (0..RANKS)
+        .map(|r| {
+            let addr = nodes[r].addr.to_string();
+            std::thread::spawn(move || {
+                let d = Descriptor {
+                    algorithm: Algorithm::OneToAll,
+                    tag: 15,
+                    timeout_ms: 30_000,
+                    ..Descriptor::call(Op::Gather, Dtype::I32, count, Members::of(&[0, 1]))
+                };
+                let mut p = d.encode().to_vec();
+                // The input from buffer 5; the root keeps its output in buffer 6.
+                p[7] = if r == 0 { 3 } else { 1 };
+                let mut c = Client::connect(&addr).unwrap();
+                c.set_retry_policy(RetryPolicy::NONE);
+                c.call(FN_COLLECTIVE, 6 << 32 | 5, &p).map(|a| a.payload)
+            })
+        })
+        .collect();
+    for o in outs {
+        assert!(o.join().unwrap().expect("gather").is_empty());
+    }
+    let mut c = Client::connect(&nodes[0].addr.to_string()).unwrap();
+    let get = Hop::local(FN_BUFFER, buffer_param(BufferOp::Get, 6));
+    let kept = c.call_chain(&[get], b"").unwrap().payload;
+    assert!(
+        kept == [data(0), data(1)].concat(),
+        "the root keeps both blocks"
+    );
+    std::thread::sleep(Duration::from_millis(200)); // the nodes publish their metrics
+    let copied = metric(&nodes[0], "offrac_collective_bytes_copied_total");
+    let posted = metric(&nodes[0], "offrac_collective_bytes_posted_total");
+    assert_eq!(
+        copied + posted,
+        2 * bytes,
+        "root: copied {copied} + posted {posted}"
+    );
+    assert!(posted >= 3 * bytes / 4, "root: {posted} bytes posted");
+}
+
+/// A peer whose segment stops part-way — its connection closes while the
+/// root reads the segment straight into place — fails the collective at
+/// once with `UNREACHABLE` naming it, instead of leaving the root waiting
+/// for its deadline (and no byte of the cut segment is answered): node 0
+/// runs the root of a 2-rank gather of 64 KiB blocks whose rank 1 is this
+/// test, on a plain socket. (Before posted receives the half message was
+/// dropped and the call ended only at its deadline, `TIMEOUT`.)
+#[test]
+fn a_segment_cut_off_part_way_fails_the_collective_at_once() {
+    use offrac_collective::{Descriptor, Dtype, Members, Op};
+    use std::net::TcpListener;
+    let peer = TcpListener::bind(("127.0.0.1", common::free_port())).unwrap();
+    let addr = format!("127.0.0.1:{}", common::free_port());
+    let text = format!(
+        "device_id = 0\n[metrics]\nlisten = \"\"\n[collectives]\neager_max_bytes = 1024\nsegment_bytes = 65536\n[[devices]]\nid = 1\naddr = \"{}\"\n",
+        peer.local_addr().unwrap()
+    );
+    let node = offrac_node::start(offrac_node::NodeConfig::parse(&text).unwrap(), &addr).unwrap();
+    let count = 16384u32; // 64 KiB blocks, over the eager limit
+    let d = Descriptor {
+        algorithm: Algorithm::OneToAll,
+        tag: 31,
+        timeout_ms: 10_000,
+        ..Descriptor::call(Op::Gather, Dtype::I32, count, Members::of(&[0, 1]))
+    };
+    let called = Instant::now();
+    let caller = {
+        let addr = addr.clone();
+        let mut p = d.encode().to_vec();
+        p.extend(vec![1u8; 4 * count as usize]);
+        std::thread::spawn(move || {
+            let mut c = Client::connect(&addr).unwrap();
+            c.set_retry_policy(RetryPolicy::NONE);
+            c.call(FN_COLLECTIVE, 0, &p)
+        })
+    };
+    // Node 0's link to rank 1 comes up and says READY: the block may come.
+    let (mut link, _) = peer.accept().unwrap();
+    link.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    let mut head = [0u8; HEADER_LEN];
+    link.read_exact(&mut head).unwrap();
+    let h = RequestHeader::decode(&head).unwrap();
+    let mut payload = vec![0u8; h.payload_len as usize];
+    link.read_exact(&mut payload).unwrap();
+    let (ready, _) = Descriptor::decode(&payload).unwrap();
+    assert_eq!(ready.kind, Kind::Ready);
+    // Rank 1's block, cut off: the header, the descriptor and part of the
+    // body, the rest of it never sent.
+    let body = vec![2u8; 4 * count as usize];
+    let msg = d.message(Kind::Data, 1, 0, 4 * count, &body);
+    let header = RequestHeader::single(1, FN_COLLECTIVE, 0, msg.len() as u32);
+    let mut s = std::net::TcpStream::connect(&addr).unwrap();
+    s.write_all(&header.encode_wire()[..header.wire_len()])
+        .unwrap();
+    let body_at = offrac_collective::DESCRIPTOR_LEN;
+    s.write_all(&msg[..body_at + 4000]).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    s.write_all(&msg[body_at + 4000..body_at + 20_000]).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    drop(s);
+    let r = caller.join().unwrap();
+    match &r {
+        Err(ClientError::Status {
+            status, message, ..
+        }) => {
+            assert_eq!(*status, Status::Unreachable, "{message}");
+            assert!(message.contains("part-way"), "{message}");
+        }
+        other => panic!("want UNREACHABLE, got {other:?}"),
+    }
+    assert!(
+        called.elapsed() < Duration::from_secs(5),
+        "failed only after {:?}",
+        called.elapsed()
+    );
+    node.shutdown().unwrap();
 }

@@ -645,8 +645,22 @@ impl World {
                     break;
                 }
                 let n = client.to_node.len().min(self.cfg.read_chunk);
-                let chunk: Vec<u8> = client.to_node.drain(..n).collect();
-                self.nodes[node].driver.handle_bytes(now, conn, &chunk);
+                let driver = &mut self.nodes[node].driver;
+                // As the reactor: straight into the payload being read, or
+                // a collective segment's place (a posted receive), when the
+                // driver gives room; else into a buffer to parse.
+                match driver.payload_room(now, conn) {
+                    Some(room) if !room.is_empty() => {
+                        let want = room.len().min(n);
+                        let chunk: Vec<u8> = client.to_node.drain(..want).collect();
+                        let got = room.fill_from(&chunk);
+                        driver.handle_payload_read(now, conn, got);
+                    }
+                    _ => {
+                        let chunk: Vec<u8> = client.to_node.drain(..n).collect();
+                        driver.handle_bytes(now, conn, &chunk);
+                    }
+                }
                 self.apply(node);
                 if !self.nodes[node].driver.wants_read(conn) {
                     more = false;

@@ -11,11 +11,11 @@
 use super::{Driver, Io, LinkState};
 use bytes::Bytes;
 use offrac_collective::{
-    take_message_flags, Algorithm, CallId, Collectives, FailKind, Key, Kind, Out, DESCRIPTOR_LEN,
-    MSG_ANSWER,
+    take_message_flags, Algorithm, CallId, Collectives, FailKind, Key, Kind, Out, PostId,
+    DESCRIPTOR_LEN, MSG_ANSWER,
 };
 use offrac_core::{nanos, BufferError, ConnId, Instant, Job, TenantKey};
-use offrac_proto::{RequestHeader, ResponseHeader, Status, FN_COLLECTIVE};
+use offrac_proto::{RequestHeader, ResponseHeader, Status, DEVICE_SELF, FN_COLLECTIVE};
 use rustc_hash::FxHashMap;
 
 /// The calls of local clients waiting for their collective.
@@ -24,6 +24,9 @@ pub(super) struct Calls {
     waiting: FxHashMap<CallId, Waiting>,
     /// Chains waiting at a collective hop (`driver/hop.rs`).
     pub(super) hops: FxHashMap<CallId, Job>,
+    /// Data segments being read straight into their place (posted
+    /// receives), by the connection and request id of their message.
+    posts: FxHashMap<(ConnId, u64), PostId>,
     pub(super) next: CallId,
 }
 
@@ -66,11 +69,87 @@ impl Driver {
         (self.collectives.running(), self.collectives.stats())
     }
 
+    /// The posted receive the payload `conn` is reading goes to: its open
+    /// one, or a new one if the payload is a collective's data segment the
+    /// machine takes straight into its work buffer from here on
+    /// ([`Collectives::post`]). A post whose collective ended meanwhile:
+    /// the rest of its message is skipped (the engine drops the request).
+    pub(super) fn collective_post(&mut self, now: Instant, conn: ConnId) -> Option<PostId> {
+        let me = self.engine.config().device_id;
+        let current = self.engine.payload_in(conn).map(|(h, _, _)| h.request_id);
+        if self
+            .calls
+            .posts
+            .keys()
+            .any(|&(c, id)| c == conn && Some(id) != current)
+        {
+            // Their payload was given up (reassembly timeout, shutdown).
+            self.cancel_posts(now, conn, current);
+        }
+        let (h, head, diverted) = self.engine.payload_in(conn)?;
+        let hop = h.current_hop();
+        let here = hop.device == DEVICE_SELF || hop.device == me;
+        if hop.function != FN_COLLECTIVE || h.hop_count != 1 || !here {
+            return None;
+        }
+        let at = (conn, h.request_id);
+        if let Some(&post) = self.calls.posts.get(&at) {
+            if self.collectives.posted_room(post).is_some() {
+                return Some(post);
+            }
+            // Its collective ended: the rest has nowhere to go.
+            self.calls.posts.remove(&at);
+            self.engine.discard_payload(now, conn);
+            return None;
+        }
+        let body_len = (h.payload_len as usize).checked_sub(DESCRIPTOR_LEN)?;
+        if diverted > 0 || head.first() != Some(&(Kind::Data as u8)) {
+            return None;
+        }
+        let post = self.collectives.post(head, body_len)?;
+        self.calls.posts.insert(at, post);
+        Some(post)
+    }
+
+    /// The posted receive the bytes `conn` reads now go to, if any.
+    pub(super) fn open_post(&self, conn: ConnId) -> Option<PostId> {
+        let (h, _, _) = self.engine.payload_in(conn)?;
+        self.calls.posts.get(&(conn, h.request_id)).copied()
+    }
+
+    /// The posted receives of `conn` (but the one of request `keep`) will
+    /// not be whole: their collectives fail here and tell the other ranks.
+    pub(super) fn cancel_posts(&mut self, now: Instant, conn: ConnId, keep: Option<u64>) {
+        let gone: Vec<_> = self
+            .calls
+            .posts
+            .iter()
+            .filter(|(&(c, id), _)| c == conn && Some(id) != keep)
+            .map(|(&k, &post)| (k, post))
+            .collect();
+        for (k, post) in gone {
+            self.calls.posts.remove(&k);
+            let why =
+                "its message stopped part-way (the connection closed or the request was given up)";
+            self.collectives.cancel_post(now, post, why);
+        }
+        self.collective_outs(now);
+    }
+
     /// A complete request for function 251 (the engine has let go of it).
     pub(super) fn collective_request(&mut self, now: Instant, job: Job) {
         if !self.conns.contains_key(&job.conn) {
             return;
         }
+        // A segment read straight into place: its payload is what came
+        // before (descriptor, first bytes), the rest is in the work buffer.
+        let post = match job.diverted {
+            0 => None,
+            _ => match self.calls.posts.remove(&(job.conn, job.header.request_id)) {
+                Some(post) => Some(post),
+                None => return, // cancelled: its collective failed here already
+            },
+        };
         // Flat already (the engine joins a kept buffer before handing it on).
         let mut payload = job.payload.into_flat();
         if payload.first() == Some(&(Kind::Call as u8)) {
@@ -165,11 +244,17 @@ impl Driver {
             // forget what it sent before; `docs/protocol.md`, "Collectives").
             let (status, msg, answer) = match take_message_flags(&mut payload) {
                 Err(e) => (Status::BadInput, e.to_string(), true),
-                // Handed over: a message that comes before its step is kept as it is.
-                Ok(flags) => match self.collectives.handle_message_owned(now, payload) {
-                    Ok(()) => (Status::Ok, String::new(), flags & MSG_ANSWER != 0),
-                    Err(e) => (Status::BadInput, e.to_string(), true),
-                },
+                Ok(flags) => {
+                    let res = match post {
+                        Some(post) => self.collectives.handle_message_posted(now, &payload, post),
+                        // Handed over: a message that comes before its step is kept as it is.
+                        None => self.collectives.handle_message_owned(now, payload),
+                    };
+                    match res {
+                        Ok(()) => (Status::Ok, String::new(), flags & MSG_ANSWER != 0),
+                        Err(e) => (Status::BadInput, e.to_string(), true),
+                    }
+                }
             };
             // What the message set going first (the next step's data to the
             // peers, a finished call's answer to its client), an answer to
