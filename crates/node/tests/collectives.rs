@@ -708,6 +708,51 @@ fn a_collective_repeated_into_a_kept_buffer_reuses_the_replaced_output() {
     }
 }
 
+/// Rank `r`'s input of `count` i32 as bytes.
+fn block(r: usize, count: u32) -> Vec<u8> {
+    input(r, count as usize)
+        .iter()
+        .flat_map(|x| x.to_le_bytes())
+        .collect()
+}
+
+/// Keeps `data(r)` in named buffer 5 on rank `r`'s node.
+fn keep_inputs(nodes: &[NodeHandle], data: impl Fn(usize) -> Vec<u8>) {
+    use offrac_client::Hop;
+    use offrac_proto::{buffer_param, BufferOp, FN_BUFFER};
+    for (r, node) in nodes.iter().enumerate() {
+        let mut c = Client::connect(&node.addr.to_string()).unwrap();
+        c.set_retry_policy(RetryPolicy::NONE);
+        let put = Hop::local(FN_BUFFER, buffer_param(BufferOp::Put, 5));
+        c.call_chain(&[put], &data(r)).expect("input kept");
+    }
+}
+
+/// Calls `d` on every rank at once, each from a client of its own, with
+/// byte 7 of rank `r`'s descriptor `flags(r)` and buffers 5 (input) and 6
+/// (output) named in the param: each rank's answer payload, by rank.
+fn call_on_every_rank(
+    nodes: &[NodeHandle],
+    d: offrac_collective::Descriptor,
+    flags: fn(usize) -> u8,
+) -> Vec<Result<Vec<u8>, ClientError>> {
+    let calls: Vec<_> = nodes
+        .iter()
+        .enumerate()
+        .map(|(r, node)| {
+            let addr = node.addr.to_string();
+            let mut p = d.encode().to_vec();
+            p[7] = flags(r);
+            std::thread::spawn(move || {
+                let mut c = Client::connect(&addr).unwrap();
+                c.set_retry_policy(RetryPolicy::NONE);
+                c.call(FN_COLLECTIVE, 6 << 32 | 5, &p).map(|a| a.payload)
+            })
+        })
+        .collect();
+    calls.into_iter().map(|t| t.join().unwrap()).collect()
+}
+
 /// A ring all-reduce whose input sits in a named buffer reads it in place
 /// (`docs/collectives.md`, "Large messages"): an 8 MiB all-reduce across
 /// two nodes in 1 MiB segments, each rank's input in buffer 5 and output
@@ -720,45 +765,22 @@ fn a_collective_repeated_into_a_kept_buffer_reuses_the_replaced_output() {
 /// the input, both halves it sent and both it received.)
 #[test]
 fn an_allreduce_reads_its_named_input_in_place() {
-    use offrac_client::Hop;
     use offrac_collective::{Descriptor, Dtype, Members, Op};
-    use offrac_proto::{buffer_param, BufferOp, FN_BUFFER};
     const RANKS: usize = 2;
     let nodes = common::linked_nodes(RANKS, LARGE);
     let count = 2u32 << 20; // 8 MiB of i32
     let bytes = 4 * count as u64;
-    let data = |r: usize| -> Vec<u8> {
-        input(r, count as usize)
-            .iter()
-            .flat_map(|x| x.to_le_bytes())
-            .collect()
+    let data = |r: usize| block(r, count);
+    keep_inputs(&nodes, data);
+    let d = Descriptor {
+        algorithm: Algorithm::Ring,
+        tag: 14,
+        timeout_ms: 30_000,
+        ..Descriptor::call(Op::AllReduce, Dtype::I32, count, Members::of(&[0, 1]))
     };
-    for (r, node) in nodes.iter().enumerate() {
-        let mut c = Client::connect(&node.addr.to_string()).unwrap();
-        c.set_retry_policy(RetryPolicy::NONE);
-        let put = Hop::local(FN_BUFFER, buffer_param(BufferOp::Put, 5));
-        c.call_chain(&[put], &data(r)).expect("input kept");
-    }
-    let outs: Vec<_> = (0..RANKS)
-        .map(|r| {
-            let addr = nodes[r].addr.to_string();
-            std::thread::spawn(move || {
-                let d = Descriptor {
-                    algorithm: Algorithm::Ring,
-                    tag: 14,
-                    timeout_ms: 30_000,
-                    ..Descriptor::call(Op::AllReduce, Dtype::I32, count, Members::of(&[0, 1]))
-                };
-                let mut p = d.encode().to_vec();
-                p[7] = 3; // the input from buffer 5, the output kept in buffer 6
-                let mut c = Client::connect(&addr).unwrap();
-                c.set_retry_policy(RetryPolicy::NONE);
-                c.call(FN_COLLECTIVE, 6 << 32 | 5, &p).map(|a| a.payload)
-            })
-        })
-        .collect();
-    for o in outs {
-        assert!(o.join().unwrap().expect("all-reduce kept").is_empty());
+    // The input from buffer 5, the output kept in buffer 6.
+    for o in call_on_every_rank(&nodes, d, |_| 3) {
+        assert!(o.expect("all-reduce kept").is_empty());
     }
     assert_each_keeps(&nodes, 6, &summed_inputs(RANKS, count as usize));
     std::thread::sleep(Duration::from_millis(200)); // the nodes publish their metrics
@@ -794,39 +816,17 @@ fn a_gathers_root_reads_the_blocks_straight_into_place() {
     let nodes = common::linked_nodes(RANKS, LARGE);
     let count = 2u32 << 20; // 8 MiB of i32 per rank
     let bytes = 4 * count as u64;
-    let data = |r: usize| -> Vec<u8> {
-        input(r, count as usize)
-            .iter()
-            .flat_map(|x| x.to_le_bytes())
-            .collect()
+    let data = |r: usize| block(r, count);
+    keep_inputs(&nodes, data);
+    let d = Descriptor {
+        algorithm: Algorithm::OneToAll,
+        tag: 15,
+        timeout_ms: 30_000,
+        ..Descriptor::call(Op::Gather, Dtype::I32, count, Members::of(&[0, 1]))
     };
-    for (r, node) in nodes.iter().enumerate() {
-        let mut c = Client::connect(&node.addr.to_string()).unwrap();
-        c.set_retry_policy(RetryPolicy::NONE);
-        let put = Hop::local(FN_BUFFER, buffer_param(BufferOp::Put, 5));
-        c.call_chain(&[put], &data(r)).expect("input kept");
-    }
-    let outs: Vec<_> = (0..RANKS)
-        .map(|r| {
-            let addr = nodes[r].addr.to_string();
-            std::thread::spawn(move || {
-                let d = Descriptor {
-                    algorithm: Algorithm::OneToAll,
-                    tag: 15,
-                    timeout_ms: 30_000,
-                    ..Descriptor::call(Op::Gather, Dtype::I32, count, Members::of(&[0, 1]))
-                };
-                let mut p = d.encode().to_vec();
-                // The input from buffer 5; the root keeps its output in buffer 6.
-                p[7] = if r == 0 { 3 } else { 1 };
-                let mut c = Client::connect(&addr).unwrap();
-                c.set_retry_policy(RetryPolicy::NONE);
-                c.call(FN_COLLECTIVE, 6 << 32 | 5, &p).map(|a| a.payload)
-            })
-        })
-        .collect();
-    for o in outs {
-        assert!(o.join().unwrap().expect("gather").is_empty());
+    // The input from buffer 5; the root keeps its output in buffer 6.
+    for o in call_on_every_rank(&nodes, d, |r| if r == 0 { 3 } else { 1 }) {
+        assert!(o.expect("gather").is_empty());
     }
     let mut c = Client::connect(&nodes[0].addr.to_string()).unwrap();
     let get = Hop::local(FN_BUFFER, buffer_param(BufferOp::Get, 6));
