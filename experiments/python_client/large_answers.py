@@ -37,15 +37,20 @@ HERE = Path(__file__).resolve().parent
 OLD = 1 << 62  # no answer is that long: every answer goes through the read buffer
 
 
-def alternate(calls: dict[str, Callable[[], object]]) -> dict[str, float]:
-    """Median ms of each call, made CALLS times each in the order a, b, b, a, a, b, ..."""
+def alternate(
+    calls: dict[str, Callable[[], object]], check: Callable[[str, object], None] | None = None
+) -> dict[str, float]:
+    """Median ms of each call, made CALLS times each in the order a, b, b, a, a, b, ...;
+    ``check(name, result)`` after each, untimed."""
     names = list(calls)
     times: dict[str, list[float]] = {n: [] for n in names}
     for i in range(2 * CALLS):
         name = names[(i + i // 2) % 2]
         t = time.perf_counter()
-        calls[name]()
+        got = calls[name]()
         times[name].append(time.perf_counter() - t)
+        if check is not None:
+            check(name, got)
     return {n: median(v) * 1e3 for n, v in times.items()}
 
 
@@ -94,19 +99,19 @@ def main() -> None:
         clients = {"old": Client(node.addr), "direct": Client(node.addr)}
         for size in SIZES:
             x = bytes(range(256)) * (size // 256)
-            times: dict[str, list[float]] = {"old": [], "direct": []}
             buf: dict[str, int] = {"old": 0, "direct": 0}
-            for i in range(2 * CALLS):
-                path = ("old", "direct")[(i + i // 2) % 2]  # old, direct, direct, old, ...
+
+            def echo(path: str, x: bytes = x) -> object:
                 client_module.DIRECT_READ_MIN = OLD if path == "old" else direct_min  # type: ignore[misc]
-                c = clients[path]
-                t = time.perf_counter()
-                got = c.call("echo", x)
-                times[path].append(time.perf_counter() - t)
+                return clients[path].call("echo", x)
+
+            def check(path: str, got: object, x: bytes = x, buf: dict[str, int] = buf) -> None:
                 if got != x:
-                    sys.exit(f"echo of {size} bytes came back different")
-                buf[path] = max(buf[path], len(c._rbuf))
-            old, new = median(times["old"]) * 1e3, median(times["direct"]) * 1e3
+                    sys.exit(f"echo of {len(x)} bytes came back different")
+                buf[path] = max(buf[path], len(clients[path]._rbuf))
+
+            ms = alternate({p: (lambda p=p: echo(p)) for p in ("old", "direct")}, check)
+            old, new = ms["old"], ms["direct"]
             cells = (f"{old:.2f}", f"{new:.2f}", f"{new / old:.2f}", buf["old"], buf["direct"])
             rows.append((f"{size >> 20} MiB", *cells))
             log(f"{size >> 20} MiB: old {old:.2f} ms, direct {new:.2f} ms")

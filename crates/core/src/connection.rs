@@ -107,4 +107,18 @@ impl Rx {
             first_byte_at: now,
         }
     }
+
+    /// Bytes of the payload being read still to come, in it or diverted
+    /// (None: no payload is being read).
+    pub fn payload_left(&self) -> Option<usize> {
+        match self {
+            Rx::Payload {
+                header,
+                payload,
+                diverted,
+                ..
+            } => Some((header.payload_len as usize).saturating_sub(payload.len() + diverted)),
+            _ => None,
+        }
+    }
 }

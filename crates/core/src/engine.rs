@@ -379,15 +379,14 @@ impl Engine {
     /// driver that decides from a payload's first bytes (a collective's
     /// descriptor) where the rest goes.
     pub fn payload_in(&self, conn: ConnId) -> Option<(&RequestHeader, &[u8], usize)> {
-        match self.conns.get(&conn).map(|c| &c.rx) {
-            Some(Rx::Payload {
+        let rx = &self.conns.get(&conn)?.rx;
+        match rx {
+            Rx::Payload {
                 header,
                 payload,
                 diverted,
                 ..
-            }) if payload.len() + diverted < header.payload_len as usize => {
-                Some((header, payload.as_slice(), *diverted))
-            }
+            } if rx.payload_left() > Some(0) => Some((header, payload.as_slice(), *diverted)),
             _ => None,
         }
     }
@@ -402,16 +401,10 @@ impl Engine {
         let Some(c) = self.conns.get_mut(&conn) else {
             return;
         };
-        let Rx::Payload {
-            header,
-            payload,
-            diverted,
-            ..
-        } = &mut c.rx
-        else {
+        let n = n.min(c.rx.payload_left().unwrap_or(0));
+        let Rx::Payload { diverted, .. } = &mut c.rx else {
             return;
         };
-        let n = n.min((header.payload_len as usize).saturating_sub(payload.len() + *diverted));
         if n == 0 {
             return;
         }
@@ -431,17 +424,10 @@ impl Engine {
         let Some(c) = self.conns.get_mut(&conn) else {
             return;
         };
-        let Rx::Payload {
-            header,
-            payload,
-            diverted,
-            ..
-        } = &c.rx
-        else {
+        let Some(remaining) = c.rx.payload_left() else {
             return;
         };
-        let remaining = header.payload_len as u64 - (payload.len() + diverted) as u64;
-        let rx = std::mem::replace(&mut c.rx, discard(remaining, now));
+        let rx = std::mem::replace(&mut c.rx, discard(remaining as u64, now));
         self.collect(rx);
     }
 
