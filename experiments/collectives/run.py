@@ -72,27 +72,38 @@ WORKER_GRACE_S = 20
 IO_MODES = ("blocking", "poll", "yield")
 
 
-def io_config(io_mode: str, spin_us: int) -> str:
-    """The nodes' ``[io]`` section (also used by experiments/gemv)."""
+SPIN_WHEN = ("always", "cpu_idle")
+
+
+def io_config(io_mode: str, spin_us: int, spin_when: str | None = None) -> str:
+    """The nodes' ``[io]`` section (also used by experiments/gemv); ``spin_when`` None leaves
+    the node's default."""
     if io_mode not in IO_MODES:
         raise ValueError(f"io mode {io_mode!r} not one of {IO_MODES}")
-    return f'[io]\nmode = "{io_mode}"\nspin_us = {spin_us}\n'
+    if spin_when is not None and spin_when not in SPIN_WHEN:
+        raise ValueError(f"spin_when {spin_when!r} not one of {SPIN_WHEN}")
+    when = f'spin_when = "{spin_when}"\n' if spin_when else ""
+    return f'[io]\nmode = "{io_mode}"\nspin_us = {spin_us}\n{when}'
 
 
-def node_config(hosts: Hosts, me: int, n: int, io_mode: str, spin_us: int) -> str:
+def node_config(
+    hosts: Hosts, me: int, n: int, io_mode: str, spin_us: int, spin_when: str | None = None
+) -> str:
     peers = devices(hosts, me, n, PORT)
     return (
         f"device_id = {me}\nmax_payload = {MAX_PAYLOAD}\n"
         f'[metrics]\nlisten = "{hosts.ip(me)}:{PORT + 1}"\n'
-        f"{io_config(io_mode, spin_us)}"
+        f"{io_config(io_mode, spin_us, spin_when)}"
         f"[pool]\nbuffers = 8\nbuffer_bytes = {MAX_PAYLOAD}\n"
         f"[selector]\nslot_queue_bytes = {MAX_PAYLOAD}\n"
         f"[named_buffers]\nmax_bytes = {1 << 30}\n{peers}"
     )
 
 
-def start_nodes(hosts: Hosts, n: int, tmp: Path, io_mode: str, spin_us: int, logs: Path) -> Nodes:
-    configs = [node_config(hosts, i, n, io_mode, spin_us) for i in range(n)]
+def start_nodes(
+    hosts: Hosts, n: int, tmp: Path, io_mode: str, spin_us: int, logs: Path, spin_when: str | None = None
+) -> Nodes:
+    configs = [node_config(hosts, i, n, io_mode, spin_us, spin_when) for i in range(n)]
     return start_linked_nodes(hosts, configs, PORT, tmp, logs)
 
 
@@ -310,6 +321,13 @@ def main() -> None:
         "node busy-polls, after its last event before it sleeps (default 1000)",
     )
     ap.add_argument(
+        "--spin-when",
+        choices=SPIN_WHEN,
+        default=None,
+        help="the nodes' [io] spin_when: cpu_idle polls only while no more threads are runnable "
+        "than the machine has CPUs, always whenever inside spin_us (default: the node's)",
+    )
+    ap.add_argument(
         "--poll-us",
         type=int,
         default=0,
@@ -329,7 +347,7 @@ def main() -> None:
     load = os.getloadavg()
     print(
         f"load average at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; "
-        f"nodes' io mode {a.io_mode}, spin_us {a.spin_us}",
+        f"nodes' io mode {a.io_mode}, spin_us {a.spin_us}, spin_when {a.spin_when or 'default'}",
         flush=True,
     )
     logs = a.logs or Path(tempfile.mkdtemp(prefix="offrac-collectives-"))
@@ -341,7 +359,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as d:
             tmp = Path(d)
             for n in ranks:
-                nodes = start_nodes(hosts, n, tmp, a.io_mode, a.spin_us, logs)
+                nodes = start_nodes(hosts, n, tmp, a.io_mode, a.spin_us, logs, a.spin_when)
                 try:
                     for op in a.ops.split(","):
                         got: dict[str, list[dict[str, object]]] = {}

@@ -41,6 +41,7 @@ Needs ``make build`` (the two examples) and ``memcached``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -96,9 +97,34 @@ ARGS = (
     + (f" --loops {LOOPS}" if LOOPS is not None else "")
     + (f" --spin-us {SPIN_US}" if SPIN_US is not None else "")
     + (f" --backend-spin-us {BACKEND_SPIN_US}" if BACKEND_SPIN_US is not None else "")
+    + (f" --spin-when {flag('--spin-when')}" if flag("--spin-when") else "")
+    + (f" --also-node {flag('--also-node')}" if flag("--also-node") else "")
+    + (f" --paths {flag('--paths')}" if flag("--paths") else "")
     + (f" --cpus {CPUS}" if CPUS is not None else "")
 )
-PATHS = ("direct", "relay", "relay_spin", "node")
+SPIN_WHEN = flag("--spin-when")
+
+
+def node_variants(spec: str | None) -> dict[str, tuple[int, str]]:
+    """``--also-node 50:always,50:cpu_idle``: more nodes, each its own process and cache in
+    front of the same memcached, with that ``spin_us`` and ``spin_when``; path names
+    ``node_s50_always``..."""
+    out: dict[str, tuple[int, str]] = {}
+    for item in (spec or "").split(","):
+        if not item:
+            continue
+        us, _, when = item.partition(":")
+        if not us.isdigit() or when not in ("always", "cpu_idle"):
+            sys.exit(f"--also-node: {item!r} is not SPIN_US:always or SPIN_US:cpu_idle")
+        out[f"node_s{us}_{when}"] = (int(us), when)
+    return out
+
+
+VARIANTS = node_variants(flag("--also-node"))
+ALL_PATHS = ("direct", "relay", "relay_spin", "node", *VARIANTS)
+PATHS = tuple((flag("--paths") or ",".join(ALL_PATHS)).split(","))
+if not set(PATHS) <= set(ALL_PATHS) or "direct" not in PATHS or "node" not in PATHS:
+    sys.exit(f"--paths: a comma-separated subset of {','.join(ALL_PATHS)} with direct and node")
 EXAMPLES = REPO / "target" / "release" / "examples"
 LOAD = os.environ.get("OFFRAC_MEMCACHED_LOAD", str(EXAMPLES / "memcached_load"))
 RELAY = os.environ.get("OFFRAC_TCP_RELAY", str(EXAMPLES / "tcp_relay"))
@@ -174,32 +200,45 @@ def measure() -> list[dict[str, Any]]:
     for tool in (LOAD, RELAY):
         if not os.access(tool, os.X_OK):
             sys.exit(f"needs {tool} (make build)")
-    mport, aport = free_port(), free_port()
+    mport = free_port()
     mc = subprocess.Popen(
         [memcached, "-l", "127.0.0.1", "-p", str(mport), "-t", "2", "-m", "256", "-U", "0", "-u", "nobody"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    cfg = HERE / "node.toml"
-    cfg.write_text(
-        '[metrics]\nlisten = ""\n[[slots]]\nfunction = "echo"\n'
-        f'[[attach]]\nlisten = "127.0.0.1:{aport}"\nfunction = "memcached_cache"\n'
-        f'backend = "127.0.0.1:{mport}"\ncapacity_bytes = 67108864\n'
-        + (f"loops = {LOOPS}\n" if LOOPS is not None else "")
-        + (f"spin_us = {SPIN_US}\n" if SPIN_US is not None else "")
-        + (f"backend_spin_us = {BACKEND_SPIN_US}\n" if BACKEND_SPIN_US is not None else "")
-    )
+    nodes: dict[str, tuple[int | None, str | None]] = {"node": (SPIN_US, SPIN_WHEN)}
+    nodes |= {p: v for p, v in VARIANTS.items() if p in PATHS}
+    aport = {path: free_port() for path in nodes}
+    cfgs = {path: HERE / f"{path}.toml" for path in nodes}
+    for path, (spin_us, when) in nodes.items():
+        cfgs[path].write_text(
+            '[metrics]\nlisten = ""\n[[slots]]\nfunction = "echo"\n'
+            f'[[attach]]\nlisten = "127.0.0.1:{aport[path]}"\nfunction = "memcached_cache"\n'
+            f'backend = "127.0.0.1:{mport}"\ncapacity_bytes = 67108864\n'
+            + (f"loops = {LOOPS}\n" if LOOPS is not None else "")
+            + (f"spin_us = {spin_us}\n" if spin_us is not None else "")
+            + (f'spin_when = "{when}"\n' if when is not None else "")
+            + (f"backend_spin_us = {BACKEND_SPIN_US}\n" if BACKEND_SPIN_US is not None else "")
+        )
     rows: list[dict[str, Any]] = []
     relays: dict[str, subprocess.Popen[str]] = {}
     try:
         wait_listening(("127.0.0.1", mport))
-        with Server(["serve", "--listen", "127.0.0.1:0", "--config", str(cfg)], "node") as node:
-            addr = {"direct": f"127.0.0.1:{mport}", "node": f"127.0.0.1:{aport}"}
+        with contextlib.ExitStack() as stack:
+            serve = ["serve", "--listen", "127.0.0.1:0", "--config"]
+            servers = {path: stack.enter_context(Server([*serve, str(c)], path)) for path, c in cfgs.items()}
+            addr = {"direct": f"127.0.0.1:{mport}"} | {path: f"127.0.0.1:{aport[path]}" for path in nodes}
             for path, mode in (("relay", "epoll"), ("relay_spin", "spin")):
-                relays[path], addr[path] = start_relay(addr["direct"], mode)
-            pid = {path: proc.pid for path, proc in relays.items()} | {"node": node.proc.pid}
-            # Store every key (through the node), then read each once through it: all cached.
+                if path in PATHS:
+                    relays[path], addr[path] = start_relay(addr["direct"], mode)
+            pid = {path: proc.pid for path, proc in relays.items()} | {
+                path: srv.proc.pid for path, srv in servers.items()
+            }
+            # Store every key (through the node), then read each once through every node: all cached.
             load(addr["node"], "hits", 0.1, ["--preload", "--warm"])
+            for path in VARIANTS:
+                if path in nodes:
+                    load(addr[path], "hits", 0.1, ["--warm"])
             for r in range(ROUNDS):
                 for w in WORKLOADS:
                     for path in PATHS if r % 2 == 0 else PATHS[::-1]:
@@ -233,7 +272,8 @@ def measure() -> list[dict[str, Any]]:
             proc.wait()
         mc.kill()
         mc.wait()
-        cfg.unlink(missing_ok=True)
+        for c in cfgs.values():
+            c.unlink(missing_ok=True)
     return rows
 
 
@@ -301,7 +341,9 @@ def summarize(rows: list[dict[str, Any]]) -> str:
         f"goes to memcached) in its epoll and spin modes; the node's attach loops: "
         f"{LOOPS if LOOPS is not None else 'default'}, "
         f"spin_us: {SPIN_US if SPIN_US is not None else 'default'}, "
-        f"backend_spin_us: {BACKEND_SPIN_US if BACKEND_SPIN_US is not None else 'default'}; "
+        f"backend_spin_us: {BACKEND_SPIN_US if BACKEND_SPIN_US is not None else 'default'}, "
+        f"spin_when: {SPIN_WHEN or 'default'}; "
+        + ("`node_sN_WHEN` is another node with spin_us N and spin_when WHEN; " if VARIANTS else "")
         + (f"every process on CPUs {CPUS} only; " if CPUS is not None else "")
         + f"load average {LOAD_BEFORE[0]:.1f} before, "
         f"{os.getloadavg()[0]:.1f} after. Command: "

@@ -1,6 +1,7 @@
 //! The node's TOML configuration and its translation to the engine's.
 
 use crate::driver::{DriverConfig, PeerConfig};
+use crate::spin_gate::SpinWhen;
 use offrac_accel::dlrm::state::{check_borders, Dictionary};
 use offrac_accel::FunctionState;
 use offrac_core::{BufferPolicy, EngineConfig, SlotPolicy};
@@ -42,6 +43,12 @@ pub enum ConfigError {
     #[error("[[attach]]: {0}")]
     Attach(#[from] crate::attach::AttachConfigError),
 }
+
+/// The I/O thread's gate on spinning (`[io] spin_when`): poll only while a
+/// CPU is free. With two busy threads more than CPUs, polling nodes took
+/// 0.20-0.81x the time per small collective with the gate than without
+/// (docs/results.md, "Polling while a CPU is free").
+pub const DEFAULT_IO_SPIN_WHEN: SpinWhen = SpinWhen::CpuIdle;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IoMode {
@@ -471,6 +478,7 @@ struct RawDevice {
 struct RawIo {
     mode: String,
     spin_us: u64,
+    spin_when: SpinWhen,
     worker_spin_us: u64,
 }
 impl Default for RawIo {
@@ -478,6 +486,7 @@ impl Default for RawIo {
         RawIo {
             mode: "poll".into(),
             spin_us: 100,
+            spin_when: DEFAULT_IO_SPIN_WHEN,
             worker_spin_us: 0,
         }
     }
@@ -550,6 +559,9 @@ pub struct NodeConfig {
     pub engine: EngineConfig,
     pub io_mode: IoMode,
     pub spin_us: u64,
+    /// Whether the I/O thread may spin inside `spin_us` only while a CPU
+    /// would otherwise idle, or always.
+    pub spin_when: SpinWhen,
     /// How long an idle slot worker busy-polls its queue before sleeping (poll mode only).
     pub worker_spin_us: u64,
     /// Where to serve metrics, if anywhere.
@@ -770,6 +782,7 @@ impl NodeConfig {
             engine,
             io_mode,
             spin_us: raw.io.spin_us,
+            spin_when: raw.io.spin_when,
             worker_spin_us: raw.io.worker_spin_us,
             metrics_listen,
             shutdown_grace_ms: raw.shutdown_grace_ms,
@@ -935,6 +948,11 @@ mod tests {
         assert!(e.to_string().contains("turbo"), "{e}");
         let y = NodeConfig::parse("[io]\nmode = \"yield\"\nspin_us = 2000").expect("yield");
         assert_eq!((y.io_mode, y.spin_us), (IoMode::Yield, 2000));
+        assert_eq!(y.spin_when, SpinWhen::CpuIdle, "the default");
+        let a = NodeConfig::parse("[io]\nspin_when = \"always\"").expect("always");
+        assert_eq!(a.spin_when, SpinWhen::Always);
+        let e = NodeConfig::parse("[io]\nspin_when = \"often\"").unwrap_err();
+        assert!(e.to_string().contains("often"), "{e}");
         let e = NodeConfig::parse("[[devices]]\nid = 3\naddr = \"10.0.0.2\"").unwrap_err();
         assert!(e.to_string().contains("not host:port"), "{e}");
         let two = "[[devices]]\nid = 3\naddr = \"a:1\"\n[[devices]]\nid = 3\naddr = \"b:1\"";

@@ -16,6 +16,8 @@ mod metrics;
 pub mod provision;
 mod ratelog;
 mod reactor;
+mod runnable;
+pub mod spin_gate;
 mod wake;
 mod worker;
 
@@ -278,6 +280,7 @@ pub fn start(cfg: NodeConfig, listen: &str) -> Result<NodeHandle, NodeError> {
         metrics.clone(),
         cfg.io_mode,
         spin,
+        cfg.spin_when,
         flag.clone(),
         clock,
     );

@@ -104,6 +104,8 @@ pub struct Metrics {
     engine: Mutex<EngineSnapshot>,
     /// The attached addresses' counters: (`listen="…",function="…"`, source).
     attach: Mutex<Vec<(String, crate::attach::CounterSource)>>,
+    /// Times the I/O thread's spin gate said to sleep instead (`spin_gate.rs`).
+    pub io_spin_refused: AtomicU64,
 }
 
 impl Metrics {
@@ -118,6 +120,7 @@ impl Metrics {
             functions: (0..256).map(|_| FunctionMetrics::default()).collect(),
             engine: Mutex::new(EngineSnapshot::default()),
             attach: Mutex::new(Vec::new()),
+            io_spin_refused: AtomicU64::new(0),
         }
     }
 
@@ -316,6 +319,11 @@ impl Metrics {
             .unwrap_or_else(|p| p.into_inner())
             .clone();
         for (name, help, v) in [
+            (
+                "offrac_io_spin_refused_total",
+                "Times the I/O thread slept inside its spin window because more threads were runnable than the machine has CPUs ([io] spin_when = \"cpu_idle\").",
+                self.io_spin_refused.load(Relaxed),
+            ),
             (
                 "offrac_requests_total",
                 "Request headers parsed.",

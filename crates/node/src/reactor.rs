@@ -62,6 +62,8 @@ pub struct Reactor {
     pub metrics: Arc<Metrics>,
     pub io_mode: IoMode,
     pub spin: Duration,
+    /// Whether, inside `spin`, the thread may poll now (`spin_gate.rs`).
+    spinner: crate::runnable::Spinner,
     pub shutdown: Arc<AtomicBool>,
     pub clock: NodeClock,
     conns: Slab<Conn>,
@@ -100,6 +102,7 @@ impl Reactor {
         metrics: Arc<Metrics>,
         io_mode: IoMode,
         spin: Duration,
+        spin_when: crate::spin_gate::SpinWhen,
         shutdown: Arc<AtomicBool>,
         clock: NodeClock,
     ) -> Reactor {
@@ -114,6 +117,7 @@ impl Reactor {
             metrics,
             io_mode,
             spin,
+            spinner: crate::runnable::Spinner::new(spin_when),
             shutdown,
             clock,
             conns: Slab::new(),
@@ -347,7 +351,10 @@ impl Reactor {
             work |= self.drain_membership();
             work |= self.drain_store();
             work |= self.read_turns();
-            let spinning = self.io_mode != IoMode::Blocking && last_work.elapsed() < self.spin;
+            // The gate is asked only when the thread would otherwise sleep.
+            let spinning = self.io_mode != IoMode::Blocking
+                && last_work.elapsed() < self.spin
+                && (work || self.spinner.may_spin());
             if spinning && !work {
                 if self.io_mode == IoMode::Yield {
                     // Give the core to whoever waits for it (on shared cores,
@@ -785,6 +792,9 @@ impl Reactor {
     /// figures to the driver (for describe answers).
     fn publish(&mut self) {
         self.metrics.publish(&self.driver);
+        self.metrics
+            .io_spin_refused
+            .store(self.spinner.refused(), std::sync::atomic::Ordering::Relaxed);
         self.driver
             .handle_estimates(self.metrics.provision.estimates());
     }

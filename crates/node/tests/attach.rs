@@ -335,10 +335,12 @@ fn a_client_that_sends_and_half_closes_gets_its_answers_then_a_close() {
     let Some(mc) = memcached() else { return };
     for extra in [
         "loops = 1\n",
-        "loops = 1\nbackend_spin_us = 100\n",
+        "loops = 1\nspin_us = 0\n",
+        "loops = 1\nspin_us = 0\nbackend_spin_us = 100\n",
         "loops = 2\nbackend_spin_us = 100\n",
         "loops = 2\n",
         "loops = 2\nspin_us = 300\n",
+        "loops = 2\nspin_us = 300\nspin_when = \"always\"\n",
     ] {
         let (node, addr) = node_for(mc.port, extra);
         let mut r = BufReader::new(connect(addr));
@@ -390,6 +392,10 @@ fn a_bad_attach_config_is_named() {
             "spin_us must be at most 10000",
         ),
         (
+            "[[attach]]\nlisten = \"127.0.0.1:0\"\nfunction = \"memcached_cache\"\nbackend = \"a:1\"\nspin_when = \"sometimes\"",
+            "unknown variant `sometimes`",
+        ),
+        (
             "[[attach]]\nlisten = \"127.0.0.1:0\"\nfunction = \"memcached_cache\"\nbackend = \"a:1\"\nbackend_spin_us = 10001",
             "backend_spin_us must be at most 10000",
         ),
@@ -409,9 +415,58 @@ fn a_bad_attach_config_is_named() {
         "listen=127.0.0.1:0,function=memcached_cache,backend=127.0.0.1:1,capacity_bytes=1000",
     )
     .unwrap();
+    use offrac_node::spin_gate::SpinWhen;
+    assert_eq!((c.spin.as_micros(), c.spin_when), (50, SpinWhen::CpuIdle));
+    let always = offrac_node::attach::AttachConfig::from_spec(
+        "listen=127.0.0.1:0,function=memcached_cache,backend=127.0.0.1:1,spin_us=0,spin_when=always",
+    )
+    .unwrap();
+    assert_eq!(
+        (always.spin.as_micros(), always.spin_when),
+        (0, SpinWhen::Always)
+    );
     let offrac_node::attach::AttachFunction::MemcachedCache(s) = c.function else {
         panic!("memcached_cache expected")
     };
     assert_eq!(s.capacity_bytes, 1000);
     assert!(offrac_node::attach::AttachConfig::from_spec("listen").is_err());
+}
+
+/// The refusals of the attached loops' spin gate, from the node's /metrics.
+fn spin_refused(node: &NodeHandle) -> u64 {
+    let body = common::metrics::metrics_body(node);
+    body.lines()
+        .find(|l| l.starts_with("offrac_attach_spin_refused_total{"))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no offrac_attach_spin_refused_total in /metrics:\n{body}"))
+}
+
+/// `spin_when = "cpu_idle"` (the default): with more threads runnable than
+/// the machine has CPUs, a loop inside its spin window sleeps instead of
+/// taking a CPU someone else wants; with `"always"` it spins anyway. Misses
+/// are answered either way.
+#[test]
+fn a_loop_sleeps_instead_of_spinning_while_every_cpu_is_wanted() {
+    let Some(mc) = memcached() else { return };
+    for (extra, refuses) in [
+        ("spin_us = 10000\n", true),
+        ("spin_us = 10000\nspin_when = \"always\"\n", false),
+    ] {
+        let (node, addr) =
+            common::attach_node_with_metrics("memcached_cache", mc.port, extra, "127.0.0.1:0");
+        let mut r = BufReader::new(connect(addr));
+        let busy = common::busy::oversubscribe();
+        for i in 0..20 {
+            let req = format!("get absent{i}\r\n");
+            assert_eq!(
+                ask(&mut r, req.as_bytes(), |l| l == "END"),
+                ["END"],
+                "{extra}"
+            );
+        }
+        drop(busy);
+        let refused = spin_refused(&node);
+        assert_eq!(refused > 0, refuses, "{extra}: {refused} refusals");
+        node.shutdown().unwrap();
+    }
 }

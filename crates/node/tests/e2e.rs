@@ -1,5 +1,7 @@
 //! The node over real loopback sockets, driven by the Rust client.
 
+mod common;
+
 use offrac_client::{Client, ClientError, FunctionId, Hop, RetryPolicy, Status};
 use offrac_node::{start, NodeConfig, NodeHandle};
 use offrac_proto::{RequestHeader, ResponseHeader, HEADER_LEN};
@@ -618,6 +620,33 @@ fn yield_mode_serves_too() {
         }
     }
     n.shutdown().unwrap();
+}
+
+/// `[io] spin_when = "cpu_idle"`: with more threads runnable than the
+/// machine has CPUs, the polling I/O thread sleeps inside its spin window
+/// (counted in /metrics); `"always"` spins anyway. Calls are served either way.
+#[test]
+fn the_io_thread_sleeps_instead_of_spinning_while_every_cpu_is_wanted() {
+    for (when, refuses) in [("cpu_idle", true), ("always", false)] {
+        let n = node(&format!(
+            "[io]\nmode = \"poll\"\nspin_us = 10000\nspin_when = \"{when}\"\n"
+        ));
+        let mut c = Client::connect(&n.addr.to_string()).unwrap();
+        let busy = common::busy::oversubscribe();
+        for i in 0..20 {
+            let r = c.call(FunctionId::TopK, 1, &ints(&[i, i + 1])).unwrap();
+            assert_eq!(r.payload, ints(&[i + 1]));
+        }
+        // Idle past the publishing interval, then one more call: the I/O
+        // thread publishes its counters as it goes back to sleep.
+        std::thread::sleep(Duration::from_millis(5));
+        c.call(FunctionId::TopK, 1, &ints(&[1, 2])).unwrap();
+        drop(busy);
+        std::thread::sleep(Duration::from_millis(20));
+        let refused = common::metrics::metric(&n, "offrac_io_spin_refused_total");
+        assert_eq!(refused > 0, refuses, "{when}: {refused} refusals");
+        n.shutdown().unwrap();
+    }
 }
 
 /// A request slower than `reassembly_timeout_ms` but steadily faster than

@@ -14,9 +14,12 @@ use mio::net::{TcpListener, TcpStream, UdpSocket};
 use mio::{Events, Interest, Poll, Token, Waker};
 use std::io::{ErrorKind, Read, Write};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+
+use crate::runnable::Spinner;
+use crate::spin_gate::SpinWhen;
 
 pub const LISTENER: Token = Token(usize::MAX - 1);
 pub const WAKER: Token = Token(usize::MAX - 2);
@@ -97,6 +100,9 @@ pub struct Shared<M> {
     state: Mutex<State<M>>,
     /// One per loop, to wake it when another loop hands it work.
     wakers: Vec<Arc<Waker>>,
+    /// Times a loop slept inside its spin window: more threads were runnable
+    /// than the machine has CPUs (`spin_when = "cpu_idle"`).
+    spin_refused: AtomicU64,
 }
 
 struct State<M> {
@@ -131,6 +137,7 @@ impl<M> Shared<M> {
                 udp: None,
             }),
             wakers,
+            spin_refused: AtomicU64::new(0),
         }
     }
 
@@ -164,6 +171,11 @@ impl<M: InlineMachine> Shared<M> {
             "Client connections open (TCP).",
             g.open as u64,
         ));
+        c.push(Counter::total(
+            "offrac_attach_spin_refused_total",
+            "Times a loop slept inside its spin window because more threads were runnable than the machine has CPUs (spin_when = \"cpu_idle\").",
+            self.spin_refused.load(Ordering::Relaxed),
+        ));
         if let Some(t) = &g.udp {
             c.extend(udp::counters(&t.stats, t.in_flight(), &t.per_loop));
         }
@@ -185,6 +197,8 @@ pub struct LoopSettings {
     /// after the turn that forwarded or read (0: never): a miss's answer is
     /// then seen without a wake-up, and an idle or all-hits loop never spins.
     pub backend_spin: Duration,
+    /// When the loop may spin inside those windows (`spin_gate.rs`).
+    pub spin_when: SpinWhen,
 }
 
 pub struct Driver<M> {
@@ -198,6 +212,9 @@ pub struct Driver<M> {
     max_connections: usize,
     spin: Duration,
     backend_spin: Duration,
+    spinner: Spinner,
+    /// The spinner's refusals already added to `Shared::spin_refused`.
+    refused_seen: u64,
     /// This loop's pairs the backend owes an answer (as of their last service).
     awaiting: usize,
     stop: Arc<AtomicBool>,
@@ -286,6 +303,8 @@ impl<M: InlineMachine> Driver<M> {
             max_connections: settings.max_connections,
             spin: settings.spin,
             backend_spin: settings.backend_spin,
+            spinner: Spinner::new(settings.spin_when),
+            refused_seen: 0,
             awaiting: 0,
             stop,
             pairs: Vec::new(),
@@ -305,7 +324,9 @@ impl<M: InlineMachine> Driver<M> {
         while !self.stop.load(Ordering::SeqCst) {
             let spinning = {
                 let until = |t: Option<Instant>| t.is_some_and(|t| Instant::now() < t);
-                until(spin_until) || (self.awaiting > 0 && until(backend_spin_until))
+                let window = until(spin_until) || (self.awaiting > 0 && until(backend_spin_until));
+                // Asked only when the loop would otherwise sleep.
+                window && self.again.is_empty() && !self.udp_again && self.may_spin()
             };
             let wait = if self.again.is_empty() && !spinning && !self.udp_again {
                 Duration::from_millis(50)
@@ -389,6 +410,21 @@ impl<M: InlineMachine> Driver<M> {
                 backend_spin_until = Some(now.mono + self.backend_spin);
             }
         }
+    }
+
+    /// Asks the spin gate, counting its refusals where the metrics see them.
+    fn may_spin(&mut self) -> bool {
+        let ok = self.spinner.may_spin();
+        if !ok {
+            let total = self.spinner.refused();
+            if total > self.refused_seen {
+                self.shared
+                    .spin_refused
+                    .fetch_add(total - self.refused_seen, Ordering::Relaxed);
+                self.refused_seen = total;
+            }
+        }
+        ok
     }
 
     /// Updates `awaiting` for the connections just served; true if one of
@@ -1184,6 +1220,7 @@ mod tests {
             max_connections: 4,
             spin: Duration::ZERO,
             backend_spin: Duration::ZERO,
+            spin_when: SpinWhen::Always,
         };
         let driver = Driver::new(
             poll,

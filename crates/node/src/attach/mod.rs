@@ -21,6 +21,7 @@ pub mod udp;
 
 pub use machine::{Machine, Settings, Stats};
 
+use crate::spin_gate::SpinWhen;
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -65,6 +66,8 @@ pub struct AttachConfig {
     /// How long a loop polls without sleeping while the backend owes an
     /// answer (a miss in flight), after the turn that forwarded it (0: never).
     pub backend_spin: Duration,
+    /// When a loop may spin inside those windows.
+    pub spin_when: SpinWhen,
     /// Also serve memcached's UDP framing on the same host:port (memcached_cache only).
     pub udp: bool,
     /// UDP requests in flight at once; a datagram beyond it is dropped (counted).
@@ -113,11 +116,14 @@ pub struct RawAttach {
     #[serde(default = "default_loops")]
     loops: usize,
     /// Microseconds a loop busy-polls after a turn with work before sleeping.
-    #[serde(default)]
+    #[serde(default = "default_spin_us")]
     spin_us: u64,
     /// Microseconds a loop busy-polls while the backend owes an answer.
     #[serde(default = "default_backend_spin_us")]
     backend_spin_us: u64,
+    /// When a loop may spin in those windows: "cpu_idle" or "always".
+    #[serde(default = "default_spin_when")]
+    spin_when: SpinWhen,
     // memcached_cache
     capacity_bytes: Option<usize>,
     max_value_bytes: Option<usize>,
@@ -157,6 +163,14 @@ pub const DEFAULT_UDP_MAX_REQUESTS: usize = 1024;
 fn default_loops() -> usize {
     DEFAULT_LOOPS
 }
+/// A loop polls this long after a turn with work (when a CPU is free,
+/// `DEFAULT_SPIN_WHEN`): a miss's answer from memcached and a client's next
+/// request are then read without a wake-up of the loop, which on a VM is the
+/// larger part of a miss's cost (docs/inline.md, "Polling instead of sleeping").
+pub const DEFAULT_SPIN_US: u64 = 50;
+fn default_spin_us() -> u64 {
+    DEFAULT_SPIN_US
+}
 /// Off: on the shared, loaded 2-CPU machine polling for memcached's answer
 /// did not measurably shorten a miss (docs/results.md, "Syscalls per hit and
 /// per miss, and polling for memcached's answer"); worth trying where the
@@ -164,6 +178,11 @@ fn default_loops() -> usize {
 pub const DEFAULT_BACKEND_SPIN_US: u64 = 0;
 fn default_backend_spin_us() -> u64 {
     DEFAULT_BACKEND_SPIN_US
+}
+/// Spin only while a CPU would otherwise idle (`spin_gate.rs`).
+pub const DEFAULT_SPIN_WHEN: SpinWhen = SpinWhen::CpuIdle;
+fn default_spin_when() -> SpinWhen {
+    DEFAULT_SPIN_WHEN
 }
 
 fn host_port(field: &'static str, value: &str) -> Result<(), AttachConfigError> {
@@ -321,6 +340,7 @@ impl RawAttach {
             loops: self.loops,
             spin: Duration::from_micros(self.spin_us),
             backend_spin: Duration::from_micros(self.backend_spin_us),
+            spin_when: self.spin_when,
             udp: self.udp.unwrap_or(false),
             udp_max_requests: at_least_one(
                 "udp_max_requests",
@@ -462,6 +482,7 @@ fn spawn<M: inline::InlineMachine + Send + 'static>(
                 max_connections: cfg.max_connections,
                 spin: cfg.spin,
                 backend_spin: cfg.backend_spin,
+                spin_when: cfg.spin_when,
             },
             stop.clone(),
             udp.get_mut(i).and_then(Option::take),

@@ -4,6 +4,7 @@
 //! requests, and a real memcached.
 #![allow(dead_code)]
 
+pub mod busy;
 pub mod collective;
 pub mod control;
 pub mod memcached;
