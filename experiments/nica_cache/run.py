@@ -26,7 +26,12 @@ Here the node shares the machine's cores with memcached and the clients, standin
 FPGA NIC. ``--quick`` runs one short round; ``--loops N`` sets the attached address's event
 loops (``loops`` in ``[[attach]]``; the node's default otherwise), ``--spin-us N`` their
 busy-polling (``spin_us``) and ``--backend-spin-us N`` their polling while memcached owes an
-answer (``backend_spin_us``); ``--rounds N`` and ``--workloads a,b`` narrow or lengthen a run.
+answer (``backend_spin_us``), ``--spin-when always|cpu_idle`` whether they poll only while a CPU
+is free (``spin_when``); ``--rounds N`` and ``--workloads a,b`` narrow or lengthen a run.
+``--also-node 0:always,50:cpu_idle:2`` adds more nodes, each its own process and cache in front of
+the same memcached, with that ``spin_us:spin_when[:loops]`` (paths ``node_s0_always``,
+``node_s50_cpu_idle_l2``), measured in turn with the others, so settings compare in one run;
+``--paths direct,node,...`` leaves the others out.
 ``--cpus LIST`` (as taskset takes it: ``0``, ``0,1``, ``0-1``) runs every process of the run
 (memcached, the node, the relays and the clients) on those CPUs only. With ``--cpus 0`` every
 hand-off is a switch on one CPU, none a wake-up of another CPU, so what a path costs beyond
@@ -105,18 +110,21 @@ ARGS = (
 SPIN_WHEN = flag("--spin-when")
 
 
-def node_variants(spec: str | None) -> dict[str, tuple[int, str]]:
-    """``--also-node 50:always,50:cpu_idle``: more nodes, each its own process and cache in
-    front of the same memcached, with that ``spin_us`` and ``spin_when``; path names
-    ``node_s50_always``..."""
-    out: dict[str, tuple[int, str]] = {}
+def node_variants(spec: str | None) -> dict[str, tuple[int, str, int | None]]:
+    """``--also-node 50:always,50:cpu_idle:2``: more nodes, each its own process and cache in
+    front of the same memcached, with that ``spin_us``, ``spin_when`` and (optionally)
+    ``loops``; path names ``node_s50_always``, ``node_s50_cpu_idle_l2``..."""
+    out: dict[str, tuple[int, str, int | None]] = {}
     for item in (spec or "").split(","):
         if not item:
             continue
-        us, _, when = item.partition(":")
-        if not us.isdigit() or when not in ("always", "cpu_idle"):
-            sys.exit(f"--also-node: {item!r} is not SPIN_US:always or SPIN_US:cpu_idle")
-        out[f"node_s{us}_{when}"] = (int(us), when)
+        us, when, *rest = item.split(":")
+        loops = rest[0] if len(rest) == 1 else None
+        ok = us.isdigit() and when in ("always", "cpu_idle") and len(rest) <= 1
+        if not ok or (loops is not None and not loops.isdigit()):
+            sys.exit(f"--also-node: {item!r} is not SPIN_US:always|cpu_idle[:LOOPS]")
+        name = f"node_s{us}_{when}" + (f"_l{loops}" if loops else "")
+        out[name] = (int(us), when, int(loops) if loops else None)
     return out
 
 
@@ -206,16 +214,16 @@ def measure() -> list[dict[str, Any]]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    nodes: dict[str, tuple[int | None, str | None]] = {"node": (SPIN_US, SPIN_WHEN)}
+    nodes: dict[str, tuple[int | None, str | None, int | None]] = {"node": (SPIN_US, SPIN_WHEN, LOOPS)}
     nodes |= {p: v for p, v in VARIANTS.items() if p in PATHS}
     aport = {path: free_port() for path in nodes}
     cfgs = {path: HERE / f"{path}.toml" for path in nodes}
-    for path, (spin_us, when) in nodes.items():
+    for path, (spin_us, when, loops) in nodes.items():
         cfgs[path].write_text(
             '[metrics]\nlisten = ""\n[[slots]]\nfunction = "echo"\n'
             f'[[attach]]\nlisten = "127.0.0.1:{aport[path]}"\nfunction = "memcached_cache"\n'
             f'backend = "127.0.0.1:{mport}"\ncapacity_bytes = 67108864\n'
-            + (f"loops = {LOOPS}\n" if LOOPS is not None else "")
+            + (f"loops = {loops}\n" if loops is not None else "")
             + (f"spin_us = {spin_us}\n" if spin_us is not None else "")
             + (f'spin_when = "{when}"\n' if when is not None else "")
             + (f"backend_spin_us = {BACKEND_SPIN_US}\n" if BACKEND_SPIN_US is not None else "")
