@@ -282,27 +282,37 @@ def test_the_node_closing_between_answers_and_garbage_are_told_apart() -> None:
 
 
 def test_a_writer_waits_for_drain_and_still_gets_its_answer() -> None:
-    """A request larger than the transport's buffer, to a node that does not read for a while:
-    the call waits for drain (the transport paused writing), then is answered."""
-    size = 8 << 20
+    """A request larger than the socket buffers, to a node that does not read for a while:
+    the transport pauses writing, the call's drain returns only once the node reads, and the
+    call is answered."""
+    size = 32 << 20
     paused: list[bool] = []
+    drained_while_reading: list[bool] = []
+    reading = asyncio.Event()
 
     async def answer(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
         await asyncio.sleep(0.3)
+        reading.set()
         await r.readexactly(HEADER_LEN + size)
         w.write(_frame(1, b"done"))
         await w.drain()
         await r.read(1)
 
     async def client(c: aio.Client) -> None:
-        pause = c._conn.pause_writing
+        pause, drain = c._conn.pause_writing, c._conn.drain
 
-        def spy() -> None:
+        def spy_pause() -> None:
             paused.append(True)
             pause()
 
-        c._conn.pause_writing = spy  # type: ignore[method-assign]
-        assert await c.call_raw(1, bytes(size)) is not None
-        assert paused
+        async def spy_drain() -> None:
+            await drain()
+            drained_while_reading.append(reading.is_set())
+
+        c._conn.pause_writing = spy_pause  # type: ignore[method-assign]
+        c._conn.drain = spy_drain  # type: ignore[method-assign]
+        _, payload = await c.call_raw(1, bytes(size))
+        assert payload == b"done"
+        assert paused and drained_while_reading == [True]
 
     run(_with_server(answer, client))
