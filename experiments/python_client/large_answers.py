@@ -85,16 +85,21 @@ def kept_answers(old_bin: str, cfg: Path) -> None:
     print(md_table(("kept buffer", "old node ms", "this node ms", "this / old"), rows))
 
 
-def main() -> None:
-    direct_min = client_module.DIRECT_READ_MIN
-    rows = []
-    cfg = HERE / "large_answers.toml"
+def write_config(cfg: Path) -> Path:
+    """A node config for answers up to 32 MiB: an echo slot, and kept buffers of that size."""
     big = 32 << 20
     cfg.write_text(
         f"max_payload = {big}\n[pool]\nbuffers = 4\nbuffer_bytes = {big}\n"
         f"[selector]\nslot_queue_bytes = {big}\n[named_buffers]\nmax_bytes = {4 * big}\n"
         '[[slots]]\nfunction = "echo"\n'
     )
+    return cfg
+
+
+def main() -> None:
+    direct_min = client_module.DIRECT_READ_MIN
+    rows = []
+    cfg = write_config(HERE / "large_answers.toml")
     with Server(["serve", "--listen", "127.0.0.1:0", "--config", str(cfg)], "node") as node:
         clients = {"old": Client(node.addr), "direct": Client(node.addr)}
         for size in SIZES:

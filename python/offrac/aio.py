@@ -13,8 +13,6 @@ connection stays usable.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import dataclasses
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,6 +21,7 @@ from typing import Any, Literal, overload
 import numpy as np
 import numpy.typing as npt
 
+from ._aio_conn import Connection
 from .client import (
     BytesInput,
     Data,
@@ -39,10 +38,7 @@ from .client import (
 from .errors import ConnectError, ConnectionClosedError, OffracError, error_for_response
 from .protocol import (
     FN_DESCRIBE,
-    HEADER_LEN,
-    HeaderError,
     Hop,
-    HopTime,
     RequestHeader,
     ResponseHeader,
     Status,
@@ -68,8 +64,7 @@ class Client:
 
     def __init__(
         self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
+        conn: Connection,
         address: tuple[str, int],
         *,
         timeout: float | None,
@@ -95,15 +90,14 @@ class Client:
         self.tenant: int = tenant
         self.budget: float | None = budget
         self.last_response: ResponseHeader | None = None
-        self._reader = reader
-        self._writer = writer
         self._pending: dict[int, _Pending] = {}
         self._next_id = 1
         self._closed: OffracError | None = None
         self._user_closed = False
         self._reconnect_lock = asyncio.Lock()
         self._rng = random.Random()
-        self._read_task = asyncio.get_running_loop().create_task(self._read_loop())
+        self._conn = conn
+        self._attach(conn)
 
     @classmethod
     async def connect(
@@ -131,10 +125,9 @@ class Client:
             raise ValueError("reconnect_attempts >= 1 and reconnect_backoff = (first, most) > 0")
         _budget_us(budget)
         host, port = parse_address(address)
-        reader, writer = await _open(host, port, timeout)
+        conn = await _open(host, port, timeout)
         return cls(
-            reader,
-            writer,
+            conn,
             (host, port),
             timeout=timeout,
             busy_retries=busy_retries,
@@ -701,13 +694,8 @@ class Client:
         """Close the connection; outstanding calls fail with ConnectionClosedError."""
         self._user_closed = True
         self._shutdown(ConnectionClosedError("client closed the connection"))
-        self._read_task.cancel()
-        # The reader's own end (cancelled, or the stream's error) is not ours to raise.
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await self._read_task
-        self._writer.close()
-        with contextlib.suppress(OSError):
-            await self._writer.wait_closed()
+        self._conn.close()
+        await self._conn.wait_closed()
 
     # -- internals -------------------------------------------------------------------------
 
@@ -738,8 +726,8 @@ class Client:
         self._pending[rid] = _Pending(fut, header + payload, decode, return_info, retries)
         try:
             try:
-                self._writer.write(header + payload)
-                await self._writer.drain()
+                self._conn.write(header + payload)
+                await self._conn.drain()
             except OSError as e:  # the write side failed: the connection is gone
                 self._shutdown(ConnectionClosedError(f"send failed: {e}"))
                 raise ConnectionClosedError(f"send failed: {e}", request_id=rid) from None
@@ -760,22 +748,20 @@ class Client:
         async with self._reconnect_lock:
             if self._closed is None or self._user_closed:
                 return  # another call reconnected meanwhile
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._read_task
+            self._conn.close()
             delay, most = self.reconnect_backoff
             for attempt in range(self.reconnect_attempts):
                 try:
-                    reader, writer = await _open(*self.address, self.timeout)
+                    conn = await _open(*self.address, self.timeout)
                     break
                 except ConnectError:
                     if attempt + 1 == self.reconnect_attempts:
                         raise
                     await asyncio.sleep(self._rng.uniform(0.5, 1.0) * min(delay * 2.0**attempt, most))
-            self._writer.close()
-            self._reader, self._writer = reader, writer
+            self._conn = conn
             self._closed = None
             self.reconnects += 1
-            self._read_task = asyncio.get_running_loop().create_task(self._read_loop())
+            self._attach(conn)
 
     def _backoff(self, attempt: int) -> float:
         lo, hi = self.busy_backoff
@@ -784,35 +770,22 @@ class Client:
     def _resend(self, rid: int) -> None:
         p = self._pending.get(rid)
         if p is not None and self._closed is None and not p.future.done():
-            self._writer.write(p.wire)
+            self._conn.write(p.wire)
 
-    async def _read_loop(self) -> None:
-        reason: OffracError
-        try:
-            while True:
-                raw = await self._reader.readexactly(HEADER_LEN)
-                header = ResponseHeader.decode_from(raw)
-                if header.has_hop_times:
-                    block = await self._reader.readexactly(64)
-                    header = dataclasses.replace(header, hop_times=HopTime.decode_block(block))
-                payload = (
-                    bytearray(await self._reader.readexactly(header.payload_len))
-                    if header.payload_len
-                    else bytearray()
-                )
-                self.last_response = header
-                self._dispatch(header, payload)
-        except asyncio.IncompleteReadError as e:
-            reason = ConnectionClosedError(
-                "the node closed the connection"
-                if not e.partial
-                else "the node closed the connection mid-response"
-            )
-        except HeaderError as e:
-            reason = ConnectionClosedError(f"protocol error from the node: {e}")
-        except OSError as e:
-            reason = ConnectionClosedError(f"connection error: {e}")
-        self._shutdown(reason)
+    def _attach(self, conn: Connection) -> None:
+        conn.on_answer = self._on_answer
+        conn.on_lost = self._on_lost
+        if conn.reason is not None:  # lost before it was ours
+            self._on_lost(conn, conn.reason)
+
+    def _on_answer(self, conn: Connection, header: ResponseHeader, payload: bytearray) -> None:
+        if conn is self._conn:
+            self.last_response = header
+            self._dispatch(header, payload)
+
+    def _on_lost(self, conn: Connection, reason: ConnectionClosedError) -> None:
+        if conn is self._conn:  # not one replaced by a reconnect
+            self._shutdown(reason)
 
     def _dispatch(self, header: ResponseHeader, payload: bytearray) -> None:
         p = self._pending.get(header.request_id)
@@ -847,11 +820,10 @@ class Client:
         self._pending.clear()
 
 
-_Stream = tuple[asyncio.StreamReader, asyncio.StreamWriter]
-
-
-async def _open(host: str, port: int, timeout: float | None) -> _Stream:
+async def _open(host: str, port: int, timeout: float | None) -> Connection:
+    loop = asyncio.get_running_loop()
     try:
-        return await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+        _, conn = await asyncio.wait_for(loop.create_connection(Connection, host, port), timeout)
     except (OSError, asyncio.TimeoutError) as e:
         raise ConnectError(f"cannot connect to {host}:{port}: {getattr(e, 'strerror', None) or e}") from e
+    return conn
