@@ -792,9 +792,10 @@ impl Reactor {
     /// figures to the driver (for describe answers).
     fn publish(&mut self) {
         self.metrics.publish(&self.driver);
-        self.metrics
-            .io_spin_refused
-            .store(self.spinner.refused(), std::sync::atomic::Ordering::Relaxed);
+        self.metrics.io_spin_refused.fetch_add(
+            self.spinner.take_refused(),
+            std::sync::atomic::Ordering::Relaxed,
+        );
         self.driver
             .handle_estimates(self.metrics.provision.estimates());
     }

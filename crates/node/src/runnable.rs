@@ -80,8 +80,9 @@ impl Spinner {
         self.gate.may_spin()
     }
 
-    pub fn refused(&self) -> u64 {
-        self.gate.refused()
+    /// Refusals since the last call (for a counter).
+    pub fn take_refused(&mut self) -> u64 {
+        self.gate.take_refused()
     }
 }
 

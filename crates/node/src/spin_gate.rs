@@ -15,29 +15,19 @@ use serde::Deserialize;
 use std::time::{Duration, Instant};
 
 /// When a loop configured to spin may do so.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SpinWhen {
     /// Whenever the loop is inside its spin window.
     Always,
     /// Only while no more threads are runnable than the machine has CPUs
     /// (and the loop may run on at least two): a CPU would otherwise idle.
-    #[default]
     CpuIdle,
-}
-
-impl SpinWhen {
-    pub fn name(self) -> &'static str {
-        match self {
-            SpinWhen::Always => "always",
-            SpinWhen::CpuIdle => "cpu_idle",
-        }
-    }
 }
 
 /// How long one reading of the runnable threads decides for: short enough
 /// that a spinner stops within a small share of a time slice after a client
-/// becomes runnable, long enough that reading (~1 µs) stays a small share
+/// becomes runnable, long enough that reading (~2 µs) stays a small share
 /// of the spin.
 pub const READING_FRESH: Duration = Duration::from_micros(20);
 
@@ -49,7 +39,7 @@ pub struct SpinGate {
     room: u32,
     /// The last reading's time and verdict.
     last: Option<(Instant, bool)>,
-    /// Readings that refused a spin the window allowed (for the metrics).
+    /// Readings that refused a spin the window allowed, not yet taken for the metrics.
     refused: u64,
 }
 
@@ -93,9 +83,9 @@ impl SpinGate {
         }
     }
 
-    /// Readings so far that refused a spin.
-    pub fn refused(&self) -> u64 {
-        self.refused
+    /// Readings that refused a spin since the last call (for a counter).
+    pub fn take_refused(&mut self) -> u64 {
+        std::mem::take(&mut self.refused)
     }
 }
 
@@ -128,7 +118,8 @@ mod tests {
             !g.may_spin(),
             "a third runnable thread would wait for the spinner"
         );
-        assert_eq!(g.refused(), 1);
+        assert_eq!(g.take_refused(), 1);
+        assert_eq!(g.take_refused(), 0, "taken once");
         assert!(
             g.wants_reading(t0 + READING_FRESH * 2),
             "a stale reading is renewed"
@@ -161,7 +152,7 @@ mod tests {
         let t: T = toml::from_str("w = \"always\"").expect("always");
         assert_eq!(t.w, SpinWhen::Always);
         let t: T = toml::from_str("w = \"cpu_idle\"").expect("cpu_idle");
-        assert_eq!(t.w.name(), "cpu_idle");
+        assert_eq!(t.w, SpinWhen::CpuIdle);
         assert!(toml::from_str::<T>("w = \"sometimes\"").is_err());
     }
 }

@@ -213,8 +213,6 @@ pub struct Driver<M> {
     spin: Duration,
     backend_spin: Duration,
     spinner: Spinner,
-    /// The spinner's refusals already added to `Shared::spin_refused`.
-    refused_seen: u64,
     /// This loop's pairs the backend owes an answer (as of their last service).
     awaiting: usize,
     stop: Arc<AtomicBool>,
@@ -304,7 +302,6 @@ impl<M: InlineMachine> Driver<M> {
             spin: settings.spin,
             backend_spin: settings.backend_spin,
             spinner: Spinner::new(settings.spin_when),
-            refused_seen: 0,
             awaiting: 0,
             stop,
             pairs: Vec::new(),
@@ -412,17 +409,14 @@ impl<M: InlineMachine> Driver<M> {
         }
     }
 
-    /// Asks the spin gate, counting its refusals where the metrics see them.
+    /// Asks the spin gate, adding its refusals to the address's counter.
     fn may_spin(&mut self) -> bool {
         let ok = self.spinner.may_spin();
         if !ok {
-            let total = self.spinner.refused();
-            if total > self.refused_seen {
-                self.shared
-                    .spin_refused
-                    .fetch_add(total - self.refused_seen, Ordering::Relaxed);
-                self.refused_seen = total;
-            }
+            let refused = self.spinner.take_refused();
+            self.shared
+                .spin_refused
+                .fetch_add(refused, Ordering::Relaxed);
         }
         ok
     }
