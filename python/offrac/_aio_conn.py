@@ -16,7 +16,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Final
 
-from .client import DIRECT_READ_MIN
+from .client import DEFAULT_MAX_ANSWER_BYTES, DIRECT_READ_MIN, answer_too_large
 from .errors import ConnectionClosedError
 from .protocol import HEADER_LEN, HeaderError, HopTime, ResponseHeader
 
@@ -42,6 +42,8 @@ class Connection(asyncio.BufferedProtocol):
         self.reason: ConnectionClosedError | None = None
         #: Answers whose payload was read into their own bytearray.
         self.direct_reads: int = 0
+        #: A header announcing a longer payload closes the connection instead of allocating.
+        self.max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES
         self._buf = bytearray(READ_BUFFER)
         self._start = 0  # first unread byte of _buf
         self._end = 0  # end of what the transport wrote into _buf
@@ -97,6 +99,9 @@ class Connection(asyncio.BufferedProtocol):
                 return
             extra = _HOP_TIMES_LEN if header.has_hop_times else 0
             n = header.payload_len
+            if n > self.max_answer_bytes:
+                self._fail(ConnectionClosedError(answer_too_large(n, self.max_answer_bytes)))
+                return
             avail = self._end - self._start - HEADER_LEN - extra
             if avail < 0 or (n < DIRECT_READ_MIN and avail < n):
                 return  # the rest comes with a later read

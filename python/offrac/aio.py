@@ -23,6 +23,7 @@ import numpy.typing as npt
 
 from ._aio_conn import Connection
 from .client import (
+    DEFAULT_MAX_ANSWER_BYTES,
     BytesInput,
     Data,
     FloatInput,
@@ -32,6 +33,7 @@ from .client import (
     Step,
     StepLike,
     _budget_us,
+    check_max_answer_bytes,
     parse_address,
     prepare_chain,
 )
@@ -76,8 +78,11 @@ class Client:
         reconnect: bool = False,
         reconnect_attempts: int = 5,
         reconnect_backoff: tuple[float, float] = (0.05, 1.0),
+        max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
     ) -> None:
         self.address: tuple[str, int] = address
+        #: The largest answer payload the client allocates for (as :class:`offrac.Client`'s).
+        self.max_answer_bytes: int = check_max_answer_bytes(max_answer_bytes)
         self.reconnect: bool = reconnect
         self.reconnect_attempts: int = reconnect_attempts
         self.reconnect_backoff: tuple[float, float] = reconnect_backoff
@@ -113,6 +118,7 @@ class Client:
         reconnect: bool = False,
         reconnect_attempts: int = 5,
         reconnect_backoff: tuple[float, float] = (0.05, 1.0),
+        max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
     ) -> Client:
         """Open the connection (within ``timeout``); the arguments mean what they mean for
         :class:`offrac.Client`. With ``reconnect``, a client whose connection was lost
@@ -124,8 +130,9 @@ class Client:
         if reconnect_attempts < 1 or not 0 < reconnect_backoff[0] <= reconnect_backoff[1]:
             raise ValueError("reconnect_attempts >= 1 and reconnect_backoff = (first, most) > 0")
         _budget_us(budget)
+        check_max_answer_bytes(max_answer_bytes)
         host, port = parse_address(address)
-        conn = await _open(host, port, timeout)
+        conn = await _open(host, port, timeout, max_answer_bytes)
         return cls(
             conn,
             (host, port),
@@ -138,6 +145,7 @@ class Client:
             reconnect=reconnect,
             reconnect_attempts=reconnect_attempts,
             reconnect_backoff=reconnect_backoff,
+            max_answer_bytes=max_answer_bytes,
         )
 
     async def __aenter__(self) -> Client:
@@ -752,7 +760,7 @@ class Client:
             delay, most = self.reconnect_backoff
             for attempt in range(self.reconnect_attempts):
                 try:
-                    conn = await _open(*self.address, self.timeout)
+                    conn = await _open(*self.address, self.timeout, self.max_answer_bytes)
                     break
                 except ConnectError:
                     if attempt + 1 == self.reconnect_attempts:
@@ -820,10 +828,11 @@ class Client:
         self._pending.clear()
 
 
-async def _open(host: str, port: int, timeout: float | None) -> Connection:
+async def _open(host: str, port: int, timeout: float | None, max_answer_bytes: int) -> Connection:
     loop = asyncio.get_running_loop()
     try:
         _, conn = await asyncio.wait_for(loop.create_connection(Connection, host, port), timeout)
     except (OSError, asyncio.TimeoutError) as e:
         raise ConnectError(f"cannot connect to {host}:{port}: {getattr(e, 'strerror', None) or e}") from e
+    conn.max_answer_bytes = max_answer_bytes
     return conn

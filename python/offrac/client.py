@@ -193,6 +193,27 @@ _IN_OUT = bytearray()
 # payload the caller gets), not through the read buffer: no copy of it in between, and the
 # read buffer stays at its first size instead of growing to the largest answer.
 DIRECT_READ_MIN: Final = 1 << 16
+#: The largest answer payload a client allocates for by default (1 GiB, as the Rust client's
+#: ``DEFAULT_MAX_RESPONSE_PAYLOAD``): a header garbled on the way with its magic intact could
+#: otherwise make the client allocate up to 4 GiB. ``max_answer_bytes`` raises it.
+DEFAULT_MAX_ANSWER_BYTES: Final = 1 << 30
+
+
+def check_max_answer_bytes(value: int) -> int:
+    """``value`` if it is a valid ``max_answer_bytes`` (an int, at least 64 KiB: every answer
+    below ``DIRECT_READ_MIN`` is read through the connection's buffer anyway)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < DIRECT_READ_MIN:  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise ValueError(f"max_answer_bytes must be an int >= {DIRECT_READ_MIN}, not {value!r}")
+    return value
+
+
+def answer_too_large(n: int, limit: int) -> str:
+    """Why a connection was closed on an answer of ``n`` bytes over ``limit``."""
+    return (
+        f"the node announced an answer of {n} bytes, over this client's max_answer_bytes "
+        f"({limit}); the connection is closed (pass a larger max_answer_bytes to accept it)"
+    )
+
 
 #: Output layouts an ``out=`` array can take, by numpy dtype.
 _OUT_DTYPES: Final = {"int32[]": np.int32, "uint32[]": np.uint32, "float32[]": np.float32}
@@ -473,6 +494,12 @@ class Client:
       back-off from ``reconnect_backoff[0]`` to ``reconnect_backoff[1]`` seconds. Requests
       outstanding at the loss fail with :class:`~offrac.errors.ConnectionClosedError` and are
       not re-sent (they may have run); never-ending waits do not happen.
+    * ``max_answer_bytes``: the largest answer payload the client takes (default
+      :data:`DEFAULT_MAX_ANSWER_BYTES`, 1 GiB). A header announcing more (a garbled stream,
+      or a node configured for larger payloads) closes the connection: every outstanding
+      request fails with :class:`~offrac.errors.ConnectionClosedError` saying so, and nothing
+      of that size is allocated. An ``out=`` array of the answer's exact size is read into
+      whatever its size.
 
     Counters: ``busy_retries_done`` (requests re-sent after BUSY), ``reconnects`` and
     ``last_response`` (the most recently received :class:`~offrac.protocol.ResponseHeader`,
@@ -497,7 +524,10 @@ class Client:
         reconnect_attempts: int = 5,
         reconnect_backoff: tuple[float, float] = (0.05, 1.0),
         poll_us: int = 0,
+        max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
     ) -> None:
+        #: The largest answer payload the client allocates for (see above).
+        self.max_answer_bytes: int = check_max_answer_bytes(max_answer_bytes)
         if busy_retries < 0:
             raise ValueError("busy_retries must be >= 0")
         if isinstance(poll_us, bool) or not isinstance(poll_us, int) or poll_us < 0:  # pyright: ignore[reportUnnecessaryIsInstance]
@@ -2059,6 +2089,8 @@ class Client:
             raise _StreamEnd(f"protocol error from the node: {e}") from None
         extra = 64 if header.has_hop_times else 0
         out = self._out_for(header) if self._outs else None
+        if out is None and header.payload_len > self.max_answer_bytes:
+            raise _StreamEnd(answer_too_large(header.payload_len, self.max_answer_bytes))
         if out is not None or header.payload_len >= DIRECT_READ_MIN:
             # Straight into the caller's array, or into the payload's own bytearray: no copy
             # of the payload in between. Once it has begun the read finishes (the stream must

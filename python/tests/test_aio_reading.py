@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
+import tracemalloc
 from collections.abc import Awaitable, Callable
 
 import numpy as np
@@ -279,6 +281,55 @@ def test_the_node_closing_between_answers_and_garbage_are_told_apart() -> None:
             await c.call("echo", b"x")
 
     run(_with_server(garbage, bad))
+
+
+_GARBLED = r"4294967280 bytes, over .*max_answer_bytes \(1073741824\)"
+
+
+def test_a_garbled_length_closes_instead_of_allocating() -> None:
+    """A header with its magic intact but a 4 GiB length: the connection closes at once, both
+    outstanding calls fail naming max_answer_bytes, nothing of that size is allocated."""
+
+    async def garbled(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        await r.readexactly(2 * (HEADER_LEN + 1))
+        header = ResponseHeader(Status.OK, request_id=2, payload_len=0xFFFF_FFF0).encode()
+        w.write(header + bytes(1000))
+        await w.drain()
+        await asyncio.sleep(1.0)
+
+    async def client(c: aio.Client) -> None:
+        t0 = time.monotonic()
+        calls = [asyncio.ensure_future(c.call("echo", b"a")), asyncio.ensure_future(c.call("echo", b"b"))]
+        for call in calls:
+            with pytest.raises(ConnectionClosedError, match=_GARBLED):
+                await call
+        assert time.monotonic() - t0 < 0.9
+
+    tracemalloc.start()
+    try:
+        run(_with_server(garbled, client))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 << 20, peak
+
+
+def test_max_answer_bytes_bounds_what_a_real_node_may_answer(node: Node) -> None:
+    limit = 1 << 17
+
+    async def main() -> None:
+        async with await aio.Client.connect(node.address, max_answer_bytes=limit, reconnect=True) as c:
+            assert await c.call("echo", bytes(limit)) == bytes(limit)
+            with pytest.raises(ConnectionClosedError, match=f"{limit + 1} bytes, over .*max_answer_bytes"):
+                await c.call("echo", bytes(limit + 1))
+            assert await c.call("echo", b"again") == b"again"
+            assert c.reconnects == 1
+            assert c._conn.max_answer_bytes == limit  # the new connection keeps the limit
+        for bad in (0, DIRECT_READ_MIN - 1, True):
+            with pytest.raises(ValueError, match="max_answer_bytes"):
+                await aio.Client.connect(node.address, max_answer_bytes=bad)
+
+    run(main())
 
 
 def test_a_writer_waits_for_drain_and_still_gets_its_answer() -> None:

@@ -10,6 +10,7 @@ import socket
 import struct
 import threading
 import time
+import tracemalloc
 from collections.abc import Callable, Iterator
 
 import numpy as np
@@ -34,6 +35,9 @@ from offrac import (
     UnsupportedError,
     UnsupportedVersionError,
 )
+from offrac.client import DIRECT_READ_MIN
+
+from conftest import Node
 
 
 class FakeConn:
@@ -413,6 +417,59 @@ def test_garbage_response_closes(fake: Callable[[Handler], FakeNode]) -> None:
     node = fake(garbage)
     with Client(node.address) as c, pytest.raises(ConnectionClosedError, match="protocol error"):
         c.call("echo", b"x")
+
+
+_GARBLED = r"4294967280 bytes, over .*max_answer_bytes \(1073741824\)"
+
+
+def test_a_garbled_length_closes_instead_of_allocating(fake: Callable[[Handler], FakeNode]) -> None:
+    """A header with its magic intact but a 4 GiB length (a garbled stream): the client closes
+    the connection at once, failing every outstanding call with a message naming
+    max_answer_bytes; it allocates nothing of that size and does not wait for bytes that will
+    never come."""
+
+    def garbled(conn: FakeConn) -> None:
+        first, second = conn.read_request(), conn.read_request()
+        assert first is not None and second is not None
+        h = ResponseHeader(Status.OK, request_id=second[0].request_id, payload_len=0xFFFF_FFF0)
+        conn.sock.sendall(h.encode() + b"\0" * 1000)
+        time.sleep(1.0)
+
+    node = fake(garbled)
+    tracemalloc.start()
+    try:
+        with Client(node.address, timeout=5.0) as c:
+            t0 = time.monotonic()
+            waiting = c.submit("echo", b"first")
+            with pytest.raises(ConnectionClosedError, match=_GARBLED):
+                c.call("echo", b"second")
+            with pytest.raises(ConnectionClosedError, match="max_answer_bytes"):
+                waiting.result(1.0)
+            assert time.monotonic() - t0 < 2.0
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 << 20, peak
+
+
+def test_max_answer_bytes_bounds_what_a_real_node_may_answer(node: Node) -> None:
+    """An answer at the limit is taken; one byte over closes the connection, saying why; a
+    reconnecting client goes on; an ``out=`` array is the caller's memory and is read into
+    whatever its size; bad limits are refused."""
+    limit = 1 << 17
+    with Client(node.address, max_answer_bytes=limit, reconnect=True) as c:
+        assert c.call("echo", bytes(limit)) == bytes(limit)
+        with pytest.raises(ConnectionClosedError, match=f"{limit + 1} bytes, over .*max_answer_bytes"):
+            c.call("echo", bytes(limit + 1))
+        assert c.call("echo", b"again") == b"again"
+        assert c.reconnects == 1
+        n = limit  # floats: 4 * limit bytes, over the limit
+        out = np.empty(n, dtype=np.float32)
+        got = c.call("minmax", np.arange(n, dtype=np.float32), out=out)
+        assert got is out and out[0] == 0.0 and out[-1] == 1.0
+    for bad in (0, DIRECT_READ_MIN - 1, True, 1.5):
+        with pytest.raises(ValueError, match="max_answer_bytes"):
+            Client(node.address, max_answer_bytes=bad)  # type: ignore[arg-type]
 
 
 def test_timeout_and_close_with_outstanding(fake: Callable[[Handler], FakeNode]) -> None:
