@@ -434,11 +434,52 @@ fn a_bad_attach_config_is_named() {
 
 /// The refusals of the attached loops' spin gate, from the node's /metrics.
 fn spin_refused(node: &NodeHandle) -> u64 {
+    attach_gauge(node, "offrac_attach_spin_refused_total")
+}
+
+/// One of the address's counters or gauges, from the node's /metrics.
+fn attach_gauge(node: &NodeHandle, name: &str) -> u64 {
     let body = common::metrics::metrics_body(node);
     body.lines()
-        .find(|l| l.starts_with("offrac_attach_spin_refused_total{"))
+        .find(|l| l.starts_with(&format!("{name}{{")))
         .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-        .unwrap_or_else(|| panic!("no offrac_attach_spin_refused_total in /metrics:\n{body}"))
+        .unwrap_or_else(|| panic!("no {name} in /metrics:\n{body}"))
+}
+
+/// Without `loops` an address gets one event loop per CPU the node may use
+/// (at most four), as memcached gets worker threads: one loop is a serial
+/// server, the cache's bottleneck on two CPUs. Connections dealt to every
+/// loop are answered; `loops` set is taken as it is.
+#[test]
+fn by_default_an_address_gets_a_loop_per_cpu() {
+    let Some(mc) = memcached() else { return };
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    for (extra, want) in [("", cpus.clamp(1, 4)), ("loops = 3\n", 3)] {
+        let (node, addr) =
+            common::attach_node_with_metrics("memcached_cache", mc.port, extra, "127.0.0.1:0");
+        assert_eq!(
+            attach_gauge(&node, "offrac_attach_loops") as usize,
+            want,
+            "{extra:?}"
+        );
+        let mut conns: Vec<_> = (0..2 * want)
+            .map(|_| BufReader::new(connect(addr)))
+            .collect();
+        for (i, r) in conns.iter_mut().enumerate() {
+            let req = format!("set k{i} 0 0 1\r\n{}\r\nget k{i}\r\n", i % 10);
+            let want_value = format!("{}", i % 10);
+            assert_eq!(
+                ask(r, req.as_bytes(), |l| l == "END"),
+                ["STORED", &format!("VALUE k{i} 0 1"), &want_value, "END"],
+                "{extra:?} connection {i}"
+            );
+        }
+        assert_eq!(
+            attach_gauge(&node, "offrac_attach_connections") as usize,
+            2 * want
+        );
+        node.shutdown().unwrap();
+    }
 }
 
 /// `spin_when = "cpu_idle"` (the default): with more threads runnable than

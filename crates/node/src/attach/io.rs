@@ -167,6 +167,11 @@ impl<M: InlineMachine> Shared<M> {
         let g = self.lock();
         let mut c = g.machine.counters();
         c.push(Counter::gauge(
+            "offrac_attach_loops",
+            "Event loops serving the address (loops, or by default one per CPU the node may use, at most 4).",
+            self.loops() as u64,
+        ));
+        c.push(Counter::gauge(
             "offrac_attach_connections",
             "Client connections open (TCP).",
             g.open as u64,

@@ -59,8 +59,9 @@ pub struct AttachConfig {
     pub backend: String,
     /// Client connections at once (each with its own backend connection).
     pub max_connections: usize,
-    /// Event loops (threads) serving the address, sharing its machine.
-    pub loops: usize,
+    /// Event loops (threads) serving the address, sharing its machine
+    /// (None: one per CPU the node may use, at most [`DEFAULT_MAX_LOOPS`]; see [`loops_for`]).
+    pub loops: Option<usize>,
     /// How long a loop polls without sleeping after a turn with work (0: never).
     pub spin: Duration,
     /// How long a loop polls without sleeping while the backend owes an
@@ -113,8 +114,8 @@ pub struct RawAttach {
     backend_timeout_ms: u64,
     #[serde(default = "default_max_connections")]
     max_connections: usize,
-    #[serde(default = "default_loops")]
-    loops: usize,
+    #[serde(default)]
+    loops: Option<usize>,
     /// Microseconds a loop busy-polls after a turn with work before sleeping.
     #[serde(default = "default_spin_us")]
     spin_us: u64,
@@ -151,17 +152,23 @@ fn default_timeout() -> u64 {
 fn default_max_connections() -> usize {
     1024
 }
-/// Event loops per attached address (docs/inline.md: one until a quiet-machine
-/// measurement shows more help, and until a 504 seen once under load with two is explained).
-pub const DEFAULT_LOOPS: usize = 1;
+/// Event loops per attached address when `loops` is not set: one per CPU the
+/// node may use, up to this many (memcached's default of worker threads). One
+/// loop is a serial server: on two CPUs it was the bottleneck of the cache's
+/// hits (docs/inline.md, "Several event loops").
+pub const DEFAULT_MAX_LOOPS: usize = 4;
 /// More loops than this gains nothing and costs a thread each.
 pub const MAX_LOOPS: usize = 64;
 /// Busy-polling longer than this is a core given away, not a wake-up saved.
 pub const MAX_SPIN_US: u64 = 10_000;
 /// UDP requests in flight per attached address unless `udp_max_requests` says otherwise.
 pub const DEFAULT_UDP_MAX_REQUESTS: usize = 1024;
-fn default_loops() -> usize {
-    DEFAULT_LOOPS
+
+/// The event loops an attached address gets: `configured`, or one per CPU
+/// the node may use (`usable_cpus`), at least one and at most
+/// [`DEFAULT_MAX_LOOPS`].
+pub fn loops_for(configured: Option<usize>, usable_cpus: u32) -> usize {
+    configured.unwrap_or_else(|| (usable_cpus as usize).clamp(1, DEFAULT_MAX_LOOPS))
 }
 /// A loop polls this long after a turn with work (when a CPU is free,
 /// `DEFAULT_SPIN_WHEN`): a miss's answer from memcached and a client's next
@@ -298,8 +305,10 @@ impl RawAttach {
         host_port("listen", &self.listen)?;
         host_port("backend", &self.backend)?;
         at_least_one("max_connections", self.max_connections)?;
-        at_least_one("loops", self.loops)?;
-        if self.loops > MAX_LOOPS {
+        if let Some(loops) = self.loops {
+            at_least_one("loops", loops)?;
+        }
+        if self.loops.is_some_and(|n| n > MAX_LOOPS) {
             return Err(AttachConfigError::TooLarge {
                 field: "loops",
                 max: MAX_LOOPS,
@@ -443,7 +452,8 @@ fn spawn<M: inline::InlineMachine + Send + 'static>(
     let addr = listener.local_addr()?;
     let mut polls = vec![poll];
     let mut wakers = vec![waker];
-    for _ in 1..cfg.loops.max(1) {
+    let loops = loops_for(cfg.loops, crate::runnable::cpus().0);
+    for _ in 1..loops {
         let (p, w) = io::poll_with_waker()?;
         polls.push(p);
         wakers.push(w);
@@ -494,8 +504,44 @@ fn spawn<M: inline::InlineMachine + Send + 'static>(
         handle.threads.push(thread);
     }
     let function = cfg.function.name();
-    let loops = cfg.loops;
     let udp = cfg.udp;
     tracing::info!(%addr, %backend, function, loops, udp, "attached function listening");
     Ok(handle)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loops_default_to_one_per_usable_cpu_up_to_four() {
+        assert_eq!(loops_for(None, 1), 1);
+        assert_eq!(loops_for(None, 2), 2);
+        assert_eq!(loops_for(None, 4), 4);
+        assert_eq!(loops_for(None, 64), DEFAULT_MAX_LOOPS);
+        assert_eq!(loops_for(None, 0), 1);
+        // A configured count is taken as it is, whatever the CPUs.
+        assert_eq!(loops_for(Some(1), 8), 1);
+        assert_eq!(loops_for(Some(6), 2), 6);
+    }
+
+    #[test]
+    fn loops_unset_stays_unset_and_bad_counts_are_refused() {
+        let parse = |extra: &str| {
+            let text = format!(
+                "listen = \"127.0.0.1:0\"\nfunction = \"memcached_cache\"\nbackend = \"127.0.0.1:1\"\n{extra}"
+            );
+            toml::from_str::<RawAttach>(&text).expect("toml").validate()
+        };
+        assert_eq!(parse("").expect("valid").loops, None);
+        assert_eq!(parse("loops = 3").expect("valid").loops, Some(3));
+        assert!(matches!(
+            parse("loops = 0"),
+            Err(AttachConfigError::Zero("loops"))
+        ));
+        assert!(matches!(
+            parse("loops = 65"),
+            Err(AttachConfigError::TooLarge { field: "loops", .. })
+        ));
+    }
 }
