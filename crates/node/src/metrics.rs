@@ -106,6 +106,8 @@ pub struct Metrics {
     attach: Mutex<Vec<(String, crate::attach::CounterSource)>>,
     /// Times the I/O thread's spin gate said to sleep instead (`spin_gate.rs`).
     pub io_spin_refused: AtomicU64,
+    /// Readings of the runnable threads the I/O thread's spin gate took.
+    pub io_spin_readings: AtomicU64,
 }
 
 impl Metrics {
@@ -121,6 +123,7 @@ impl Metrics {
             engine: Mutex::new(EngineSnapshot::default()),
             attach: Mutex::new(Vec::new()),
             io_spin_refused: AtomicU64::new(0),
+            io_spin_readings: AtomicU64::new(0),
         }
     }
 
@@ -323,6 +326,11 @@ impl Metrics {
                 "offrac_io_spin_refused_total",
                 "Times the I/O thread slept inside its spin window because more threads were runnable than the machine has CPUs ([io] spin_when = \"cpu_idle\").",
                 self.io_spin_refused.load(Relaxed),
+            ),
+            (
+                "offrac_io_spin_readings_total",
+                "Readings of the machine's runnable threads taken by the I/O thread's spin gate ([io] spin_when = \"cpu_idle\"; ~2 us each).",
+                self.io_spin_readings.load(Relaxed),
             ),
             (
                 "offrac_requests_total",

@@ -796,6 +796,10 @@ impl Reactor {
             self.spinner.take_refused(),
             std::sync::atomic::Ordering::Relaxed,
         );
+        self.metrics.io_spin_readings.fetch_add(
+            self.spinner.take_readings(),
+            std::sync::atomic::Ordering::Relaxed,
+        );
         self.driver
             .handle_estimates(self.metrics.provision.estimates());
     }

@@ -84,6 +84,11 @@ impl Spinner {
     pub fn take_refused(&mut self) -> u64 {
         self.gate.take_refused()
     }
+
+    /// Readings of the machine since the last call (for a counter).
+    pub fn take_readings(&mut self) -> u64 {
+        self.gate.take_readings()
+    }
 }
 
 #[cfg(test)]

@@ -25,11 +25,18 @@ pub enum SpinWhen {
     CpuIdle,
 }
 
-/// How long one reading of the runnable threads decides for: short enough
-/// that a spinner stops within a small share of a time slice after a client
-/// becomes runnable, long enough that reading (~2 µs) stays a small share
-/// of the spin.
+/// How long a reading that allows spinning decides for: short enough that a
+/// spinner stops within a small share of a time slice after a client becomes
+/// runnable, long enough that reading (~2 µs) stays a small share of the spin.
 pub const READING_FRESH: Duration = Duration::from_micros(20);
+
+/// The longest a refusing reading decides for. Each refusal in a row doubles
+/// how long the verdict holds (from [`READING_FRESH`]): on a machine that stays
+/// oversubscribed a loop then sleeps as `spin_us = 0` does without paying a
+/// reading (~2 µs) at nearly every turn (a 4-client hit workload read once
+/// per 2.4 hits, 3 % of the node's CPU); once the load goes, spinning comes
+/// back within this long (a reading every 4 ms costs ~0.05 % of a CPU).
+pub const REFUSAL_HOLD_MAX: Duration = Duration::from_millis(4);
 
 #[derive(Debug, Clone)]
 pub struct SpinGate {
@@ -39,8 +46,12 @@ pub struct SpinGate {
     room: u32,
     /// The last reading's time and verdict.
     last: Option<(Instant, bool)>,
-    /// Readings that refused a spin the window allowed, not yet taken for the metrics.
+    /// How long the last reading's verdict holds.
+    hold: Duration,
+    /// Spins the window allowed and the gate refused, not yet taken for the metrics.
     refused: u64,
+    /// Readings taken, not yet taken for the metrics.
+    readings: u64,
 }
 
 impl SpinGate {
@@ -53,7 +64,9 @@ impl SpinGate {
             when,
             room,
             last: None,
+            hold: READING_FRESH,
             refused: 0,
+            readings: 0,
         }
     }
 
@@ -62,30 +75,44 @@ impl SpinGate {
         self.when == SpinWhen::CpuIdle
             && self
                 .last
-                .is_none_or(|(t, _)| now.saturating_duration_since(t) >= READING_FRESH)
+                .is_none_or(|(t, _)| now.saturating_duration_since(t) >= self.hold)
     }
 
     /// A reading of the machine's runnable threads at `now` (`None`: the
     /// machine would not say, in which case the loop spins as configured).
     pub fn observe(&mut self, now: Instant, runnable: Option<u32>) {
         let ok = runnable.is_none_or(|r| r <= self.room);
-        if !ok {
-            self.refused += 1;
-        }
+        self.readings += 1;
+        let refused_before = self.last.is_some_and(|(_, ok)| !ok);
+        self.hold = match (ok, refused_before) {
+            (true, _) => READING_FRESH,
+            (false, false) => READING_FRESH,
+            (false, true) => (self.hold * 2).min(REFUSAL_HOLD_MAX),
+        };
         self.last = Some((now, ok));
     }
 
-    /// Whether a loop inside its spin window may spin now.
-    pub fn may_spin(&self) -> bool {
-        match self.when {
+    /// Whether a loop inside its spin window may spin now; a no is counted
+    /// (the loop sleeps instead).
+    pub fn may_spin(&mut self) -> bool {
+        let ok = match self.when {
             SpinWhen::Always => true,
             SpinWhen::CpuIdle => self.last.is_some_and(|(_, ok)| ok),
+        };
+        if !ok {
+            self.refused += 1;
         }
+        ok
     }
 
-    /// Readings that refused a spin since the last call (for a counter).
+    /// Spins refused since the last call (for a counter).
     pub fn take_refused(&mut self) -> u64 {
         std::mem::take(&mut self.refused)
+    }
+
+    /// Readings taken since the last call (for a counter).
+    pub fn take_readings(&mut self) -> u64 {
+        std::mem::take(&mut self.readings)
     }
 }
 
@@ -99,9 +126,10 @@ mod tests {
 
     #[test]
     fn always_spins_without_readings() {
-        let g = SpinGate::new(SpinWhen::Always, 1, 1);
+        let mut g = SpinGate::new(SpinWhen::Always, 1, 1);
         assert!(!g.wants_reading(Instant::now()));
         assert!(g.may_spin());
+        assert_eq!(g.take_readings(), 0);
     }
 
     #[test]
@@ -118,14 +146,50 @@ mod tests {
             !g.may_spin(),
             "a third runnable thread would wait for the spinner"
         );
-        assert_eq!(g.take_refused(), 1);
+        assert!(!g.may_spin(), "each no is a sleep, counted");
+        assert_eq!(g.take_refused(), 3, "the one before any reading too");
         assert_eq!(g.take_refused(), 0, "taken once");
+        assert_eq!(g.take_readings(), 2);
         assert!(
             g.wants_reading(t0 + READING_FRESH * 2),
-            "a stale reading is renewed"
+            "a first refusal holds as long as an allowing reading"
         );
         g.observe(t0 + READING_FRESH * 2, Some(1));
         assert!(g.may_spin());
+    }
+
+    #[test]
+    fn refusals_in_a_row_hold_longer_and_an_allowing_reading_resets() {
+        let t0 = Instant::now();
+        let mut g = SpinGate::new(SpinWhen::CpuIdle, 2, 2);
+        let mut t = t0;
+        let mut holds = Vec::new();
+        for _ in 0..12 {
+            g.observe(t, Some(5));
+            assert!(!g.may_spin());
+            // The verdict holds until the next reading is wanted.
+            let mut hold = us(1);
+            while !g.wants_reading(t + hold) {
+                hold += us(1);
+            }
+            holds.push(hold);
+            t += hold;
+        }
+        let doubling: Vec<Duration> = (0..8).map(|k| us(20 << k)).collect();
+        assert_eq!(&holds[..8], &doubling[..], "20 µs doubling to 2.56 ms");
+        assert!(
+            holds[8..].iter().all(|&h| h == REFUSAL_HOLD_MAX),
+            "{holds:?}"
+        );
+        assert_eq!(g.take_readings(), 12);
+        // An idle machine: spinning comes back at the next reading, and its
+        // verdict holds the short time again.
+        g.observe(t, Some(1));
+        assert!(g.may_spin());
+        assert!(g.wants_reading(t + READING_FRESH));
+        // A refusal after an allowing reading starts the doubling afresh.
+        g.observe(t + READING_FRESH, Some(5));
+        assert!(g.wants_reading(t + READING_FRESH * 2));
     }
 
     #[test]

@@ -497,7 +497,7 @@ fn a_loop_sleeps_instead_of_spinning_while_every_cpu_is_wanted() {
             common::attach_node_with_metrics("memcached_cache", mc.port, extra, "127.0.0.1:0");
         let mut r = BufReader::new(connect(addr));
         let busy = common::busy::oversubscribe();
-        for i in 0..20 {
+        for i in 0..100 {
             let req = format!("get absent{i}\r\n");
             assert_eq!(
                 ask(&mut r, req.as_bytes(), |l| l == "END"),
@@ -508,6 +508,17 @@ fn a_loop_sleeps_instead_of_spinning_while_every_cpu_is_wanted() {
         drop(busy);
         let refused = spin_refused(&node);
         assert_eq!(refused > 0, refuses, "{extra}: {refused} refusals");
+        // A refusing verdict holds longer with each refusal in a row, so the
+        // gate reads the machine less often than it refuses; "always" never reads.
+        let readings = attach_gauge(&node, "offrac_attach_spin_readings_total");
+        if refuses {
+            assert!(
+                readings > 0 && readings < refused,
+                "{readings} readings, {refused} refusals"
+            );
+        } else {
+            assert_eq!(readings, 0);
+        }
         node.shutdown().unwrap();
     }
 }

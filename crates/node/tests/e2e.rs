@@ -633,7 +633,7 @@ fn the_io_thread_sleeps_instead_of_spinning_while_every_cpu_is_wanted() {
         ));
         let mut c = Client::connect(&n.addr.to_string()).unwrap();
         let busy = common::busy::oversubscribe();
-        for i in 0..20 {
+        for i in 0..100 {
             let r = c.call(FunctionId::TopK, 1, &ints(&[i, i + 1])).unwrap();
             assert_eq!(r.payload, ints(&[i + 1]));
         }
@@ -645,6 +645,16 @@ fn the_io_thread_sleeps_instead_of_spinning_while_every_cpu_is_wanted() {
         std::thread::sleep(Duration::from_millis(20));
         let refused = common::metrics::metric(&n, "offrac_io_spin_refused_total");
         assert_eq!(refused > 0, refuses, "{when}: {refused} refusals");
+        // Refusals in a row hold longer, so the gate reads less often than it refuses.
+        let readings = common::metrics::metric(&n, "offrac_io_spin_readings_total");
+        if refuses {
+            assert!(
+                readings > 0 && readings < refused,
+                "{when}: {readings} readings, {refused} refusals"
+            );
+        } else {
+            assert_eq!(readings, 0, "{when}");
+        }
         n.shutdown().unwrap();
     }
 }

@@ -103,6 +103,8 @@ pub struct Shared<M> {
     /// Times a loop slept inside its spin window: more threads were runnable
     /// than the machine has CPUs (`spin_when = "cpu_idle"`).
     spin_refused: AtomicU64,
+    /// Readings of the runnable threads the loops' spin gates took.
+    spin_readings: AtomicU64,
 }
 
 struct State<M> {
@@ -138,6 +140,7 @@ impl<M> Shared<M> {
             }),
             wakers,
             spin_refused: AtomicU64::new(0),
+            spin_readings: AtomicU64::new(0),
         }
     }
 
@@ -180,6 +183,11 @@ impl<M: InlineMachine> Shared<M> {
             "offrac_attach_spin_refused_total",
             "Times a loop slept inside its spin window because more threads were runnable than the machine has CPUs (spin_when = \"cpu_idle\").",
             self.spin_refused.load(Ordering::Relaxed),
+        ));
+        c.push(Counter::total(
+            "offrac_attach_spin_readings_total",
+            "Readings of the machine's runnable threads taken by the loops' spin gate (spin_when = \"cpu_idle\"; ~2 us each).",
+            self.spin_readings.load(Ordering::Relaxed),
         ));
         if let Some(t) = &g.udp {
             c.extend(udp::counters(&t.stats, t.in_flight(), &t.per_loop));
@@ -417,6 +425,12 @@ impl<M: InlineMachine> Driver<M> {
     /// Asks the spin gate, adding its refusals to the address's counter.
     fn may_spin(&mut self) -> bool {
         let ok = self.spinner.may_spin();
+        let readings = self.spinner.take_readings();
+        if readings > 0 {
+            self.shared
+                .spin_readings
+                .fetch_add(readings, Ordering::Relaxed);
+        }
         if !ok {
             let refused = self.spinner.take_refused();
             self.shared
