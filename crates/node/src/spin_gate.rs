@@ -7,9 +7,10 @@
 //! spinner delays the very client or backend it waits for (a four-client hit
 //! rate halved with `spin_us = 100`). `SpinWhen::CpuIdle` therefore lets a
 //! loop spin only while the machine has no more runnable threads than CPUs,
-//! counting the spinner itself. Sans-IO: the driver reads the machine's
-//! runnable threads when the gate asks for a reading (`runnable.rs`) and
-//! passes the time in.
+//! counting the spinner itself. A refusal holds longer with each refusal in
+//! a row, so a busy machine is not read at every turn. Sans-IO: the driver
+//! reads the machine's runnable threads when the gate asks for a reading
+//! (`runnable.rs`) and passes the time in.
 
 use serde::Deserialize;
 use std::time::{Duration, Instant};
@@ -84,10 +85,10 @@ impl SpinGate {
         let ok = runnable.is_none_or(|r| r <= self.room);
         self.readings += 1;
         let refused_before = self.last.is_some_and(|(_, ok)| !ok);
-        self.hold = match (ok, refused_before) {
-            (true, _) => READING_FRESH,
-            (false, false) => READING_FRESH,
-            (false, true) => (self.hold * 2).min(REFUSAL_HOLD_MAX),
+        self.hold = if !ok && refused_before {
+            (self.hold * 2).min(REFUSAL_HOLD_MAX)
+        } else {
+            READING_FRESH
         };
         self.last = Some((now, ok));
     }
