@@ -81,8 +81,9 @@ class Client:
         max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
     ) -> None:
         self.address: tuple[str, int] = address
-        #: The largest answer payload the client allocates for (as :class:`offrac.Client`'s).
-        self.max_answer_bytes: int = check_max_answer_bytes(max_answer_bytes)
+        #: The largest answer payload the client allocates for (as :class:`offrac.Client`'s;
+        #: checked by :meth:`connect`).
+        self.max_answer_bytes: int = max_answer_bytes
         self.reconnect: bool = reconnect
         self.reconnect_attempts: int = reconnect_attempts
         self.reconnect_backoff: tuple[float, float] = reconnect_backoff

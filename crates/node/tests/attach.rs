@@ -434,11 +434,11 @@ fn a_bad_attach_config_is_named() {
 
 /// The refusals of the attached loops' spin gate, from the node's /metrics.
 fn spin_refused(node: &NodeHandle) -> u64 {
-    attach_gauge(node, "offrac_attach_spin_refused_total")
+    attach_metric(node, "offrac_attach_spin_refused_total")
 }
 
 /// One of the address's counters or gauges, from the node's /metrics.
-fn attach_gauge(node: &NodeHandle, name: &str) -> u64 {
+fn attach_metric(node: &NodeHandle, name: &str) -> u64 {
     let body = common::metrics::metrics_body(node);
     body.lines()
         .find(|l| l.starts_with(&format!("{name}{{")))
@@ -458,7 +458,7 @@ fn by_default_an_address_gets_a_loop_per_cpu() {
         let (node, addr) =
             common::attach_node_with_metrics("memcached_cache", mc.port, extra, "127.0.0.1:0");
         assert_eq!(
-            attach_gauge(&node, "offrac_attach_loops") as usize,
+            attach_metric(&node, "offrac_attach_loops") as usize,
             want,
             "{extra:?}"
         );
@@ -475,7 +475,7 @@ fn by_default_an_address_gets_a_loop_per_cpu() {
             );
         }
         assert_eq!(
-            attach_gauge(&node, "offrac_attach_connections") as usize,
+            attach_metric(&node, "offrac_attach_connections") as usize,
             2 * want
         );
         node.shutdown().unwrap();
@@ -510,7 +510,7 @@ fn a_loop_sleeps_instead_of_spinning_while_every_cpu_is_wanted() {
         assert_eq!(refused > 0, refuses, "{extra}: {refused} refusals");
         // A refusing verdict holds longer with each refusal in a row, so the
         // gate reads the machine less often than it refuses; "always" never reads.
-        let readings = attach_gauge(&node, "offrac_attach_spin_readings_total");
+        let readings = attach_metric(&node, "offrac_attach_spin_readings_total");
         if refuses {
             assert!(
                 readings > 0 && readings < refused,
